@@ -1,0 +1,186 @@
+"""Contractions: dot_general (with batch dimensions, so vmap of matmul stays one equation)."""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from thunderx.primitives import shape as S
+
+from thunderx.ad_util import Zero, add_tangents, is_undefined
+from thunderx.avals import ShapedArray
+from thunderx.core import (
+    abstract_eval_rules,
+    batch_rules,
+    get_aval,
+    impl_rules,
+    jvp_rules,
+    linear_primitives,
+    new_primitive,
+    torch_codegen_rules,
+    transpose_rules,
+)
+
+dot_general_p = new_primitive("dot_general")
+
+
+def _free(n, contract, batch):
+    return [i for i in range(n) if i not in contract and i not in batch]
+
+
+def _einsum_spec(xn, yn, dimension_numbers) -> str:
+    (lc, rc), (lb, rb) = dimension_numbers
+    letters = iter(string.ascii_letters)
+    xl = [next(letters) for _ in range(xn)]
+    yl = [None] * yn
+    for i, j in zip(lc, rc):
+        yl[j] = xl[i]
+    for i, j in zip(lb, rb):
+        yl[j] = xl[i]
+    yl = [c if c is not None else next(letters) for c in yl]
+    out = (
+        [xl[i] for i in lb]
+        + [xl[i] for i in _free(xn, lc, lb)]
+        + [yl[j] for j in _free(yn, rc, rb)]
+    )
+    return f"{''.join(xl)},{''.join(yl)}->{''.join(out)}"
+
+
+def _dot_impl(x, y, *, dimension_numbers):
+    (lc, rc), (lb, rb) = dimension_numbers
+    if not lb:
+        return torch.tensordot(x, y, dims=(list(lc), list(rc)))
+    return torch.einsum(_einsum_spec(x.ndim, y.ndim, dimension_numbers), x, y)
+
+
+def _dot_codegen(args, avals, *, dimension_numbers):
+    (lc, rc), (lb, rb) = dimension_numbers
+    x, y = args
+    xn, yn = avals[0].ndim, avals[1].ndim
+    dn = ((tuple(lc), tuple(rc)), (tuple(lb), tuple(rb)))
+    if xn == 2 and yn == 2 and not lb:
+        pattern = {
+            ((1,), (0,)): f"{x} @ {y}",
+            ((1,), (1,)): f"{x} @ {y}.T",
+            ((0,), (0,)): f"{x}.T @ {y}",
+            ((0,), (1,)): f"{x}.T @ {y}.T",
+        }
+        if dn[0] in pattern:
+            return pattern[dn[0]]
+    if xn == 3 and yn == 3 and dn[1] == ((0,), (0,)):
+        pattern = {
+            ((2,), (1,)): f"torch.bmm({x}, {y})",
+            ((2,), (2,)): f"torch.bmm({x}, {y}.mT)",
+            ((1,), (1,)): f"torch.bmm({x}.mT, {y})",
+        }
+        if dn[0] in pattern:
+            return pattern[dn[0]]
+    if xn == 1 and yn == 2 and not lb and dn[0] == ((0,), (0,)):
+        return f"{x} @ {y}"
+    if xn == 2 and yn == 1 and not lb and dn[0] == ((1,), (0,)):
+        return f"{x} @ {y}"
+    if not lb:
+        return f"torch.tensordot({x}, {y}, dims=({list(lc)}, {list(rc)}))"
+    return f"torch.einsum({_einsum_spec(xn, yn, dimension_numbers)!r}, {x}, {y})"
+
+
+def _dot_abstract_eval(x, y, *, dimension_numbers):
+    (lc, rc), (lb, rb) = dimension_numbers
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise TypeError("dot_general: contracting/batch dimension lists differ in length")
+    for i, j in list(zip(lc, rc)) + list(zip(lb, rb)):
+        if x.shape[i] != y.shape[j]:
+            raise TypeError(
+                f"dot_general: {x.str_short()} dim {i} does not match {y.str_short()} dim {j}"
+            )
+    if x.dtype != y.dtype:
+        raise TypeError(f"dot_general: dtypes differ: {x.str_short()} vs {y.str_short()}")
+    shape = (
+        [x.shape[i] for i in lb]
+        + [x.shape[i] for i in _free(x.ndim, lc, lb)]
+        + [y.shape[j] for j in _free(y.ndim, rc, rb)]
+    )
+    return ShapedArray(shape, x.dtype, x.device)
+
+
+def dot_general(x, y, dimension_numbers):
+    (lc, rc), (lb, rb) = dimension_numbers
+    dn = ((tuple(lc), tuple(rc)), (tuple(lb), tuple(rb)))
+    return dot_general_p.bind(x, y, dimension_numbers=dn)
+
+
+def contract(a, al: str, b, bl: str, outl: str):
+    """einsum(al,bl->outl) as one dot_general plus a transpose; every letter of al and bl must be
+    in the other operand or in outl."""
+    batch = [c for c in al if c in bl and c in outl]
+    summed = [c for c in al if c in bl and c not in outl]
+    dn = (
+        (tuple(al.index(c) for c in summed), tuple(bl.index(c) for c in summed)),
+        (tuple(al.index(c) for c in batch), tuple(bl.index(c) for c in batch)),
+    )
+    res = dot_general(a, b, dn)
+    res_letters = batch + [c for c in al if c not in bl] + [c for c in bl if c not in al]
+    return S.transpose(res, [res_letters.index(c) for c in outl])
+
+
+def _letters(xn, yn, dimension_numbers):
+    spec = _einsum_spec(xn, yn, dimension_numbers)
+    ins, out = spec.split("->")
+    xl, yl = ins.split(",")
+    return xl, yl, out
+
+
+def _dot_jvp(primals, tangents, *, dimension_numbers):
+    x, y = primals
+    tx, ty = tangents
+    out = dot_general(x, y, dimension_numbers)
+    t = Zero(get_aval(out))
+    if type(tx) is not Zero:
+        t = add_tangents(t, dot_general(tx, y, dimension_numbers))
+    if type(ty) is not Zero:
+        t = add_tangents(t, dot_general(x, ty, dimension_numbers))
+    return out, t
+
+
+def _dot_transpose(ct, x, y, *, dimension_numbers):
+    if is_undefined(x) and is_undefined(y):
+        raise TypeError("dot_general is not linear in both operands at once")
+    xn = x.aval.ndim if is_undefined(x) else len(get_aval(x).shape)
+    yn = y.aval.ndim if is_undefined(y) else len(get_aval(y).shape)
+    xl, yl, outl = _letters(xn, yn, dimension_numbers)
+    if is_undefined(x):
+        return [contract(ct, outl, y, yl, xl), None]
+    return [None, contract(ct, outl, x, xl, yl)]
+
+
+def _dot_batch(args, dims, *, dimension_numbers):
+    (x, y), (dx, dy) = args, dims
+    (lc, rc), (lb, rb) = dimension_numbers
+
+    def shift(ids, d):
+        return tuple(i + (i >= d) for i in ids)
+
+    if dx is not None and dy is not None:
+        x, y = S.moveaxis(x, dx, 0), S.moveaxis(y, dy, 0)
+        dn = ((shift(lc, 0), shift(rc, 0)), ((0,) + shift(lb, 0), (0,) + shift(rb, 0)))
+        return dot_general(x, y, dn), 0
+    if dx is not None:
+        lc2, lb2 = shift(lc, dx), shift(lb, dx)
+        free = _free(len(S._shape(x)), lc2, lb2)
+        return dot_general(x, y, ((lc2, rc), (lb2, rb))), len(lb) + free.index(dx)
+    rc2, rb2 = shift(rc, dy), shift(rb, dy)
+    free = _free(len(S._shape(y)), rc2, rb2)
+    nx = len(S._shape(x))
+    return dot_general(x, y, ((lc, rc2), (lb, rb2))), len(lb) + (
+        nx - len(lc) - len(lb)
+    ) + free.index(dy)
+
+
+impl_rules[dot_general_p] = _dot_impl
+abstract_eval_rules[dot_general_p] = _dot_abstract_eval
+torch_codegen_rules[dot_general_p] = _dot_codegen
+jvp_rules[dot_general_p] = _dot_jvp
+transpose_rules[dot_general_p] = _dot_transpose
+batch_rules[dot_general_p] = _dot_batch
+linear_primitives.add(dot_general_p)
+# No nvFuser rule: matmul runs through the torch executor (cuBLAS).

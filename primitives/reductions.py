@@ -1,0 +1,273 @@
+"""Reductions (sum, max, min, prod, argmax, argmin) and cumulative sums/products."""
+
+from __future__ import annotations
+
+import torch
+from thunderx.primitives import binary as B
+from thunderx.primitives import shape as S
+from thunderx.primitives import unary as U
+
+from thunderx.ad_util import Zero, deflinear
+from thunderx.avals import ShapedArray
+from thunderx.core import (
+    abstract_eval_rules,
+    batch_rules,
+    get_aval,
+    impl_rules,
+    jvp_rules,
+    new_primitive,
+    nvfuser_rules,
+    torch_codegen_rules,
+)
+
+
+def _shape(x):
+    return tuple(get_aval(x).shape)
+
+
+def _reduced(x: ShapedArray, axes, dtype=None) -> ShapedArray:
+    for a in axes:
+        if not 0 <= a < x.ndim:
+            raise TypeError(f"reduction axis {a} out of range for {x.str_short()}")
+    shape = tuple(s for i, s in enumerate(x.shape) if i not in axes)
+    return ShapedArray(shape, x.dtype if dtype is None else dtype, x.device)
+
+
+def _reduce_batch(prim):
+    def rule(args, dims, *, axes):
+        x = S.moveaxis(args[0], dims[0], 0)
+        return prim.bind(x, axes=tuple(a + 1 for a in axes)), 0
+
+    return rule
+
+
+def def_reduction(name, torch_fn, codegen_fn, nvf_op):
+    prim = new_primitive(name)
+    impl_rules[prim] = torch_fn
+    abstract_eval_rules[prim] = lambda x, *, axes: _reduced(x, axes)
+    batch_rules[prim] = _reduce_batch(prim)
+    torch_codegen_rules[prim] = lambda args, avals, *, axes: f"{codegen_fn}({args[0]}, {axes!r})"
+    nvfuser_rules[prim] = lambda fd, x, *, axes: getattr(fd.ops, nvf_op)(x, list(axes))
+    return prim
+
+
+def _prod_impl(x, axes):
+    for a in sorted(axes, reverse=True):
+        x = torch.prod(x, a)
+    return x
+
+
+reduce_sum_p = def_reduction(
+    "reduce_sum", lambda x, *, axes: torch.sum(x, axes), "torch.sum", "sum"
+)
+reduce_max_p = def_reduction(
+    "reduce_max", lambda x, *, axes: torch.amax(x, axes), "torch.amax", "max"
+)
+reduce_min_p = def_reduction(
+    "reduce_min", lambda x, *, axes: torch.amin(x, axes), "torch.amin", "min"
+)
+reduce_prod_p = def_reduction(
+    "reduce_prod", lambda x, *, axes: _prod_impl(x, axes), "_impl_reduce_prod", "prod"
+)
+torch_codegen_rules[reduce_prod_p] = lambda args, avals, *, axes: (
+    f"_impl_reduce_prod({args[0]}, axes={axes!r})"
+)
+
+
+def _sum_transpose(ct, x, *, axes):
+    shape = x.aval.shape
+    kept = tuple(i for i in range(len(shape)) if i not in axes)
+    return [S.broadcast_in_dim(ct, shape, kept)]
+
+
+deflinear(reduce_sum_p, transpose=_sum_transpose)
+
+
+def reduce_sum(x, axes, keepdims: bool = False):
+    axes = tuple(sorted(axes))
+    if not axes:
+        return x
+    out = reduce_sum_p.bind(x, axes=axes)
+    return S.expand_dims(out, axes) if keepdims else out
+
+
+def reduce_max(x, axes):
+    axes = tuple(sorted(axes))
+    return reduce_max_p.bind(x, axes=axes) if axes else x
+
+
+def reduce_min(x, axes):
+    axes = tuple(sorted(axes))
+    return reduce_min_p.bind(x, axes=axes) if axes else x
+
+
+def reduce_prod(x, axes):
+    axes = tuple(sorted(axes))
+    return reduce_prod_p.bind(x, axes=axes) if axes else x
+
+
+def _kept(shape, axes):
+    return tuple(i for i in range(len(shape)) if i not in axes)
+
+
+def _extremum_jvp(prim):
+    """Tangent is the mean of the tangents at the locations attaining the extremum (JAX's rule)."""
+
+    def rule(primals, tangents, *, axes):
+        (x,), (t,) = primals, tangents
+        y = prim.bind(x, axes=axes)
+        if type(t) is Zero:
+            return y, Zero(get_aval(y))
+        shape = _shape(x)
+        loc = U.convert(
+            B.eq(x, S.broadcast_in_dim(y, shape, _kept(shape, axes))), get_aval(x).dtype
+        )
+        count = reduce_sum(loc, axes)
+        return y, B.div(reduce_sum(B.mul(t, loc), axes), count)
+
+    jvp_rules[prim] = rule
+
+
+_extremum_jvp(reduce_max_p)
+_extremum_jvp(reduce_min_p)
+
+
+def _prod_jvp(primals, tangents, *, axes):
+    """d prod = sum_i t_i * prod_{j != i} x_j, exact where x has zeros."""
+    (x,), (t,) = primals, tangents
+    y = reduce_prod(x, axes)
+    if type(t) is Zero:
+        return y, Zero(get_aval(y))
+    shape = _shape(x)
+    kept = _kept(shape, axes)
+    dtype = get_aval(x).dtype
+    is_zero = B.eq(x, 0.0)
+    nonzero = U.select(is_zero, 1.0, x)
+    prod_nonzero = S.broadcast_in_dim(reduce_prod(nonzero, axes), shape, kept)
+    zeros = S.broadcast_in_dim(reduce_sum(U.convert(is_zero, dtype), axes), shape, kept)
+    y_b = S.broadcast_in_dim(y, shape, kept)
+    others = U.select(
+        is_zero,
+        U.select(B.eq(zeros, 1.0), prod_nonzero, 0.0),
+        U.select(B.eq(zeros, 0.0), B.div(y_b, nonzero), 0.0),
+    )
+    return y, reduce_sum(B.mul(t, others), axes)
+
+
+jvp_rules[reduce_prod_p] = _prod_jvp
+
+# ---------------------------------------------------------------------------- argmax / argmin
+
+
+def def_arg_reduction(name, torch_fn):
+    prim = new_primitive(name)
+    impl_rules[prim] = lambda x, *, axis, index_dtype: torch_fn(x, axis).to(index_dtype)
+    abstract_eval_rules[prim] = lambda x, *, axis, index_dtype: _reduced(x, (axis,), index_dtype)
+    torch_codegen_rules[prim] = lambda args, avals, *, axis, index_dtype: (
+        f"torch.{torch_fn.__name__}({args[0]}, {axis})"
+        + ("" if index_dtype == torch.int64 else f".to({index_dtype})")
+    )
+
+    def batch(args, dims, *, axis, index_dtype):
+        x = S.moveaxis(args[0], dims[0], 0)
+        return prim.bind(x, axis=axis + 1, index_dtype=index_dtype), 0
+
+    batch_rules[prim] = batch
+    return prim
+
+
+argmax_p = def_arg_reduction("argmax", torch.argmax)
+argmin_p = def_arg_reduction("argmin", torch.argmin)
+
+
+def argmax(x, axis: int, index_dtype=torch.int64):
+    return argmax_p.bind(x, axis=axis, index_dtype=index_dtype)
+
+
+def argmin(x, axis: int, index_dtype=torch.int64):
+    return argmin_p.bind(x, axis=axis, index_dtype=index_dtype)
+
+
+# -------------------------------------------------------------------------------------- cumsum
+
+cumsum_p = new_primitive("cumsum")
+
+
+def _cumsum_impl(x, *, axis, reverse):
+    if reverse:
+        return torch.flip(torch.cumsum(torch.flip(x, (axis,)), axis), (axis,))
+    return torch.cumsum(x, axis)
+
+
+def _cumsum_codegen(args, avals, *, axis, reverse):
+    if reverse:
+        return f"torch.flip(torch.cumsum(torch.flip({args[0]}, ({axis},)), {axis}), ({axis},))"
+    return f"torch.cumsum({args[0]}, {axis})"
+
+
+def _cumsum_batch(args, dims, *, axis, reverse):
+    x = S.moveaxis(args[0], dims[0], 0)
+    return cumsum(x, axis + 1, reverse), 0
+
+
+impl_rules[cumsum_p] = _cumsum_impl
+abstract_eval_rules[cumsum_p] = lambda x, *, axis, reverse: x.strip_weak()
+torch_codegen_rules[cumsum_p] = _cumsum_codegen
+batch_rules[cumsum_p] = _cumsum_batch
+deflinear(cumsum_p, transpose=lambda ct, x, *, axis, reverse: [cumsum(ct, axis, not reverse)])
+
+
+def cumsum(x, axis: int, reverse: bool = False):
+    return cumsum_p.bind(x, axis=axis, reverse=reverse)
+
+
+# ------------------------------------------------------------------------------------- cumprod
+
+cumprod_p = new_primitive("cumprod")
+impl_rules[cumprod_p] = lambda x, *, axis: torch.cumprod(x, axis)
+abstract_eval_rules[cumprod_p] = lambda x, *, axis: x.strip_weak()
+torch_codegen_rules[cumprod_p] = lambda args, avals, *, axis: f"torch.cumprod({args[0]}, {axis})"
+batch_rules[cumprod_p] = lambda args, dims, *, axis: (
+    cumprod(S.moveaxis(args[0], dims[0], 0), axis + 1),
+    0,
+)
+
+
+def cumprod(x, axis: int):
+    return cumprod_p.bind(x, axis=axis)
+
+
+def _cumprod_jvp(primals, tangents, *, axis):
+    """dy_k = sum_{i<=k} t_i prod_{j<=k, j!=i} x_j, exact with zeros: an n x n masked product."""
+    (x,), (t,) = primals, tangents
+    y = cumprod(x, axis)
+    if type(t) is Zero:
+        return y, t
+    shape = _shape(x)
+    n = shape[axis]
+    xm = S.moveaxis(x, axis, -1)
+    tm = S.moveaxis(t, axis, -1)
+    lead = _shape(xm)[:-1]
+    r = len(lead)
+    dev = get_aval(x).device
+    from thunderx.primitives import creation
+
+    k_idx = creation.iota(torch.int64, (n, n, n), 0, dev)
+    i_idx = creation.iota(torch.int64, (n, n, n), 1, dev)
+    j_idx = creation.iota(torch.int64, (n, n, n), 2, dev)
+    # factor[k, i, j] = x_j if j <= k and j != i else 1
+    use = B.and_p.bind(B.le(j_idx, k_idx), B.ne(j_idx, i_idx))
+    xb = S.broadcast_in_dim(xm, lead + (n, n, n), tuple(range(r)) + (r + 2,))
+    useb = S.broadcast_in_dim(use, lead + (n, n, n), (r, r + 1, r + 2))
+    factor = U.select(useb, xb, 1.0)
+    others = reduce_prod(factor, (r + 2,))  # [..., k, i]
+    k2 = creation.iota(torch.int64, (n, n), 0, dev)
+    i2 = creation.iota(torch.int64, (n, n), 1, dev)
+    lower = S.broadcast_in_dim(B.le(i2, k2), lead + (n, n), (r, r + 1))
+    others = U.select(lower, others, 0.0)
+    tb = S.broadcast_in_dim(tm, lead + (n, n), tuple(range(r)) + (r + 1,))
+    dy = reduce_sum(B.mul(others, tb), (r + 1,))
+    return y, S.moveaxis(dy, len(shape) - 1, axis)
+
+
+jvp_rules[cumprod_p] = _cumprod_jvp

@@ -1,0 +1,271 @@
+"""Unary elementwise primitives, plus select and convert_element_type."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from thunderx.primitives import binary as B
+from thunderx.primitives._elementwise import elementwise_batch, nary_abstract_eval
+
+from thunderx.ad_util import Zero, is_undefined
+from thunderx.avals import ShapedArray, is_float
+from thunderx.core import (
+    abstract_eval_rules,
+    batch_rules,
+    get_aval,
+    impl_rules,
+    jvp_rules,
+    linear_primitives,
+    new_primitive,
+    nvfuser_rules,
+    torch_codegen_rules,
+    transpose_rules,
+)
+
+# name -> (torch function, nvFuser op, derivative(x, y) -> dy/dx or None for zero, domain)
+# The domain names the inputs the tests draw: "real", "positive", "unit" (-1, 1), "ge1".
+
+
+def _same(x: ShapedArray) -> ShapedArray:
+    return x.strip_weak()
+
+
+def _bool_out(x: ShapedArray) -> ShapedArray:
+    return ShapedArray(x.shape, torch.bool, x.device)
+
+
+def def_unary(name, torch_fn, nvf_op, derivative, domain="real", out=_same, float_only=True):
+    """Register a unary elementwise primitive from a table row."""
+    prim = new_primitive(name)
+    impl_rules[prim] = torch_fn
+
+    def abstract_eval(x):
+        if float_only and not is_float(x.dtype):
+            raise TypeError(f"{name} needs a floating operand, got {x.str_short()}")
+        return out(x)
+
+    abstract_eval_rules[prim] = abstract_eval
+    batch_rules[prim] = lambda args, dims: elementwise_batch(prim, args, dims)
+    qual = f"torch.{torch_fn.__name__}"
+    torch_codegen_rules[prim] = lambda args, avals: f"{qual}({args[0]})"
+    nvfuser_rules[prim] = lambda fd, x: getattr(fd.ops, nvf_op)(x)
+    prim_domains[prim] = domain
+    if derivative is not None:
+
+        def jvp(primals, tangents):
+            (x,), (t,) = primals, tangents
+            y = prim.bind(x)
+            if type(t) is Zero:
+                return y, t
+            d = derivative(x, y)
+            return y, (Zero(t.aval) if d is None else B.mul(t, d))
+
+        jvp_rules[prim] = jvp
+    return prim
+
+
+# The input domain the tests draw from for each primitive; read by tests and thunderx.testing.
+prim_domains: dict = {}
+
+
+def _zero(x, y):
+    return None
+
+
+mul, add, sub, div = B.mul, B.add, B.sub, B.div
+
+neg_p = def_unary("neg", torch.neg, "neg", lambda x, y: -1.0, float_only=False)
+abs_p = def_unary("abs", torch.abs, "abs", lambda x, y: sign(x), float_only=False)
+sign_p = def_unary("sign", torch.sign, "sign", _zero, float_only=False)
+exp_p = def_unary("exp", torch.exp, "exp", lambda x, y: y)
+expm1_p = def_unary("expm1", torch.expm1, "expm1", lambda x, y: add(y, 1.0))
+log_p = def_unary("log", torch.log, "log", lambda x, y: reciprocal(x), "positive")
+log1p_p = def_unary("log1p", torch.log1p, "log1p", lambda x, y: reciprocal(add(x, 1.0)), "positive")
+sqrt_p = def_unary("sqrt", torch.sqrt, "sqrt", lambda x, y: div(0.5, y), "positive")
+rsqrt_p = def_unary("rsqrt", torch.rsqrt, "rsqrt", lambda x, y: mul(div(y, x), -0.5), "positive")
+reciprocal_p = def_unary(
+    "reciprocal", torch.reciprocal, "reciprocal", lambda x, y: neg(mul(y, y)), "nonzero"
+)
+sin_p = def_unary("sin", torch.sin, "sin", lambda x, y: cos(x))
+cos_p = def_unary("cos", torch.cos, "cos", lambda x, y: neg(sin(x)))
+tan_p = def_unary("tan", torch.tan, "tan", lambda x, y: add(mul(y, y), 1.0), "unit")
+sinh_p = def_unary("sinh", torch.sinh, "sinh", lambda x, y: cosh(x))
+cosh_p = def_unary("cosh", torch.cosh, "cosh", lambda x, y: sinh(x))
+tanh_p = def_unary("tanh", torch.tanh, "tanh", lambda x, y: sub(1.0, mul(y, y)))
+asin_p = def_unary("asin", torch.asin, "asin", lambda x, y: rsqrt(sub(1.0, mul(x, x))), "unit")
+acos_p = def_unary("acos", torch.acos, "acos", lambda x, y: neg(rsqrt(sub(1.0, mul(x, x)))), "unit")
+atan_p = def_unary("atan", torch.atan, "atan", lambda x, y: reciprocal(add(mul(x, x), 1.0)))
+asinh_p = def_unary("asinh", torch.asinh, "asinh", lambda x, y: rsqrt(add(mul(x, x), 1.0)))
+acosh_p = def_unary("acosh", torch.acosh, "acosh", lambda x, y: rsqrt(sub(mul(x, x), 1.0)), "gt1")
+atanh_p = def_unary(
+    "atanh", torch.atanh, "atanh", lambda x, y: reciprocal(sub(1.0, mul(x, x))), "unit"
+)
+logistic_p = def_unary("logistic", torch.sigmoid, "sigmoid", lambda x, y: mul(y, sub(1.0, y)))
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+erf_p = def_unary("erf", torch.erf, "erf", lambda x, y: mul(exp(neg(mul(x, x))), _TWO_OVER_SQRT_PI))
+erfc_p = def_unary(
+    "erfc", torch.erfc, "erfc", lambda x, y: mul(exp(neg(mul(x, x))), -_TWO_OVER_SQRT_PI)
+)
+erfinv_p = def_unary(
+    "erfinv",
+    torch.erfinv,
+    "erfinv",
+    lambda x, y: mul(exp(mul(y, y)), math.sqrt(math.pi) / 2),
+    "unit",
+)
+lgamma_p = def_unary("lgamma", torch.lgamma, "lgamma", lambda x, y: digamma(x), "positive")
+digamma_p = def_unary("digamma", torch.digamma, "digamma", lambda x, y: polygamma(x, 1), "positive")
+floor_p = def_unary("floor", torch.floor, "floor", _zero)
+ceil_p = def_unary("ceil", torch.ceil, "ceil", _zero)
+round_p = def_unary("round", torch.round, "round", _zero)
+trunc_p = def_unary("trunc", torch.trunc, "trunc", _zero)
+logical_not_p = def_unary(
+    "logical_not", torch.logical_not, "logical_not", None, out=_bool_out, float_only=False
+)
+isfinite_p = def_unary(
+    "isfinite", torch.isfinite, "isfinite", None, out=_bool_out, float_only=False
+)
+# The integer-valued elementwise ops round; their derivative is zero almost everywhere.
+
+linear_primitives.add(neg_p)
+transpose_rules[neg_p] = lambda ct, x: [neg(ct)]
+
+
+def _neg_jvp(primals, tangents):
+    y = neg(primals[0])
+    return y, tangents[0] if type(tangents[0]) is Zero else neg(tangents[0])
+
+
+jvp_rules[neg_p] = _neg_jvp
+
+
+def _unary_fn(prim):
+    def fn(x):
+        return prim.bind(x)
+
+    fn.__name__ = prim.name
+    return fn
+
+
+neg, abs, sign, exp, expm1, log, log1p = map(  # noqa: A001
+    _unary_fn, (neg_p, abs_p, sign_p, exp_p, expm1_p, log_p, log1p_p)
+)
+sqrt, rsqrt, reciprocal, sin, cos, tan = map(
+    _unary_fn, (sqrt_p, rsqrt_p, reciprocal_p, sin_p, cos_p, tan_p)
+)
+sinh, cosh, tanh, asin, acos, atan = map(
+    _unary_fn, (sinh_p, cosh_p, tanh_p, asin_p, acos_p, atan_p)
+)
+asinh, acosh, atanh, logistic, erf, erfc = map(
+    _unary_fn, (asinh_p, acosh_p, atanh_p, logistic_p, erf_p, erfc_p)
+)
+erfinv, lgamma, digamma, floor, ceil = map(
+    _unary_fn, (erfinv_p, lgamma_p, digamma_p, floor_p, ceil_p)
+)
+round, trunc, logical_not, isfinite = map(  # noqa: A001
+    _unary_fn, (round_p, trunc_p, logical_not_p, isfinite_p)
+)
+
+# ------------------------------------------------------------------------------------ polygamma
+
+polygamma_p = new_primitive("polygamma")
+impl_rules[polygamma_p] = lambda x, *, n: torch.polygamma(n, x)
+abstract_eval_rules[polygamma_p] = lambda x, *, n: x.strip_weak()
+batch_rules[polygamma_p] = lambda args, dims, *, n: elementwise_batch(polygamma_p, args, dims, n=n)
+torch_codegen_rules[polygamma_p] = lambda args, avals, *, n: f"torch.polygamma({n}, {args[0]})"
+prim_domains[polygamma_p] = "positive"
+
+
+def polygamma(x, n: int):
+    return polygamma_p.bind(x, n=n)
+
+
+def _polygamma_jvp(primals, tangents, *, n):
+    (x,), (t,) = primals, tangents
+    y = polygamma(x, n)
+    return y, (t if type(t) is Zero else mul(t, polygamma(x, n + 1)))
+
+
+jvp_rules[polygamma_p] = _polygamma_jvp
+
+# ------------------------------------------------------------------------------ select (where)
+
+select_p = new_primitive("select")
+impl_rules[select_p] = torch.where
+torch_codegen_rules[select_p] = lambda args, avals: f"torch.where({args[0]}, {args[1]}, {args[2]})"
+nvfuser_rules[select_p] = lambda fd, p, a, b: fd.ops.where(p, a, b)
+batch_rules[select_p] = lambda args, dims: elementwise_batch(select_p, args, dims)
+linear_primitives.add(select_p)
+
+
+def _select_abstract_eval(pred, on_true, on_false):
+    if pred.dtype is not torch.bool:
+        raise TypeError(f"select: predicate must be bool, got {pred.str_short()}")
+    out = nary_abstract_eval("select", on_true, on_false)
+    if pred.shape != out.shape:
+        raise TypeError(f"select: predicate {pred.str_short()} vs operands {out.str_short()}")
+    return out
+
+
+abstract_eval_rules[select_p] = _select_abstract_eval
+
+
+def select(pred, on_true, on_false):
+    return select_p.bind(pred, on_true, on_false)
+
+
+def _select_jvp(primals, tangents):
+    pred, a, b = primals
+    out = select(pred, a, b)
+    _, ta, tb = tangents
+    if type(ta) is Zero and type(tb) is Zero:
+        return out, Zero(get_aval(out))
+    ta = 0.0 if type(ta) is Zero else ta
+    tb = 0.0 if type(tb) is Zero else tb
+    return out, select(pred, ta, tb)
+
+
+jvp_rules[select_p] = _select_jvp
+
+
+def _select_transpose(ct, pred, a, b):
+    if is_undefined(pred):
+        raise TypeError("select is not linear in its predicate")
+    return [
+        None,
+        select(pred, ct, 0.0) if is_undefined(a) else None,
+        select(pred, 0.0, ct) if is_undefined(b) else None,
+    ]
+
+
+transpose_rules[select_p] = _select_transpose
+
+# ------------------------------------------------------------------------ convert_element_type
+
+convert_p = new_primitive("convert_element_type")
+impl_rules[convert_p] = lambda x, *, new_dtype: x.to(new_dtype)
+abstract_eval_rules[convert_p] = lambda x, *, new_dtype: ShapedArray(x.shape, new_dtype, x.device)
+torch_codegen_rules[convert_p] = lambda args, avals, *, new_dtype: f"{args[0]}.to({new_dtype})"
+nvfuser_rules[convert_p] = lambda fd, x, *, new_dtype: fd.ops.cast(x, fd.dtype_of(new_dtype))
+batch_rules[convert_p] = lambda args, dims, *, new_dtype: (
+    convert(args[0], new_dtype),
+    dims[0],
+)
+linear_primitives.add(convert_p)
+
+
+def convert(x, new_dtype: torch.dtype):
+    return convert_p.bind(x, new_dtype=new_dtype)
+
+
+def _convert_jvp(primals, tangents, *, new_dtype):
+    (x,), (t,) = primals, tangents
+    y = convert(x, new_dtype)
+    if type(t) is Zero or not is_float(new_dtype):
+        return y, Zero(ShapedArray(y.shape, new_dtype))
+    return y, convert(t, new_dtype)
+
+
+jvp_rules[convert_p] = _convert_jvp
+transpose_rules[convert_p] = lambda ct, x, *, new_dtype: [convert(ct, x.aval.dtype)]

@@ -1,0 +1,149 @@
+"""Abstract values: shape, dtype, device (and weak typing for Python scalars)."""
+
+from __future__ import annotations
+
+import torch
+
+_SHORT = {
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.complex64: "c64",
+    torch.complex128: "c128",
+    torch.int8: "i8",
+    torch.int16: "i16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.uint8: "u8",
+    torch.bool: "bool",
+}
+
+CPU = torch.device("cpu")
+
+
+def short_dtype(dtype: torch.dtype) -> str:
+    return _SHORT.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def is_float(dtype: torch.dtype) -> bool:
+    return dtype.is_floating_point or dtype.is_complex
+
+
+def is_integer(dtype: torch.dtype) -> bool:
+    return not is_float(dtype) and dtype is not torch.bool
+
+
+def category(dtype: torch.dtype) -> int:
+    """0 bool, 1 integer, 2 floating, 3 complex: torch promotes across categories upward."""
+    if dtype is torch.bool:
+        return 0
+    if dtype.is_complex:
+        return 3
+    if dtype.is_floating_point:
+        return 2
+    return 1
+
+
+class ShapedArray:
+    """The abstract value of a tensor: what tracing knows without the data.
+
+    `weak_type` marks Python scalars, which take the dtype of the tensor they meet (torch's rule).
+    """
+
+    __slots__ = ("shape", "dtype", "device", "weak_type")
+
+    def __init__(self, shape, dtype: torch.dtype, device=CPU, weak_type: bool = False):
+        self.shape = tuple(shape)
+        self.dtype = dtype
+        self.device = device
+        self.weak_type = weak_type
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def update(self, shape=None, dtype=None, device=None) -> ShapedArray:
+        return ShapedArray(
+            self.shape if shape is None else shape,
+            self.dtype if dtype is None else dtype,
+            self.device if device is None else device,
+        )
+
+    def strip_weak(self) -> ShapedArray:
+        return ShapedArray(self.shape, self.dtype, self.device) if self.weak_type else self
+
+    def __eq__(self, other) -> bool:
+        return (
+            isinstance(other, ShapedArray)
+            and self.shape == other.shape
+            and self.dtype == other.dtype
+            and self.device == other.device
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype, self.device))
+
+    def str_short(self) -> str:
+        return f"{short_dtype(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+    def __repr__(self) -> str:
+        dev = "" if self.device.type == "cpu" else f"@{self.device}"
+        return f"ShapedArray({self.str_short()}{dev})"
+
+
+def scalar_dtype(value) -> torch.dtype:
+    """The dtype torch gives a Python scalar when it stands alone."""
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    if isinstance(value, complex):
+        return torch.complex64 if torch.get_default_dtype() == torch.float32 else torch.complex128
+    return torch.get_default_dtype()
+
+
+def aval_of_concrete(x) -> ShapedArray:
+    if isinstance(x, torch.Tensor):
+        return ShapedArray(x.shape, x.dtype, x.device)
+    if isinstance(x, (bool, int, float, complex)):
+        return ShapedArray((), scalar_dtype(x), CPU, weak_type=True)
+    raise TypeError(f"expected a torch.Tensor or a Python scalar, got {type(x).__name__}")
+
+
+def result_dtype(*avals: ShapedArray) -> torch.dtype:
+    """torch's type promotion over tensors of rank>0, rank-0 tensors, and Python scalars.
+
+    Each tier only raises the result's category above the higher tiers; within a category the
+    higher tier wins (`f16 tensor * f32 scalar tensor -> f16`, `i64[3] * 2.5 -> default float`).
+    """
+    tiers: list[list[torch.dtype]] = [[], [], []]
+    for a in avals:
+        tier = 2 if a.weak_type else (1 if a.ndim == 0 else 0)
+        tiers[tier].append(a.dtype)
+    result = None
+    for dts in tiers:
+        if not dts:
+            continue
+        d = dts[0]
+        for other in dts[1:]:
+            d = torch.promote_types(d, other)
+        if result is None:
+            result = d
+        elif category(d) > category(result):
+            if dts is tiers[2]:
+                # a Python scalar of a higher category: default dtype of that category
+                if category(d) == 2:
+                    d = torch.get_default_dtype()
+                elif category(d) == 3:
+                    d = torch.complex128 if result == torch.float64 else torch.complex64
+            result = d
+    assert result is not None
+    return result

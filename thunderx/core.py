@@ -1,0 +1,212 @@
+"""Primitives, the rule registry, and context-based dispatch of `bind`.
+
+There is one current trace per thread. Each transform's trace knows its parent (the trace that was
+current when it started); a tracer knows its trace; a value from any other trace is a constant to
+this one. Rules run with the parent as the current trace, so nesting needs no levels.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import torch
+
+from thunderx.avals import ShapedArray, aval_of_concrete
+from thunderx.errors import MissingRuleError, UnexpectedTracerError, user_frame
+
+
+class Primitive:
+    """A named operation. Arrays are positional, params keyword-only and hashable."""
+
+    __slots__ = ("name", "multiple_results")
+
+    def __init__(self, name: str, multiple_results: bool = False):
+        self.name = name
+        self.multiple_results = multiple_results
+
+    def bind(self, *args, **params):
+        return _state.trace.process_primitive(self, args, params)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# One rule table per interpretation, keyed by primitive. Each is read in exactly one place.
+primitives: dict[str, Primitive] = {}
+impl_rules: dict[Primitive, Callable] = {}
+abstract_eval_rules: dict[Primitive, Callable] = {}
+jvp_rules: dict[Primitive, Callable] = {}
+transpose_rules: dict[Primitive, Callable] = {}
+batch_rules: dict[Primitive, Callable] = {}
+torch_codegen_rules: dict[Primitive, Callable] = {}
+nvfuser_rules: dict[Primitive, Callable] = {}
+# Why a primitive has no jvp / transpose rule: checked by the coverage tests.
+not_differentiable: dict[Primitive, str] = {}
+linear_primitives: set[Primitive] = set()
+
+
+def new_primitive(name: str, multiple_results: bool = False) -> Primitive:
+    if name in primitives:
+        raise ValueError(f"primitive {name!r} is already registered")
+    p = Primitive(name, multiple_results)
+    primitives[name] = p
+    return p
+
+
+def missing_rule(prim: Primitive, transform: str) -> MissingRuleError:
+    return MissingRuleError(
+        f"primitive '{prim.name}' has no {transform} rule (needed at {user_frame()})"
+    )
+
+
+def bind(prim: Primitive, *args, **params):
+    return _state.trace.process_primitive(prim, args, params)
+
+
+# ---------------------------------------------------------------------------- traces and tracers
+
+
+class Trace:
+    __slots__ = ("parent", "alive", "input_ids", "__weakref__")
+
+    def __init__(self, parent: Trace | None):
+        self.parent = parent
+        self.alive = True
+        # ids of the tracers this trace's transform created for its inputs (never mutated)
+        self.input_ids: set[int] = set()
+
+    def process_primitive(self, prim: Primitive, args, params):
+        raise NotImplementedError
+
+    def lift(self, value) -> Tracer:
+        """A value from a parent trace as a tracer of this one (for in-place updates)."""
+        raise NotImplementedError
+
+    def check_foreign(self, x: Tracer) -> None:
+        if not x._trace.alive:
+            raise escaped_tracer(x)
+
+
+def escaped_tracer(x: Tracer) -> UnexpectedTracerError:
+    return UnexpectedTracerError(
+        f"a traced value {x.aval.str_short()} from a {type(x._trace).__name__} that has already "
+        f"ended was used at {user_frame()}. A tracer leaked out of a transformed function (stored "
+        "in a global, a closure or an object attribute). Return it from the function instead."
+    )
+
+
+class EvalTrace(Trace):
+    """The bottom of every chain: primitives run eagerly on torch tensors."""
+
+    __slots__ = ()
+
+    def process_primitive(self, prim, args, params):
+        for a in args:
+            if isinstance(a, Tracer):
+                raise escaped_tracer(a)
+        try:
+            rule = impl_rules[prim]
+        except KeyError:
+            raise missing_rule(prim, "impl") from None
+        return rule(*args, **params)
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.trace: Trace = EvalTrace(None)
+
+
+_state = _State()
+
+
+def current_trace() -> Trace:
+    return _state.trace
+
+
+class set_trace:
+    """Context manager making `trace` current; restores the previous one on any exit."""
+
+    __slots__ = ("trace", "prev")
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+
+    def __enter__(self):
+        self.prev = _state.trace
+        _state.trace = self.trace
+        return self.trace
+
+    def __exit__(self, *exc):
+        _state.trace = self.prev
+        return False
+
+
+class new_trace:
+    """Start a child trace of the current one; mark it dead on exit so leaks are caught."""
+
+    __slots__ = ("trace", "prev")
+
+    def __init__(self, trace_type, *args):
+        self.trace = trace_type(_state.trace, *args)
+
+    def __enter__(self):
+        self.prev = _state.trace
+        _state.trace = self.trace
+        return self.trace
+
+    def __exit__(self, *exc):
+        _state.trace = self.prev
+        self.trace.alive = False
+        return False
+
+
+def is_top_level() -> bool:
+    return type(_state.trace) is EvalTrace
+
+
+class Tracer:
+    """A value inside a transform. Torch calls on it reach the language layer."""
+
+    __slots__ = ("_trace",)
+    # Let torch's binary operators defer to our reflected methods.
+    __array_priority__ = 1000
+
+    @property
+    def aval(self) -> ShapedArray:
+        raise NotImplementedError
+
+    def _trace_inputs(self) -> set:
+        return self._trace.input_ids
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}<{self.aval.str_short()}>"
+
+
+def get_aval(x) -> ShapedArray:
+    if isinstance(x, Tracer):
+        return x.aval
+    return aval_of_concrete(x)
+
+
+def is_tensor_like(x) -> bool:
+    return isinstance(x, (Tracer, torch.Tensor))
+
+
+# ----------------------------------------------------------------------- registration helpers
+
+
+def def_impl(prim: Primitive, fn: Callable) -> None:
+    impl_rules[prim] = fn
+
+
+def def_abstract_eval(prim: Primitive, fn: Callable) -> None:
+    abstract_eval_rules[prim] = fn
+
+
+def abstract_eval(prim: Primitive, avals, params) -> Any:
+    try:
+        rule = abstract_eval_rules[prim]
+    except KeyError:
+        raise missing_rule(prim, "abstract_eval") from None
+    return rule(*avals, **params)

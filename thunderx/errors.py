@@ -1,0 +1,76 @@
+"""Errors raised by thunderx. Each names what went wrong and where in the user's code."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TORCH_DIR = None
+
+
+def _internal(filename: str) -> bool:
+    global _TORCH_DIR
+    if _TORCH_DIR is None:
+        import torch
+
+        _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+    f = os.path.abspath(filename)
+    return (
+        f.startswith(os.path.join(_PKG_DIR, "thunderx") + os.sep)
+        or f.startswith(os.path.join(_PKG_DIR, "primitives") + os.sep)
+        or f.startswith(os.path.join(_PKG_DIR, "transforms") + os.sep)
+        or f.startswith(_TORCH_DIR + os.sep)
+        or "optree" in f
+        or f.startswith("<frozen")
+        or filename.startswith("<thunderx")
+    )
+
+
+def user_frame() -> str:
+    """`file:line` of the innermost frame outside thunderx, torch and optree."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if not _internal(code.co_filename):
+            return f"{code.co_filename}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "<unknown>"
+
+
+class ThunderxError(Exception):
+    """Base class of all thunderx errors."""
+
+
+class UnsupportedOperationError(ThunderxError, NotImplementedError):
+    """A torch function has no decomposition into thunderx primitives."""
+
+
+class ConcretizationError(ThunderxError, TypeError):
+    """A traced value was used where a concrete Python value is required."""
+
+
+class UnexpectedTracerError(ThunderxError, RuntimeError):
+    """A tracer escaped the transform that created it."""
+
+
+class MissingRuleError(ThunderxError, NotImplementedError):
+    """A primitive lacks the rule a transform needs."""
+
+
+def unsupported(name: str, detail: str = "") -> UnsupportedOperationError:
+    msg = f"{name} is not supported under thunderx tracing (called at {user_frame()})"
+    if detail:
+        msg += f": {detail}"
+    return UnsupportedOperationError(msg)
+
+
+def concretization(what: str, aval, fix: str = "") -> ConcretizationError:
+    fix = fix or (
+        "use torch.where for data-dependent choices, or mark the argument static "
+        "(jit's static_argnums / static_argnames)"
+    )
+    return ConcretizationError(
+        f"{what} of a traced value {aval.str_short()} at {user_frame()}: its value is not known "
+        f"while tracing. Instead, {fix}."
+    )

@@ -1,0 +1,1 @@
+"""Executors: generated torch code (any device) and nvFuser fusion regions (CUDA)."""

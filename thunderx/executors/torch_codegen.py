@@ -1,0 +1,250 @@
+"""The torch executor: a jaxpr becomes readable Python source that calls torch ops directly.
+
+Intermediates that die at an elementwise equation are reused in place when nothing else aliases
+them (never a function input, a constant or a view), which saves allocations on small tensors.
+"""
+
+from __future__ import annotations
+
+import keyword
+import linecache
+import math
+from typing import Callable
+
+import torch
+
+from thunderx.core import impl_rules, missing_rule, torch_codegen_rules
+from thunderx.ir import Jaxpr, Literal, Var
+from thunderx.printing import _names
+
+# Elementwise primitives with an in-place Tensor method, by primitive name.
+_INPLACE_UNARY = {
+    "neg": "neg_",
+    "abs": "abs_",
+    "exp": "exp_",
+    "expm1": "expm1_",
+    "log": "log_",
+    "log1p": "log1p_",
+    "sqrt": "sqrt_",
+    "rsqrt": "rsqrt_",
+    "reciprocal": "reciprocal_",
+    "sin": "sin_",
+    "cos": "cos_",
+    "tan": "tan_",
+    "sinh": "sinh_",
+    "cosh": "cosh_",
+    "tanh": "tanh_",
+    "asin": "asin_",
+    "acos": "acos_",
+    "atan": "atan_",
+    "logistic": "sigmoid_",
+    "erf": "erf_",
+    "erfc": "erfc_",
+    "floor": "floor_",
+    "ceil": "ceil_",
+    "trunc": "trunc_",
+}
+_INPLACE_BINARY = {"add": "add_", "sub": "sub_", "mul": "mul_", "div": "div_"}
+_COMMUTATIVE = {"add", "mul"}
+# Primitives whose output may share storage with their first operand.
+_VIEWS = {
+    "reshape",
+    "transpose",
+    "squeeze",
+    "expand_dims",
+    "broadcast_in_dim",
+    "slice",
+    "stop_gradient",
+    "convert_element_type",
+}
+
+_RESERVED = {"torch", "math", "inf", "nan", "device"}
+_counter = [0]
+
+
+class _Namer:
+    def __init__(self):
+        self.names: dict[int, str] = {}
+        self.gen = _names()
+
+    def __call__(self, v) -> str:
+        if isinstance(v, Literal):
+            return _literal(v.val)
+        key = id(v)
+        name = self.names.get(key)
+        if name is None:
+            name = next(self.gen)
+            while keyword.iskeyword(name) or name in _RESERVED or name.startswith("_"):
+                name = next(self.gen)
+            self.names[key] = name
+        return name
+
+
+def _literal(val) -> str:
+    if isinstance(val, float):
+        if math.isnan(val):
+            return "nan"
+        if math.isinf(val):
+            return "inf" if val > 0 else "-inf"
+    return repr(val)
+
+
+def _default_codegen(prim, args, params, namespace) -> str:
+    fn_name = f"_impl_{prim.name}"
+    if fn_name not in namespace:
+        if prim not in impl_rules:
+            raise missing_rule(prim, "torch codegen")
+        namespace[fn_name] = impl_rules[prim]
+    kw = "".join(f", {k}={_param_src(v, namespace)}" for k, v in params.items())
+    return f"{fn_name}({', '.join(args)}{kw})"
+
+
+def _param_src(v, namespace) -> str:
+    if isinstance(v, (int, float, bool, str, type(None))):
+        return _literal(v)
+    if isinstance(v, (tuple, list)):
+        inner = ", ".join(_param_src(x, namespace) for x in v)
+        return f"({inner},)" if isinstance(v, tuple) else f"[{inner}]"
+    if isinstance(v, torch.dtype):
+        return str(v)
+    if isinstance(v, torch.device):
+        return f"device({str(v)!r})"
+    name = f"_param_{len(namespace)}"
+    namespace[name] = v
+    return name
+
+
+class CompiledProgram:
+    """A generated torch function; `source` holds its Python text."""
+
+    def __init__(self, fn: Callable, source: str, fn_plain: Callable, source_plain: str):
+        self.fn = fn
+        self.source = source
+        self.fn_plain = fn_plain
+        self.source_plain = source_plain
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __repr__(self) -> str:
+        return self.source
+
+
+def generate_source(jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = True):
+    """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple."""
+    namer = _Namer()
+    namespace: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
+    params = [namer(v) for v in jaxpr.constvars + jaxpr.invars]
+    lines = [f"def {name}({', '.join(params)}):"]
+    last_use: dict[int, int] = {}
+    for i, e in enumerate(jaxpr.eqns):
+        for x in e.inputs:
+            if isinstance(x, Var):
+                last_use[id(x)] = i
+    for x in jaxpr.outvars:
+        if isinstance(x, Var):
+            last_use[id(x)] = len(jaxpr.eqns)
+    # Alias roots: every var maps to the buffer it may share storage with.
+    root: dict[int, int] = {}
+    owned: set[int] = set()  # buffers allocated by this function, safe to overwrite
+    live_views: dict[int, int] = {}  # root -> number of live vars on it
+
+    for i, e in enumerate(jaxpr.eqns):
+        args = [namer(x) for x in e.inputs]
+        avals = [x.aval for x in e.inputs]
+        out = e.outputs
+        expr = None
+        if reuse_buffers and len(out) == 1:
+            expr = _inplace(e, args, i, last_use, root, owned, live_views)
+        if expr is None:
+            rule = torch_codegen_rules.get(e.prim)
+            if rule is not None:
+                expr = rule(args, avals, **e.params)
+            else:
+                expr = _default_codegen(e.prim, args, e.params, namespace)
+            fresh = e.prim.name not in _VIEWS
+        else:
+            fresh = True
+        lhs = ", ".join(namer(v) for v in out)
+        if e.prim.multiple_results:
+            lhs += "," if len(out) == 1 else ""
+        lines.append(f"    {lhs} = {expr}")
+        for v in out:
+            if fresh:
+                root[id(v)] = id(v)
+                owned.add(id(v))
+            else:
+                r = (
+                    root.get(id(e.inputs[0]), id(e.inputs[0]))
+                    if isinstance(e.inputs[0], Var)
+                    else id(v)
+                )
+                root[id(v)] = r
+            r = root[id(v)]
+            live_views[r] = live_views.get(r, 0) + 1
+        for x in e.inputs:
+            if isinstance(x, Var) and last_use.get(id(x)) == i:
+                r = root.get(id(x))
+                if r is not None:
+                    live_views[r] -= 1
+    outs = ", ".join(namer(x) for x in jaxpr.outvars)
+    lines.append(f"    return ({outs}{',' if len(jaxpr.outvars) == 1 else ''})")
+    return "\n".join(lines) + "\n", namespace
+
+
+def _inplace(e, args, i, last_use, root, owned, live_views):
+    name = e.prim.name
+    out_aval = e.outputs[0].aval
+    if name in _INPLACE_UNARY:
+        method = _INPLACE_UNARY[name]
+        x = e.inputs[0]
+        if _reusable(x, out_aval, i, last_use, root, owned, live_views):
+            return f"{args[0]}.{method}()"
+        return None
+    if name in _INPLACE_BINARY:
+        method = _INPLACE_BINARY[name]
+        x, y = e.inputs
+        if (
+            isinstance(x, Var)
+            and x is not y
+            and _reusable(x, out_aval, i, last_use, root, owned, live_views)
+        ):
+            return f"{args[0]}.{method}({args[1]})"
+        if (
+            name in _COMMUTATIVE
+            and isinstance(y, Var)
+            and x is not y
+            and _reusable(y, out_aval, i, last_use, root, owned, live_views)
+        ):
+            return f"{args[1]}.{method}({args[0]})"
+    return None
+
+
+def _reusable(x, out_aval, i, last_use, root, owned, live_views) -> bool:
+    return (
+        isinstance(x, Var)
+        and id(x) in owned
+        and root.get(id(x)) == id(x)
+        and last_use.get(id(x)) == i
+        and live_views.get(id(x), 0) == 1
+        and x.aval.shape == out_aval.shape
+        and x.aval.dtype == out_aval.dtype
+    )
+
+
+def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted") -> CompiledProgram:
+    """Generate, compile and return the program; consts are its leading arguments."""
+    src, ns = generate_source(jaxpr, name, reuse_buffers=True)
+    src_plain, ns_plain = generate_source(jaxpr, name, reuse_buffers=False)
+    fn = _exec(src, ns, name)
+    fn_plain = fn if src_plain == src else _exec(src_plain, ns_plain, name)
+    return CompiledProgram(fn, src, fn_plain, src_plain)
+
+
+def _exec(src: str, namespace: dict, name: str):
+    _counter[0] += 1
+    filename = f"<thunderx-generated-{_counter[0]}>"
+    # Register the source so tracebacks and inspect show the generated lines.
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    return namespace[name]

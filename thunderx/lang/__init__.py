@@ -1,0 +1,124 @@
+"""The language layer: torch calls on tracers reach one table of decompositions into
+primitives. Importing this package installs the operators and Tensor methods on `Tracer`."""
+
+from __future__ import annotations
+
+import torch
+
+from thunderx.core import Tracer
+from thunderx.errors import unsupported
+from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
+    elementwise,
+    indexing,
+    linalg,
+    nn,
+    random,
+    reductions,
+    shape_ops,
+    tensor,
+)
+from thunderx.lang._base import aval, method_table, torch_table
+from thunderx.lang.inplace import install_inplace
+
+install_inplace()
+
+
+def _torch_function(cls, func, types, args=(), kwargs=None):
+    impl = torch_table.get(func)
+    if impl is None:
+        from thunderx.lang.fallback import opaque_call
+
+        return opaque_call(func, args, kwargs or {})
+    return impl(*args, **(kwargs or {}))
+
+
+def _method(name, impl):
+    def method(self, *args, **kwargs):
+        return impl(self, *args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+_OPERATORS = {
+    "__add__": torch.Tensor.__add__,
+    "__radd__": torch.Tensor.__radd__,
+    "__sub__": torch.Tensor.__sub__,
+    "__rsub__": torch.Tensor.__rsub__,
+    "__mul__": torch.Tensor.__mul__,
+    "__rmul__": torch.Tensor.__rmul__,
+    "__truediv__": torch.Tensor.__truediv__,
+    "__rtruediv__": torch.Tensor.__rtruediv__,
+    "__floordiv__": torch.Tensor.__floordiv__,
+    "__rfloordiv__": torch.Tensor.__rfloordiv__,
+    "__mod__": torch.Tensor.__mod__,
+    "__rmod__": torch.Tensor.__rmod__,
+    "__pow__": torch.Tensor.__pow__,
+    "__rpow__": torch.Tensor.__rpow__,
+    "__matmul__": torch.Tensor.__matmul__,
+    "__rmatmul__": torch.Tensor.__rmatmul__,
+    "__neg__": torch.Tensor.__neg__,
+    "__abs__": torch.Tensor.__abs__,
+    "__invert__": torch.Tensor.__invert__,
+    "__and__": torch.Tensor.__and__,
+    "__rand__": torch.Tensor.__rand__,
+    "__or__": torch.Tensor.__or__,
+    "__ror__": torch.Tensor.__ror__,
+    "__xor__": torch.Tensor.__xor__,
+    "__eq__": torch.Tensor.__eq__,
+    "__ne__": torch.Tensor.__ne__,
+    "__lt__": torch.Tensor.__lt__,
+    "__le__": torch.Tensor.__le__,
+    "__gt__": torch.Tensor.__gt__,
+    "__ge__": torch.Tensor.__ge__,
+    "__getitem__": torch.Tensor.__getitem__,
+    "__setitem__": torch.Tensor.__setitem__,
+}
+
+
+def _getattr(self, name):
+    # Methods torch has but we do not decompose: a clear error at the call site.
+    if hasattr(torch.Tensor, name) and not name.startswith("_"):
+        raise unsupported(f"Tensor.{name}")
+    raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
+
+def _install():
+    Tracer.__torch_function__ = classmethod(_torch_function)
+    for name, fn in _OPERATORS.items():
+        setattr(Tracer, name, _method(name, torch_table[fn]))
+    for name, impl in method_table.items():
+        if name not in _OPERATORS:
+            setattr(Tracer, name, _method(name, impl))
+    Tracer.__hash__ = object.__hash__
+    Tracer.__len__ = lambda self: _len(self)
+    Tracer.__iter__ = lambda self: iter(shape_ops._unbind(self, 0))
+    Tracer.__getattr__ = _getattr
+    props = {
+        "shape": lambda self: torch.Size(aval(self).shape),
+        "dtype": lambda self: aval(self).dtype,
+        "device": lambda self: aval(self).device,
+        "ndim": lambda self: len(aval(self).shape),
+        "T": shape_ops.full_transpose,
+        "mT": shape_ops.matrix_transpose,
+        "mH": shape_ops.matrix_transpose,
+        "H": lambda self: shape_ops._t(self),
+        "is_cuda": lambda self: aval(self).device.type == "cuda",
+        "requires_grad": lambda self: False,
+        "is_leaf": lambda self: True,
+        "layout": lambda self: torch.strided,
+        "grad": lambda self: None,
+        "data": lambda self: self,
+    }
+    for name, fn in props.items():
+        setattr(Tracer, name, property(fn))
+
+
+def _len(x):
+    s = aval(x).shape
+    if not s:
+        raise TypeError("len() of a 0-d tensor")
+    return s[0]
+
+
+_install()

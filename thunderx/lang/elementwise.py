@@ -1,0 +1,502 @@
+"""Elementwise torch functions: math, arithmetic operators, comparisons, where/clamp."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from thunderx.avals import is_float
+from thunderx.errors import unsupported
+from thunderx.lang._base import (
+    SCALARS,
+    binary,
+    compare,
+    convert,
+    dtype,
+    float_operand,
+    is_tensor,
+    isnan,
+    promote,
+    register,
+    where,
+)
+from thunderx.primitives import binary as B
+from thunderx.primitives import unary as U
+
+# ------------------------------------------------------------------------------------ unary math
+
+_FLOAT_UNARY = {
+    "exp": U.exp,
+    "expm1": U.expm1,
+    "log": U.log,
+    "log1p": U.log1p,
+    "sqrt": U.sqrt,
+    "rsqrt": U.rsqrt,
+    "sin": U.sin,
+    "cos": U.cos,
+    "tan": U.tan,
+    "sinh": U.sinh,
+    "cosh": U.cosh,
+    "tanh": U.tanh,
+    "asin": U.asin,
+    "acos": U.acos,
+    "atan": U.atan,
+    "asinh": U.asinh,
+    "acosh": U.acosh,
+    "atanh": U.atanh,
+    "sigmoid": U.logistic,
+    "erf": U.erf,
+    "erfc": U.erfc,
+    "erfinv": U.erfinv,
+    "lgamma": U.lgamma,
+    "digamma": U.digamma,
+    "reciprocal": U.reciprocal,
+}
+_ALIASES = {
+    "asin": ("arcsin",),
+    "acos": ("arccos",),
+    "atan": ("arctan",),
+    "asinh": ("arcsinh",),
+    "acosh": ("arccosh",),
+    "atanh": ("arctanh",),
+}
+
+
+def _def_float_unary(name, prim_fn):
+    def impl(x, *, out=None):
+        _no_out(name, out)
+        return prim_fn(float_operand(x))
+
+    impl.__name__ = name
+    fns = [getattr(torch, name)]
+    for alias in _ALIASES.get(name, ()):
+        fns.append(getattr(torch, alias))
+    if name == "sigmoid":
+        fns += [torch.special.expit, F.sigmoid]
+    if name == "tanh":
+        fns.append(F.tanh)
+    register(*fns, methods=(name,) + _ALIASES.get(name, ()))(impl)
+
+
+def _no_out(name, out):
+    if out is not None:
+        raise unsupported(f"torch.{name}(..., out=...)", "out= arguments mutate; return the result")
+
+
+for _n, _f in _FLOAT_UNARY.items():
+    _def_float_unary(_n, _f)
+
+
+def _int_preserving(name, prim_fn, int_fn=None):
+    def impl(x, *, out=None):
+        _no_out(name, out)
+        if not is_float(dtype(x)):
+            return x if int_fn is None else int_fn(x)
+        return prim_fn(x)
+
+    register(getattr(torch, name), methods=(name,))(impl)
+
+
+_int_preserving("floor", U.floor)
+_int_preserving("ceil", U.ceil)
+_int_preserving("trunc", U.trunc)
+_int_preserving("fix", U.trunc)
+
+
+@register(torch.round, methods=("round",))
+def _round(x, *, decimals=0, out=None):
+    _no_out("round", out)
+    if not is_float(dtype(x)):
+        return x
+    if decimals == 0:
+        return U.round(x)
+    scale = 10.0**decimals
+    return B.div(U.round(B.mul(x, scale)), scale)
+
+
+@register(torch.neg, torch.negative, torch.Tensor.__neg__, methods=("neg", "negative"))
+def _neg(x):
+    if dtype(x) is torch.bool:
+        raise TypeError("negation of a bool tensor is not supported; use ~ or logical_not")
+    return U.neg(x)
+
+
+@register(torch.abs, torch.absolute, torch.Tensor.__abs__, methods=("abs", "absolute"))
+def _abs(x):
+    return x if dtype(x) is torch.bool else U.abs(x)
+
+
+@register(torch.sign, torch.sgn, methods=("sign", "sgn"))
+def _sign(x):
+    return x if dtype(x) is torch.bool else U.sign(x)
+
+
+@register(torch.exp2, torch.special.exp2, methods=("exp2",))
+def _exp2(x):
+    return U.exp(B.mul(float_operand(x), math.log(2.0)))
+
+
+@register(torch.log2, methods=("log2",))
+def _log2(x):
+    return B.mul(U.log(float_operand(x)), 1.0 / math.log(2.0))
+
+
+@register(torch.log10, methods=("log10",))
+def _log10(x):
+    return B.mul(U.log(float_operand(x)), 1.0 / math.log(10.0))
+
+
+@register(torch.square, methods=("square",))
+def _square(x):
+    return B.mul(x, x) if dtype(x) is not torch.bool else x
+
+
+@register(torch.frac, methods=("frac",))
+def _frac(x):
+    return B.sub(x, U.trunc(x))
+
+
+@register(torch.logit, torch.special.logit, methods=("logit",))
+def _logit(x, eps=None):
+    x = float_operand(x)
+    if eps is not None:
+        x = _clamp(x, eps, 1.0 - eps)
+    return U.log(B.div(x, B.sub(1.0, x)))
+
+
+@register(torch.sinc, torch.special.sinc, methods=("sinc",))
+def _sinc(x):
+    x = float_operand(x)
+    zero = B.eq(x, 0.0)
+    safe = U.select(zero, 1.0, x)
+    pix = B.mul(safe, math.pi)
+    return U.select(zero, 1.0, B.div(U.sin(pix), pix))
+
+
+@register(torch.polygamma, torch.special.polygamma)
+def _polygamma(n, x):
+    return U.polygamma(float_operand(x), int(n))
+
+
+@register(torch.special.erfcx)
+def _erfcx(x):
+    x = float_operand(x)
+    return B.mul(U.exp(B.mul(x, x)), U.erfc(x))
+
+
+# ------------------------------------------------------------------------------------- binary
+
+
+def _alpha(y, alpha):
+    return y if alpha == 1 else binary(B.mul, y, alpha)
+
+
+@register(torch.add, torch.Tensor.__add__, torch.Tensor.__radd__, methods=("add",))
+def _add(x, y, *, alpha=1, out=None):
+    _no_out("add", out)
+    return binary(B.add, x, _alpha(y, alpha))
+
+
+@register(torch.sub, torch.subtract, torch.Tensor.__sub__, methods=("sub", "subtract"))
+def _sub(x, y, *, alpha=1, out=None):
+    _no_out("sub", out)
+    if dtype(x) is torch.bool and (type(y) in SCALARS or dtype(y) is torch.bool):
+        raise TypeError("subtraction of bool tensors is not supported; use logical_xor")
+    return binary(B.sub, x, _alpha(y, alpha))
+
+
+@register(torch.Tensor.__rsub__, torch.rsub)
+def _rsub(x, y, *, alpha=1):
+    return binary(B.sub, y, _alpha(x, alpha))
+
+
+@register(
+    torch.mul,
+    torch.multiply,
+    torch.Tensor.__mul__,
+    torch.Tensor.__rmul__,
+    methods=("mul", "multiply"),
+)
+def _mul(x, y, *, out=None):
+    _no_out("mul", out)
+    if dtype(x) is torch.bool and (type(y) is bool or dtype(y) is torch.bool):
+        return binary(B.and_p.bind, x, y)
+    return binary(B.mul, x, y)
+
+
+@register(
+    torch.div,
+    torch.divide,
+    torch.true_divide,
+    torch.Tensor.__truediv__,
+    methods=("div", "divide", "true_divide"),
+)
+def _div(x, y, *, rounding_mode=None, out=None):
+    _no_out("div", out)
+    if rounding_mode is None:
+        return binary(B.div, x, y, to_float=True)
+    (a, b), dt = promote(x, y)
+    if rounding_mode == "trunc":
+        return U.trunc(B.div(a, b)) if is_float(dt) else B.div(a, b)
+    if rounding_mode == "floor":
+        return _floor_divide(a, b)
+    raise ValueError(f"div: rounding_mode must be None, 'trunc' or 'floor', not {rounding_mode!r}")
+
+
+@register(torch.Tensor.__rtruediv__)
+def _rtruediv(x, y):
+    return binary(B.div, y, x, to_float=True)
+
+
+@register(torch.floor_divide, torch.Tensor.__floordiv__, methods=("floor_divide",))
+def _floor_divide(x, y):
+    (a, b), dt = promote(x, y)
+    if is_float(dt):
+        return U.floor(B.div(a, b))
+    q = B.div(a, b)  # truncates
+    adjust = B.and_p.bind(B.ne(B.rem_p.bind(a, b), 0), B.ne(B.lt(a, 0), B.lt(b, 0)))
+    return U.select(adjust, B.sub(q, 1), q)
+
+
+@register(torch.Tensor.__rfloordiv__)
+def _rfloordiv(x, y):
+    return _floor_divide(y, x)
+
+
+@register(torch.pow, torch.Tensor.__pow__, methods=("pow",))
+def _pow(x, y):
+    if type(x) in SCALARS:
+        return _rpow(y, x)
+    if type(y) in SCALARS and not is_float(dtype(x)) and isinstance(y, float):
+        x = float_operand(x)
+    return binary(B.pow, x, y)
+
+
+@register(torch.Tensor.__rpow__)
+def _rpow(x, y):
+    # y ** x with y a Python scalar
+    if not is_float(dtype(x)) and isinstance(y, float):
+        x = float_operand(x)
+    (xx,), dt = promote(x)
+    return B.pow(convert(y, dt), xx)
+
+
+@register(torch.float_power, methods=("float_power",))
+def _float_power(x, y):
+    x = convert(x, torch.float64) if is_tensor(x) else float(x)
+    y = convert(y, torch.float64) if is_tensor(y) else float(y)
+    return _pow(x, y) if is_tensor(x) else _rpow(y, x)
+
+
+@register(torch.atan2, torch.arctan2, methods=("atan2", "arctan2"))
+def _atan2(x, y):
+    return binary(B.atan2_p.bind, x, y, to_float=True)
+
+
+@register(torch.maximum, methods=("maximum",))
+def _maximum(x, y):
+    return binary(B.maximum, x, y)
+
+
+@register(torch.minimum, methods=("minimum",))
+def _minimum(x, y):
+    return binary(B.minimum, x, y)
+
+
+@register(torch.fmax, methods=("fmax",))
+def _fmax(x, y):
+    (a, b), _ = promote(x, y)
+    return where(isnan(a), b, where(isnan(b), a, B.maximum(a, b)))
+
+
+@register(torch.fmin, methods=("fmin",))
+def _fmin(x, y):
+    (a, b), _ = promote(x, y)
+    return where(isnan(a), b, where(isnan(b), a, B.minimum(a, b)))
+
+
+@register(torch.fmod, methods=("fmod",))
+def _fmod(x, y):
+    return binary(B.rem_p.bind, x, y)
+
+
+@register(torch.remainder, torch.Tensor.__mod__, methods=("remainder",))
+def _remainder(x, y):
+    (a, b), _ = promote(x, y)
+    r = B.rem_p.bind(a, b)
+    fix = B.and_p.bind(B.ne(r, 0), B.ne(B.lt(r, 0), B.lt(b, 0)))
+    return U.select(fix, B.add(r, b), r)
+
+
+@register(torch.Tensor.__rmod__)
+def _rmod(x, y):
+    return _remainder(y, x)
+
+
+@register(torch.hypot, methods=("hypot",))
+def _hypot(x, y):
+    (a, b), _ = promote(x, y, to_float=True)
+    return U.sqrt(B.add(B.mul(a, a), B.mul(b, b)))
+
+
+@register(torch.xlogy, torch.special.xlogy, methods=("xlogy",))
+def _xlogy(x, y):
+    (a, b), _ = promote(x, y, to_float=True)
+    zero = B.eq(a, 0.0)
+    safe_y = U.select(zero, 1.0, b) if type(b) not in SCALARS else b
+    out = B.mul(a, U.log(safe_y) if type(safe_y) not in SCALARS else math.log(safe_y))
+    return U.select(zero, 0.0, out)
+
+
+@register(torch.logaddexp, methods=("logaddexp",))
+def _logaddexp(x, y):
+    (a, b), _ = promote(x, y, to_float=True)
+    m = B.maximum(a, b)
+    return B.add(m, U.log1p(U.exp(U.neg(U.abs(B.sub(a, b))))))
+
+
+@register(torch.copysign, methods=("copysign",))
+def _copysign(x, y):
+    (a, b), _ = promote(x, y, to_float=True)
+    neg = B.lt(b, 0.0) if type(b) not in SCALARS else math.copysign(1.0, b) < 0
+    if type(neg) is bool:
+        return U.neg(U.abs(a)) if neg else U.abs(a)
+    neg = B.or_p.bind(neg, B.and_p.bind(B.eq(b, 0.0), B.lt(U.reciprocal(b), 0.0)))
+    return U.select(neg, U.neg(U.abs(a)), U.abs(a))
+
+
+def _clamp(x, lo=None, hi=None):
+    """NaN-propagating clamp with gradient 1 inside [lo, hi] (boundaries included), as torch."""
+    out = x
+    if lo is not None:
+        (out_, lo_), _ = promote(out, lo)
+        out = where(compare(B.lt, out_, lo_), lo_, out_)
+    if hi is not None:
+        (out_, hi_), _ = promote(out, hi)
+        out = where(compare(B.gt, out_, hi_), hi_, out_)
+    return out
+
+
+@register(torch.clamp, torch.clip, methods=("clamp", "clip"))
+def _clamp_fn(x, min=None, max=None, *, out=None):  # noqa: A002 - torch's names
+    _no_out("clamp", out)
+    if min is None and max is None:
+        raise ValueError("clamp: at least one of min and max must be given")
+    return _clamp(x, min, max)
+
+
+@register(torch.clamp_min, methods=("clamp_min",))
+def _clamp_min(x, min):  # noqa: A002
+    return _clamp(x, min, None)
+
+
+@register(torch.clamp_max, methods=("clamp_max",))
+def _clamp_max(x, max):  # noqa: A002
+    return _clamp(x, None, max)
+
+
+@register(torch.where, methods=("where",))
+def _where(condition, input=None, other=None):  # noqa: A002
+    if input is None and other is None:
+        raise unsupported(
+            "torch.where(condition) with one argument",
+            "its output shape depends on the data; use the three-argument form",
+        )
+    if type(condition) in SCALARS:
+        raise TypeError("where: the condition must be a bool tensor")
+    if dtype(condition) is not torch.bool:
+        condition = B.ne(condition, 0)
+    return where(condition, input, other)
+
+
+@register(torch.lerp, methods=("lerp",))
+def _lerp(start, end, weight):
+    (s, e), _ = promote(start, end)
+    return binary(B.add, s, binary(B.mul, weight, B.sub(e, s)))
+
+
+@register(torch.addcmul, methods=("addcmul",))
+def _addcmul(x, t1, t2, *, value=1):
+    return binary(B.add, x, binary(B.mul, binary(B.mul, t1, t2), value))
+
+
+@register(torch.addcdiv, methods=("addcdiv",))
+def _addcdiv(x, t1, t2, *, value=1):
+    return binary(B.add, x, binary(B.mul, binary(B.div, t1, t2, to_float=True), value))
+
+
+# -------------------------------------------------------------------------------- comparisons
+
+for _names, _fn in (
+    ((torch.eq, torch.Tensor.__eq__, "eq"), B.eq),
+    ((torch.ne, torch.not_equal, torch.Tensor.__ne__, "ne", "not_equal"), B.ne),
+    ((torch.lt, torch.less, torch.Tensor.__lt__, "lt", "less"), B.lt),
+    ((torch.le, torch.less_equal, torch.Tensor.__le__, "le", "less_equal"), B.le),
+    ((torch.gt, torch.greater, torch.Tensor.__gt__, "gt", "greater"), B.gt),
+    ((torch.ge, torch.greater_equal, torch.Tensor.__ge__, "ge", "greater_equal"), B.ge),
+):
+    register(
+        *[f for f in _names if not isinstance(f, str)],
+        methods=tuple(f for f in _names if isinstance(f, str)),
+    )((lambda fn: lambda x, y, *, out=None: compare(fn, x, y))(_fn))
+
+
+def _as_bool(x):
+    if type(x) in SCALARS:
+        return bool(x)
+    return x if dtype(x) is torch.bool else B.ne(x, 0)
+
+
+@register(torch.logical_not, torch.Tensor.__invert__, methods=("logical_not", "bitwise_not"))
+def _logical_not(x):
+    return U.logical_not(_as_bool(x))
+
+
+@register(torch.logical_and, torch.Tensor.__and__, torch.Tensor.__rand__, methods=("logical_and",))
+def _logical_and(x, y):
+    return binary(B.and_p.bind, _as_bool(x), _as_bool(y))
+
+
+@register(torch.logical_or, torch.Tensor.__or__, torch.Tensor.__ror__, methods=("logical_or",))
+def _logical_or(x, y):
+    return binary(B.or_p.bind, _as_bool(x), _as_bool(y))
+
+
+@register(torch.logical_xor, torch.Tensor.__xor__, methods=("logical_xor",))
+def _logical_xor(x, y):
+    return binary(B.ne, _as_bool(x), _as_bool(y))
+
+
+@register(torch.isnan, methods=("isnan",))
+def _isnan(x):
+    return isnan(x)
+
+
+@register(torch.isfinite, methods=("isfinite",))
+def _isfinite(x):
+    return U.isfinite(x)
+
+
+@register(torch.isinf, methods=("isinf",))
+def _isinf(x):
+    return B.eq(U.abs(x), math.inf)
+
+
+@register(torch.isposinf)
+def _isposinf(x):
+    return B.eq(x, math.inf)
+
+
+@register(torch.isneginf)
+def _isneginf(x):
+    return B.eq(x, -math.inf)
+
+
+@register(torch.nan_to_num, methods=("nan_to_num",))
+def _nan_to_num(x, nan=0.0, posinf=None, neginf=None):
+    big = torch.finfo(dtype(x)).max
+    x = where(isnan(x), nan, x)
+    x = where(B.eq(x, math.inf), big if posinf is None else posinf, x)
+    return where(B.eq(x, -math.inf), -big if neginf is None else neginf, x)

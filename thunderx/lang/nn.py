@@ -1,0 +1,565 @@
+"""torch.nn.functional: activations, normalization, losses, attention, embedding, pooling."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from thunderx.avals import is_float
+from thunderx.errors import unsupported
+from thunderx.lang._base import (
+    canon_dim,
+    convert,
+    dtype,
+    float_operand,
+    ndim,
+    promote,
+    register,
+    shape,
+    where,
+)
+from thunderx.lang.linalg import matmul
+from thunderx.lang.reductions import logsumexp, vector_norm
+from thunderx.primitives import binary as B
+from thunderx.primitives import creation as C
+from thunderx.primitives import indexing as I
+from thunderx.primitives import reductions as R
+from thunderx.primitives import shape as S
+from thunderx.primitives import unary as U
+
+# ------------------------------------------------------------------------------ activations
+
+
+@register(F.relu, torch.relu, methods=("relu",))
+def relu(x, inplace=False):
+    return U.select(B.gt(x, 0), x, 0.0 if is_float(dtype(x)) else 0)
+
+
+@register(F.relu6)
+def _relu6(x, inplace=False):
+    return hardtanh(x, 0.0, 6.0)
+
+
+@register(F.hardtanh)
+def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
+    from thunderx.lang.elementwise import _clamp
+
+    return _clamp(x, min_val, max_val)
+
+
+@register(F.gelu)
+def gelu(x, approximate="none"):
+    if approximate == "tanh":
+        inner = B.mul(B.add(x, B.mul(B.mul(B.mul(x, x), x), 0.044715)), math.sqrt(2.0 / math.pi))
+        return B.mul(B.mul(x, 0.5), B.add(U.tanh(inner), 1.0))
+    return B.mul(B.mul(x, 0.5), B.add(U.erf(B.mul(x, 1.0 / math.sqrt(2.0))), 1.0))
+
+
+@register(F.silu)
+def silu(x, inplace=False):
+    return B.mul(x, U.logistic(x))
+
+
+@register(F.elu)
+def elu(x, alpha=1.0, inplace=False):
+    return U.select(B.gt(x, 0.0), x, B.mul(U.expm1(x), alpha))
+
+
+@register(F.selu, torch.selu)
+def _selu(x, inplace=False):
+    alpha, scale = 1.6732632423543772, 1.0507009873554805
+    return B.mul(elu(x, alpha), scale)
+
+
+@register(F.celu, torch.celu)
+def _celu(x, alpha=1.0, inplace=False):
+    return U.select(B.gt(x, 0.0), x, B.mul(U.expm1(B.div(x, alpha)), alpha))
+
+
+@register(F.leaky_relu)
+def leaky_relu(x, negative_slope=0.01, inplace=False):
+    return U.select(B.gt(x, 0.0), x, B.mul(x, negative_slope))
+
+
+@register(F.prelu, torch.prelu)
+def _prelu(x, weight):
+    w = weight
+    if ndim(weight) == 1 and shape(weight)[0] > 1:
+        w = S.broadcast_in_dim(weight, shape(x), (1,))
+    (x2, w2), _ = promote(x, w)
+    return U.select(B.gt(x2, 0.0), x2, B.mul(x2, w2))
+
+
+@register(F.softplus)
+def softplus(x, beta=1.0, threshold=20.0):
+    bx = B.mul(x, beta) if beta != 1 else x
+    soft = (
+        B.div(U.log1p(U.exp(U.neg(U.abs(bx)))), beta)
+        if beta != 1
+        else U.log1p(U.exp(U.neg(U.abs(bx))))
+    )
+    pos = B.maximum(x, 0.0)
+    out = B.add(pos, soft)
+    return U.select(B.gt(bx, threshold), x, out)
+
+
+@register(F.mish)
+def mish(x, inplace=False):
+    return B.mul(x, U.tanh(softplus(x)))
+
+
+@register(F.logsigmoid)
+def logsigmoid(x):
+    return U.neg(softplus(U.neg(x)))
+
+
+@register(F.hardsigmoid)
+def _hardsigmoid(x, inplace=False):
+    return B.div(hardtanh(B.add(x, 3.0), 0.0, 6.0), 6.0)
+
+
+@register(F.hardswish)
+def _hardswish(x, inplace=False):
+    return B.mul(x, _hardsigmoid(x))
+
+
+@register(F.softsign)
+def _softsign(x):
+    return B.div(x, B.add(U.abs(x), 1.0))
+
+
+@register(F.tanhshrink)
+def _tanhshrink(x):
+    return B.sub(x, U.tanh(x))
+
+
+@register(F.threshold, torch.threshold)
+def _threshold(x, threshold, value, inplace=False):
+    return U.select(B.gt(x, threshold), x, float(value))
+
+
+@register(F.glu)
+def _glu(x, dim=-1):
+    a, b = _halves(x, dim)
+    return B.mul(a, U.logistic(b))
+
+
+def _halves(x, dim):
+    d = canon_dim(dim, ndim(x))
+    n = shape(x)[d] // 2
+    return S.slice_in_dim(x, 0, n, 1, d), S.slice_in_dim(x, n, 2 * n, 1, d)
+
+
+def _softmax_dtype(x, dt):
+    if dt is not None:
+        return convert(x, dt)
+    return float_operand(x)
+
+
+@register(F.softmax, torch.softmax, torch.special.softmax, methods=("softmax",))
+def softmax(x, dim=None, _stacklevel=3, dtype=None):
+    from thunderx.primitives.higher_order import stop_gradient
+
+    x = _softmax_dtype(x, dtype)
+    d = canon_dim(-1 if dim is None else dim, ndim(x))
+    m = stop_gradient(R.reduce_max(x, (d,)))
+    kept = tuple(i for i in range(ndim(x)) if i != d)
+    e = U.exp(B.sub(x, S.broadcast_in_dim(m, shape(x), kept)))
+    s = R.reduce_sum(e, (d,))
+    return B.div(e, S.broadcast_in_dim(s, shape(x), kept))
+
+
+@register(F.log_softmax, torch.log_softmax, torch.special.log_softmax, methods=("log_softmax",))
+def log_softmax(x, dim=None, _stacklevel=3, dtype=None):
+    x = _softmax_dtype(x, dtype)
+    d = canon_dim(-1 if dim is None else dim, ndim(x))
+    lse = logsumexp(x, (d,), keepdim=False)
+    kept = tuple(i for i in range(ndim(x)) if i != d)
+    return B.sub(x, S.broadcast_in_dim(lse, shape(x), kept))
+
+
+@register(F.softmin)
+def _softmin(x, dim=None, _stacklevel=3, dtype=None):
+    return softmax(U.neg(x), dim, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------- normalization
+
+
+def _norm_dims(x, normalized_shape):
+    k = len(tuple(normalized_shape))
+    return tuple(range(ndim(x) - k, ndim(x)))
+
+
+@register(F.layer_norm)
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    dims = _norm_dims(x, normalized_shape)
+    n = float(math.prod(shape(x)[d] for d in dims))
+    mean = B.div(R.reduce_sum(x, dims, keepdims=True), n)
+    xc = B.sub(x, S.broadcast_to(mean, shape(x)))
+    var = B.div(R.reduce_sum(B.mul(xc, xc), dims, keepdims=True), n)
+    out = B.mul(xc, S.broadcast_to(U.rsqrt(B.add(var, eps)), shape(x)))
+    return _affine(out, weight, bias)
+
+
+def _affine(out, weight, bias):
+    if weight is not None:
+        (out, w), _ = promote(out, weight)
+        out = B.mul(out, w)
+    if bias is not None:
+        (out, b), _ = promote(out, bias)
+        out = B.add(out, b)
+    return out
+
+
+@register(F.rms_norm)
+def rms_norm(x, normalized_shape, weight=None, eps=None):
+    dims = _norm_dims(x, normalized_shape)
+    if eps is None:
+        eps = torch.finfo(dtype(x)).eps
+    n = float(math.prod(shape(x)[d] for d in dims))
+    ms = B.div(R.reduce_sum(B.mul(x, x), dims, keepdims=True), n)
+    out = B.mul(x, S.broadcast_to(U.rsqrt(B.add(ms, eps)), shape(x)))
+    return _affine(out, weight, None)
+
+
+@register(F.group_norm)
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    shp = shape(x)
+    n, c = shp[0], shp[1]
+    if c % num_groups:
+        raise ValueError(f"group_norm: {c} channels are not divisible into {num_groups} groups")
+    g = S.reshape(x, (n, num_groups, math.prod(shp[1:]) // num_groups))
+    normed = S.reshape(layer_norm(g, (shape(g)[-1],), eps=eps), shp)
+    if weight is not None:
+        normed = B.mul(normed, S.broadcast_in_dim(weight, shp, (1,)))
+    if bias is not None:
+        normed = B.add(normed, S.broadcast_in_dim(bias, shp, (1,)))
+    return normed
+
+
+@register(F.batch_norm)
+def _batch_norm(
+    x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5
+):
+    shp = shape(x)
+    dims = tuple(d for d in range(len(shp)) if d != 1)
+    if training:
+        n = float(math.prod(shp[d] for d in dims))
+        mean = B.div(R.reduce_sum(x, dims), n)
+        xc = B.sub(x, S.broadcast_in_dim(mean, shp, (1,)))
+        var = B.div(R.reduce_sum(B.mul(xc, xc), dims), n)
+    else:
+        if running_mean is None:
+            raise ValueError("batch_norm in eval mode needs running statistics")
+        mean, var = running_mean, running_var
+        xc = B.sub(x, S.broadcast_in_dim(convert(mean, dtype(x)), shp, (1,)))
+        var = convert(var, dtype(x))
+    out = B.mul(xc, S.broadcast_in_dim(U.rsqrt(B.add(var, eps)), shp, (1,)))
+    if weight is not None:
+        out = B.mul(out, S.broadcast_in_dim(weight, shp, (1,)))
+    if bias is not None:
+        out = B.add(out, S.broadcast_in_dim(bias, shp, (1,)))
+    return out
+
+
+@register(F.normalize)
+def normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
+    norm = vector_norm(x, p, dim, keepdim=True)
+    denom = B.maximum(norm, eps)
+    return B.div(x, S.broadcast_to(denom, shape(x)))
+
+
+@register(F.cosine_similarity, torch.cosine_similarity)
+def cosine_similarity(x1, x2, dim=1, eps=1e-8):
+    (a, b), _ = promote(x1, x2, to_float=True)
+    d = canon_dim(dim, ndim(a))
+    dot = R.reduce_sum(B.mul(a, b), (d,))
+    na = U.sqrt(R.reduce_sum(B.mul(a, a), (d,)))
+    nb = U.sqrt(R.reduce_sum(B.mul(b, b), (d,)))
+    return B.div(dot, B.maximum(B.mul(na, nb), eps))
+
+
+@register(F.pairwise_distance, torch.pairwise_distance)
+def _pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
+    (a, b), _ = promote(x1, x2, to_float=True)
+    return vector_norm(B.add(B.sub(a, b), eps), p, -1, keepdim)
+
+
+# ---------------------------------------------------------------------------------- losses
+
+
+def _reduce(loss, reduction):
+    if reduction == "mean":
+        return B.div(
+            R.reduce_sum(loss, tuple(range(ndim(loss)))), float(max(math.prod(shape(loss)), 1))
+        )
+    if reduction == "sum":
+        return R.reduce_sum(loss, tuple(range(ndim(loss))))
+    if reduction == "none":
+        return loss
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+
+
+def _pair(input, target):  # noqa: A002
+    (a, b), _ = promote(input, target)
+    return a, b
+
+
+@register(F.mse_loss)
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):  # noqa: A002
+    a, b = _pair(input, target)
+    d = B.sub(a, b)
+    return _reduce(B.mul(d, d), reduction)
+
+
+@register(F.l1_loss)
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):  # noqa: A002
+    a, b = _pair(input, target)
+    return _reduce(U.abs(B.sub(a, b)), reduction)
+
+
+@register(F.smooth_l1_loss)
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):  # noqa: A002
+    a, b = _pair(input, target)
+    d = U.abs(B.sub(a, b))
+    if beta == 0:
+        return _reduce(d, reduction)
+    quad = B.div(B.mul(B.mul(d, d), 0.5), beta)
+    return _reduce(U.select(B.lt(d, beta), quad, B.sub(d, 0.5 * beta)), reduction)
+
+
+@register(F.huber_loss)
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):  # noqa: A002
+    a, b = _pair(input, target)
+    d = U.abs(B.sub(a, b))
+    quad = B.mul(B.mul(d, d), 0.5)
+    lin = B.mul(B.sub(d, 0.5 * delta), delta)
+    return _reduce(U.select(B.lt(d, delta), quad, lin), reduction)
+
+
+@register(F.nll_loss)
+def nll_loss(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    ignore_index=-100,
+    reduce=None,  # noqa: A002
+    reduction="mean",
+):
+    x = input
+    if ndim(x) == 1:
+        x = S.expand_dims(x, (0,))
+        target = S.expand_dims(target, (0,)) if not isinstance(target, int) else target
+    # move the class dim last: [N, d1..., C]
+    xm = S.moveaxis(x, 1, ndim(x) - 1)
+    valid = B.ne(target, ignore_index)
+    safe_t = U.select(valid, target, 0)
+    picked = S.squeeze(
+        I.gather(xm, S.expand_dims(safe_t, (ndim(xm) - 1,)), ndim(xm) - 1), (ndim(xm) - 1,)
+    )
+    w = U.convert(valid, dtype(x))
+    if weight is not None:
+        w = B.mul(w, I.take(convert(weight, dtype(x)), safe_t, 0))
+    loss = U.neg(B.mul(picked, w))
+    if ndim(input) == 1:
+        loss = S.squeeze(loss, (0,))
+        w = S.squeeze(w, (0,))
+    if reduction == "mean":
+        axes = tuple(range(ndim(loss)))
+        return B.div(R.reduce_sum(loss, axes), R.reduce_sum(w, axes))
+    return _reduce(loss, reduction)
+
+
+@register(F.cross_entropy)
+def cross_entropy(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    ignore_index=-100,
+    reduce=None,  # noqa: A002
+    reduction="mean",
+    label_smoothing=0.0,
+):
+    class_dim = 0 if ndim(input) == 1 else 1
+    logp = log_softmax(input, class_dim)
+    if is_float(dtype(target)):
+        # class probabilities
+        t = target
+        if label_smoothing:
+            c = shape(input)[class_dim]
+            t = B.add(B.mul(t, 1.0 - label_smoothing), label_smoothing / c)
+        prod = B.mul(logp, t)
+        if weight is not None:
+            shp = shape(logp)
+            prod = B.mul(prod, S.broadcast_in_dim(weight, shp, (class_dim,)))
+        return _reduce(U.neg(R.reduce_sum(prod, (class_dim,))), reduction)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if not label_smoothing:
+        return nll
+    c = shape(input)[class_dim]
+    lw = (
+        logp
+        if weight is None
+        else B.mul(logp, S.broadcast_in_dim(weight, shape(logp), (class_dim,)))
+    )
+    smooth = U.neg(R.reduce_sum(lw, (class_dim,)))
+    valid = B.ne(target, ignore_index)
+    smooth = U.select(valid, smooth, 0.0)
+    if reduction == "mean":
+        if weight is None:
+            denom = R.reduce_sum(U.convert(valid, dtype(logp)), tuple(range(ndim(valid))))
+        else:
+            safe_t = U.select(valid, target, 0)
+            wt = B.mul(I.take(weight, safe_t, 0), U.convert(valid, dtype(logp)))
+            denom = R.reduce_sum(wt, tuple(range(ndim(wt))))
+        smooth = B.div(R.reduce_sum(smooth, tuple(range(ndim(smooth)))), denom)
+    else:
+        smooth = _reduce(smooth, reduction)
+    return B.add(B.mul(nll, 1.0 - label_smoothing), B.mul(smooth, label_smoothing / c))
+
+
+@register(F.binary_cross_entropy)
+def binary_cross_entropy(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    reduce=None,  # noqa: A002
+    reduction="mean",
+):
+    a, b = _pair(input, target)
+    log_p = B.maximum(U.log(a), -100.0)
+    log_1mp = B.maximum(U.log1p(U.neg(a)), -100.0)
+    loss = U.neg(B.add(B.mul(b, log_p), B.mul(B.sub(1.0, b), log_1mp)))
+    if weight is not None:
+        (loss, w), _ = promote(loss, weight)
+        loss = B.mul(loss, w)
+    return _reduce(loss, reduction)
+
+
+@register(F.binary_cross_entropy_with_logits)
+def binary_cross_entropy_with_logits(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    reduce=None,  # noqa: A002
+    reduction="mean",
+    pos_weight=None,
+):
+    x, y = _pair(input, target)
+    log_sig = logsigmoid(x)
+    log_1msig = logsigmoid(U.neg(x))
+    if pos_weight is not None:
+        (pw, _), _ = promote(pos_weight, x)
+        pw = S.broadcast_to(pw, shape(x)) if shape(pw) != shape(x) else pw
+        loss = U.neg(B.add(B.mul(B.mul(pw, y), log_sig), B.mul(B.sub(1.0, y), log_1msig)))
+    else:
+        loss = U.neg(B.add(B.mul(y, log_sig), B.mul(B.sub(1.0, y), log_1msig)))
+    if weight is not None:
+        (loss, w), _ = promote(loss, weight)
+        loss = B.mul(loss, w)
+    return _reduce(loss, reduction)
+
+
+@register(F.kl_div)
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):  # noqa: A002
+    x, t = _pair(input, target)
+    if log_target:
+        loss = B.mul(U.exp(t), B.sub(t, x))
+    else:
+        from thunderx.lang.elementwise import _xlogy
+
+        loss = B.sub(_xlogy(t, t), B.mul(t, x))
+    if reduction == "batchmean":
+        return B.div(R.reduce_sum(loss, tuple(range(ndim(loss)))), float(shape(loss)[0]))
+    return _reduce(loss, reduction)
+
+
+@register(F.poisson_nll_loss)
+def _poisson_nll_loss(
+    input,
+    target,
+    log_input=True,
+    full=False,
+    size_average=None,
+    eps=1e-8,  # noqa: A002
+    reduce=None,
+    reduction="mean",
+):
+    x, t = _pair(input, target)
+    if log_input:
+        loss = B.sub(U.exp(x), B.mul(t, x))
+    else:
+        loss = B.sub(x, B.mul(t, U.log(B.add(x, eps))))
+    if full:
+        raise unsupported("poisson_nll_loss(full=True)")
+    return _reduce(loss, reduction)
+
+
+# ------------------------------------------------------------------------ embedding, attention
+
+
+@register(F.embedding)
+def embedding(
+    input,
+    weight,
+    padding_idx=None,
+    max_norm=None,
+    norm_type=2.0,  # noqa: A002
+    scale_grad_by_freq=False,
+    sparse=False,
+):
+    if max_norm is not None:
+        raise unsupported("F.embedding(max_norm=...)", "it renormalizes the weight in place")
+    out = I.take(weight, input, 0)
+    if padding_idx is not None:
+        # no gradient flows to the padding row
+        from thunderx.primitives.higher_order import stop_gradient
+
+        pad = B.eq(input, padding_idx % shape(weight)[0])
+        padb = S.broadcast_in_dim(pad, shape(out), tuple(range(ndim(pad))))
+        out = U.select(padb, stop_gradient(out), out)
+    return out
+
+
+@register(F.one_hot)
+def _one_hot(x, num_classes=-1):
+    if num_classes < 0:
+        raise unsupported("F.one_hot without num_classes", "the output shape depends on the data")
+    iota = C.iota(torch.int64, shape(x) + (num_classes,), ndim(x))
+    return U.convert(
+        B.eq(S.broadcast_in_dim(x, shape(x) + (num_classes,), tuple(range(ndim(x)))), iota),
+        torch.int64,
+    )
+
+
+@register(F.scaled_dot_product_attention)
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
+    if dropout_p:
+        raise unsupported("scaled_dot_product_attention(dropout_p>0) under a transform")
+    q, k, v = query, key, value
+    lq, lk = shape(q)[-2], shape(k)[-2]
+    s = 1.0 / math.sqrt(shape(q)[-1]) if scale is None else scale
+    kt = S.moveaxis(k, ndim(k) - 1, ndim(k) - 2)
+    scores = B.mul(matmul(q, kt), s)
+    if is_causal:
+        r = C.iota(torch.int64, (lq, lk), 0)
+        c = C.iota(torch.int64, (lq, lk), 1)
+        scores = where(S.broadcast_to(B.le(c, r), shape(scores)), scores, -math.inf)
+    if attn_mask is not None:
+        if dtype(attn_mask) is torch.bool:
+            scores = where(S.broadcast_to(attn_mask, shape(scores)), scores, -math.inf)
+        else:
+            (scores, m), _ = promote(scores, attn_mask)
+            scores = B.add(
+                scores, S.broadcast_to(m, shape(scores)) if shape(m) != shape(scores) else m
+            )
+    return matmul(softmax(scores, -1), v)

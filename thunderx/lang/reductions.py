@@ -1,0 +1,287 @@
+"""Reductions: sum, mean, prod, amax/amin, max/min, argmax/argmin, var/std, logsumexp, norms,
+cumulative sums and products, all/any."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import torch
+
+from thunderx.avals import is_float
+from thunderx.lang._base import (
+    canon_dim,
+    canon_dims,
+    convert,
+    dtype,
+    keepdims,
+    ndim,
+    register,
+    shape,
+    where,
+)
+from thunderx.lang.elementwise import _maximum, _minimum
+from thunderx.primitives import binary as B
+from thunderx.primitives import reductions as R
+from thunderx.primitives import shape as S
+from thunderx.primitives import unary as U
+
+MinMax = collections.namedtuple("MinMax", ["values", "indices"])
+
+
+_dtype_of = dtype
+
+
+def _count(x, dims) -> int:
+    n = 1
+    for d in dims:
+        n *= shape(x)[d]
+    return n
+
+
+def _sum_dtype(x, dt):
+    if dt is not None:
+        return convert(x, dt)
+    if not is_float(dtype(x)):
+        return convert(x, torch.int64)
+    return x
+
+
+def _dims_arg(dim, n):
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:
+        return tuple(range(n))
+    return canon_dims(dim, n)
+
+
+@register(torch.sum, methods=("sum",))
+def _sum(x, dim=None, keepdim=False, *, dtype=None):
+    x = _sum_dtype(x, dtype)
+    dims = _dims_arg(dim, ndim(x))
+    return keepdims(R.reduce_sum(x, dims), dims, keepdim)
+
+
+@register(torch.nansum, methods=("nansum",))
+def _nansum(x, dim=None, keepdim=False, *, dtype=None):
+    return _sum(where(B.ne(x, x), 0.0, x), dim, keepdim, dtype=dtype)
+
+
+@register(torch.mean, methods=("mean",))
+def _mean(x, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        x = convert(x, dtype)
+    if not is_float(_dtype_of(x)):
+        raise TypeError("mean: input dtype should be floating point; pass dtype= or call .float()")
+    dims = _dims_arg(dim, ndim(x))
+    total = R.reduce_sum(x, dims)
+    return keepdims(B.div(total, float(_count(x, dims))), dims, keepdim)
+
+
+@register(torch.prod, methods=("prod",))
+def _prod(x, dim=None, keepdim=False, *, dtype=None):
+    x = _sum_dtype(x, dtype)
+    dims = canon_dims(dim, ndim(x))
+    return keepdims(R.reduce_prod(x, dims), dims, keepdim)
+
+
+@register(torch.amax, methods=("amax",))
+def _amax(x, dim=(), keepdim=False):
+    dims = _dims_arg(dim, ndim(x))
+    return keepdims(R.reduce_max(x, dims), dims, keepdim)
+
+
+@register(torch.amin, methods=("amin",))
+def _amin(x, dim=(), keepdim=False):
+    dims = _dims_arg(dim, ndim(x))
+    return keepdims(R.reduce_min(x, dims), dims, keepdim)
+
+
+def _arg(prim_fn, x, dim, keepdim):
+    if dim is None:
+        flat = S.reshape(x, (_count(x, range(ndim(x))),))
+        out = prim_fn(flat, 0)
+        if keepdim:
+            out = S.reshape(out, (1,) * ndim(x))
+        return out
+    d = canon_dim(dim, ndim(x))
+    if ndim(x) == 0:
+        return prim_fn(S.reshape(x, (1,)), 0) if not keepdim else x
+    return keepdims(prim_fn(x, d), (d,), keepdim)
+
+
+@register(torch.argmax, methods=("argmax",))
+def _argmax(x, dim=None, keepdim=False):
+    return _arg(R.argmax, x, dim, keepdim)
+
+
+@register(torch.argmin, methods=("argmin",))
+def _argmin(x, dim=None, keepdim=False):
+    return _arg(R.argmin, x, dim, keepdim)
+
+
+def _minmax(reduce, arg, pairwise, x, dim, keepdim, other):
+    if other is not None:
+        return pairwise(x, other)
+    if dim is None:
+        return reduce(x, canon_dims(None, ndim(x)))
+    if not isinstance(dim, int) and other is None and hasattr(dim, "shape"):
+        return pairwise(x, dim)
+    d = canon_dim(dim, ndim(x))
+    values = keepdims(reduce(x, (d,)), (d,), keepdim)
+    indices = keepdims(arg(x, d), (d,), keepdim)
+    return MinMax(values, indices)
+
+
+@register(torch.max, methods=("max",))
+def _max(x, dim=None, keepdim=False, *, other=None):
+    return _minmax(R.reduce_max, R.argmax, _maximum, x, dim, keepdim, other)
+
+
+@register(torch.min, methods=("min",))
+def _min(x, dim=None, keepdim=False, *, other=None):
+    return _minmax(R.reduce_min, R.argmin, _minimum, x, dim, keepdim, other)
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    if unbiased is None:
+        return 1
+    return 1 if unbiased else 0
+
+
+def _var(x, dim, correction, keepdim):
+    dims = _dims_arg(dim, ndim(x))
+    n = _count(x, dims)
+    mean = B.div(R.reduce_sum(x, dims, keepdims=True), float(n))
+    centered = B.sub(x, S.broadcast_to(mean, shape(x)))
+    ss = R.reduce_sum(B.mul(centered, centered), dims)
+    var = B.div(ss, float(max(n - correction, 0)))
+    return keepdims(var, dims, keepdim), keepdims(S.reshape(mean, shape(var)), dims, keepdim)
+
+
+def _unpack_var_args(dim, unbiased):
+    # torch.var(x, True) means unbiased=True
+    if isinstance(dim, bool):
+        return None, dim
+    return dim, unbiased
+
+
+@register(torch.var, methods=("var",))
+def _var_fn(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, unbiased = _unpack_var_args(dim, unbiased)
+    return _var(x, dim, _correction(unbiased, correction), keepdim)[0]
+
+
+@register(torch.std, methods=("std",))
+def _std_fn(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, unbiased = _unpack_var_args(dim, unbiased)
+    return U.sqrt(_var(x, dim, _correction(unbiased, correction), keepdim)[0])
+
+
+@register(torch.var_mean)
+def _var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, unbiased = _unpack_var_args(dim, unbiased)
+    return _var(x, dim, _correction(unbiased, correction), keepdim)
+
+
+@register(torch.std_mean)
+def _std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, unbiased = _unpack_var_args(dim, unbiased)
+    v, m = _var(x, dim, _correction(unbiased, correction), keepdim)
+    return U.sqrt(v), m
+
+
+def logsumexp(x, dims, keepdim=False):
+    from thunderx.primitives.higher_order import stop_gradient
+
+    m = R.reduce_max(x, dims)
+    m = stop_gradient(where(U.isfinite(m), m, 0.0))
+    mb = S.broadcast_in_dim(m, shape(x), tuple(i for i in range(ndim(x)) if i not in dims))
+    out = B.add(U.log(R.reduce_sum(U.exp(B.sub(x, mb)), dims)), m)
+    return keepdims(out, dims, keepdim)
+
+
+@register(torch.logsumexp, methods=("logsumexp",))
+def _logsumexp(x, dim=None, keepdim=False):
+    if not is_float(dtype(x)):
+        x = convert(x, torch.get_default_dtype())
+    return logsumexp(x, _dims_arg(dim, ndim(x)), keepdim)
+
+
+@register(torch.cumsum, methods=("cumsum",))
+def _cumsum(x, dim, *, dtype=None):
+    x = _sum_dtype(x, dtype)
+    if ndim(x) == 0:
+        return x
+    return R.cumsum(x, canon_dim(dim, ndim(x)))
+
+
+@register(torch.cumprod, methods=("cumprod",))
+def _cumprod(x, dim, *, dtype=None):
+    x = _sum_dtype(x, dtype)
+    if ndim(x) == 0:
+        return x
+    return R.cumprod(x, canon_dim(dim, ndim(x)))
+
+
+def vector_norm(x, ord=2, dim=None, keepdim=False):  # noqa: A002
+    if not is_float(dtype(x)):
+        x = convert(x, torch.get_default_dtype())
+    dims = _dims_arg(dim, ndim(x))
+    a = U.abs(x)
+    if ord == 2:
+        out = U.sqrt(R.reduce_sum(B.mul(x, x), dims))
+    elif ord == math.inf:
+        out = R.reduce_max(a, dims)
+    elif ord == -math.inf:
+        out = R.reduce_min(a, dims)
+    elif ord == 1:
+        out = R.reduce_sum(a, dims)
+    elif ord == 0:
+        out = R.reduce_sum(convert(B.ne(x, 0.0), dtype(x)), dims)
+    else:
+        out = B.pow(R.reduce_sum(B.pow(a, float(ord)), dims), 1.0 / ord)
+    return keepdims(out, dims, keepdim)
+
+
+@register(torch.linalg.vector_norm)
+def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    if dtype is not None:
+        x = convert(x, dtype)
+    return vector_norm(x, ord, dim, keepdim)
+
+
+@register(torch.norm, methods=("norm",))
+def _norm(x, p="fro", dim=None, keepdim=False, dtype=None):
+    if dtype is not None:
+        x = convert(x, dtype)
+    if p == "fro" or p is None:
+        p = 2
+    if isinstance(p, str):
+        from thunderx.errors import unsupported
+
+        raise unsupported(f"torch.norm(p={p!r})")
+    return vector_norm(x, p, dim, keepdim)
+
+
+@register(torch.all, methods=("all",))
+def _all(x, dim=None, keepdim=False):
+    dims = _dims_arg(dim, ndim(x))
+    bad = R.reduce_sum(convert(U.logical_not(_truthy(x)), torch.int64), dims)
+    return keepdims(B.eq(bad, 0), dims, keepdim)
+
+
+@register(torch.any, methods=("any",))
+def _any(x, dim=None, keepdim=False):
+    dims = _dims_arg(dim, ndim(x))
+    good = R.reduce_sum(convert(_truthy(x), torch.int64), dims)
+    return keepdims(B.gt(good, 0), dims, keepdim)
+
+
+def _truthy(x):
+    return x if dtype(x) is torch.bool else B.ne(x, 0)
+
+
+@register(torch.count_nonzero, methods=("count_nonzero",))
+def _count_nonzero(x, dim=None):
+    return R.reduce_sum(convert(_truthy(x), torch.int64), _dims_arg(dim, ndim(x)))

@@ -1,0 +1,535 @@
+"""Shape and layout functions: reshape/view, permute, squeeze, expand, cat/stack, split, flip,
+roll, repeat, diagonal, tril/triu, gather/scatter, index_select, pad."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from thunderx.errors import unsupported
+from thunderx.lang._base import (
+    SCALARS,
+    broadcast_shapes,
+    canon_dim,
+    canon_dims,
+    dtype,
+    ndim,
+    promote,
+    register,
+    shape,
+    where,
+)
+from thunderx.lang._base import (
+    aval as _aval,
+)
+from thunderx.primitives import binary as B
+from thunderx.primitives import creation as C
+from thunderx.primitives import indexing as I
+from thunderx.primitives import shape as S
+
+
+def _sizes(args):
+    if len(args) == 1 and isinstance(args[0], (tuple, list, torch.Size)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def infer_shape(in_shape, sizes) -> tuple:
+    sizes = [int(s) for s in sizes]
+    total = 1
+    for s in in_shape:
+        total *= s
+    if sizes.count(-1) > 1:
+        raise ValueError(f"reshape: only one dimension can be -1, got {tuple(sizes)}")
+    known = 1
+    for s in sizes:
+        if s != -1:
+            known *= s
+    if -1 in sizes:
+        if known == 0 or total % known:
+            raise ValueError(f"reshape: shape {tuple(sizes)} is invalid for input of size {total}")
+        sizes[sizes.index(-1)] = total // known
+    elif known != total:
+        raise ValueError(f"reshape: shape {tuple(sizes)} is invalid for input of size {total}")
+    return tuple(sizes)
+
+
+@register(torch.reshape, methods=("reshape", "view"))
+def _reshape(x, *sizes, shape=None):  # noqa: A002
+    if shape is not None:
+        sizes = (shape,)
+    if len(sizes) == 1 and isinstance(sizes[0], torch.dtype):
+        raise unsupported("Tensor.view(dtype)", "bit reinterpretation is not supported")
+    return S.reshape(x, infer_shape(shape(x), _sizes(sizes)))
+
+
+@register(methods=("reshape_as", "view_as"))
+def _reshape_as(x, other):
+    return S.reshape(x, shape(other))
+
+
+@register(torch.flatten, methods=("flatten",))
+def _flatten(x, start_dim=0, end_dim=-1):
+    n = ndim(x)
+    if n == 0:
+        return S.reshape(x, (1,))
+    s, e = canon_dim(start_dim, n), canon_dim(end_dim, n)
+    shp = shape(x)
+    mid = 1
+    for d in shp[s : e + 1]:
+        mid *= d
+    return S.reshape(x, shp[:s] + (mid,) + shp[e + 1 :])
+
+
+@register(torch.unflatten, methods=("unflatten",))
+def _unflatten(x, dim, sizes):
+    d = canon_dim(dim, ndim(x))
+    shp = shape(x)
+    part = infer_shape((shp[d],), sizes)
+    return S.reshape(x, shp[:d] + part + shp[d + 1 :])
+
+
+@register(torch.squeeze, methods=("squeeze",))
+def _squeeze(x, dim=None):
+    shp = shape(x)
+    if dim is None:
+        dims = tuple(i for i, s in enumerate(shp) if s == 1)
+    else:
+        dims = tuple(d for d in canon_dims(dim, len(shp)) if shp[d] == 1)
+    return S.squeeze(x, dims)
+
+
+@register(torch.unsqueeze, methods=("unsqueeze",))
+def _unsqueeze(x, dim):
+    return S.expand_dims(x, (canon_dim(dim, ndim(x) + 1),))
+
+
+@register(torch.permute, methods=("permute",))
+def _permute(x, *dims):
+    dims = _sizes(dims)
+    n = ndim(x)
+    return S.transpose(x, tuple(canon_dim(d, n) for d in dims))
+
+
+@register(
+    torch.transpose, torch.swapaxes, torch.swapdims, methods=("transpose", "swapaxes", "swapdims")
+)
+def _transpose(x, dim0, dim1):
+    n = ndim(x)
+    perm = list(range(n))
+    a, b = canon_dim(dim0, n), canon_dim(dim1, n)
+    perm[a], perm[b] = perm[b], perm[a]
+    return S.transpose(x, perm)
+
+
+@register(torch.t, methods=("t",))
+def _t(x):
+    if ndim(x) > 2:
+        raise ValueError(f"t() expects a tensor with <= 2 dimensions, got {ndim(x)}")
+    return S.transpose(x, (1, 0)) if ndim(x) == 2 else x
+
+
+def matrix_transpose(x):
+    n = ndim(x)
+    if n < 2:
+        raise ValueError("mT needs a tensor of rank >= 2")
+    return _transpose(x, -2, -1)
+
+
+def full_transpose(x):
+    return S.transpose(x, tuple(reversed(range(ndim(x)))))
+
+
+@register(torch.adjoint, methods=("adjoint",))
+def _adjoint(x):
+    return matrix_transpose(x)
+
+
+@register(torch.movedim, torch.moveaxis, methods=("movedim", "moveaxis"))
+def _movedim(x, source, destination):
+    n = ndim(x)
+    src = [source] if isinstance(source, int) else list(source)
+    dst = [destination] if isinstance(destination, int) else list(destination)
+    src = [canon_dim(d, n) for d in src]
+    dst = [canon_dim(d, n) for d in dst]
+    perm = [None] * n
+    for s_, d_ in zip(src, dst):
+        perm[d_] = s_
+    rest = iter(i for i in range(n) if i not in src)
+    perm = [p if p is not None else next(rest) for p in perm]
+    return S.transpose(x, perm)
+
+
+@register(methods=("expand",))
+def _expand(x, *sizes):
+    sizes = _sizes(sizes)
+    shp = shape(x)
+    lead = len(sizes) - len(shp)
+    if lead < 0:
+        raise ValueError(f"expand: {tuple(sizes)} has fewer dims than {shp}")
+    target = tuple(shp[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+    return S.broadcast_in_dim(x, target, tuple(range(lead, len(target))))
+
+
+@register(methods=("expand_as",))
+def _expand_as(x, other):
+    return _expand(x, *shape(other))
+
+
+@register(torch.broadcast_to, methods=("broadcast_to",))
+def _broadcast_to(x, size):
+    return _expand(x, *tuple(size))
+
+
+@register(torch.broadcast_tensors)
+def _broadcast_tensors(*xs):
+    shp = broadcast_shapes(*[shape(x) for x in xs])
+    return tuple(S.broadcast_to(x, shp) for x in xs)
+
+
+@register(torch.atleast_1d)
+def _atleast_1d(x):
+    return S.reshape(x, (1,)) if ndim(x) == 0 else x
+
+
+@register(torch.cat, torch.concat, torch.concatenate)
+def _cat(tensors, dim=0, *, out=None):
+    tensors = [t for t in tensors if not (shape(t) == (0,))] or list(tensors)[:1]
+    (*xs,), _ = promote(*tensors) if len(tensors) > 1 else ((tensors[0],), None)
+    n = ndim(xs[0])
+    return S.concatenate(xs, canon_dim(dim, n))
+
+
+@register(torch.stack)
+def _stack(tensors, dim=0, *, out=None):
+    tensors = list(tensors)
+    if len(tensors) > 1:
+        tensors, _ = promote(*tensors) if len({shape(t) for t in tensors}) == 1 else (tensors, None)
+    d = canon_dim(dim, ndim(tensors[0]) + 1)
+    return S.concatenate([S.expand_dims(t, (d,)) for t in tensors], d)
+
+
+@register(torch.hstack)
+def _hstack(tensors):
+    tensors = [_atleast_1d(t) for t in tensors]
+    return _cat(tensors, 0 if ndim(tensors[0]) == 1 else 1)
+
+
+@register(torch.vstack)
+def _vstack(tensors):
+    tensors = [S.reshape(t, (1,) + shape(_atleast_1d(t))) if ndim(t) < 2 else t for t in tensors]
+    return _cat(tensors, 0)
+
+
+@register(torch.split, methods=("split",))
+def _split(x, split_size_or_sections, dim=0):
+    d = canon_dim(dim, ndim(x))
+    n = shape(x)[d]
+    if isinstance(split_size_or_sections, int):
+        k = split_size_or_sections
+        sizes = [k] * (n // k) + ([n % k] if n % k else [])
+    else:
+        sizes = list(split_size_or_sections)
+        if sum(sizes) != n:
+            raise ValueError(f"split: sections {sizes} do not sum to {n}")
+    out, start = [], 0
+    for s in sizes:
+        out.append(S.slice_in_dim(x, start, start + s, 1, d))
+        start += s
+    return tuple(out)
+
+
+@register(torch.tensor_split, methods=("tensor_split",))
+def _tensor_split(x, indices_or_sections, dim=0):
+    d = canon_dim(dim, ndim(x))
+    n = shape(x)[d]
+    if isinstance(indices_or_sections, int):
+        k = indices_or_sections
+        q, r = divmod(n, k)
+        sizes = [q + 1] * r + [q] * (k - r)
+    else:
+        bounds = [0] + list(indices_or_sections) + [n]
+        sizes = [max(0, b - a) for a, b in zip(bounds, bounds[1:])]
+    return _split(x, sizes, d)
+
+
+@register(torch.chunk, methods=("chunk",))
+def _chunk(x, chunks, dim=0):
+    d = canon_dim(dim, ndim(x))
+    n = shape(x)[d]
+    k = -(-n // chunks)
+    return _split(x, k, d)
+
+
+@register(torch.unbind, methods=("unbind",))
+def _unbind(x, dim=0):
+    d = canon_dim(dim, ndim(x))
+    return tuple(S.squeeze(S.slice_in_dim(x, i, i + 1, 1, d), (d,)) for i in range(shape(x)[d]))
+
+
+@register(torch.narrow, methods=("narrow",))
+def _narrow(x, dim, start, length):
+    d = canon_dim(dim, ndim(x))
+    start = int(start) % shape(x)[d] if int(start) < 0 else int(start)
+    return S.slice_in_dim(x, start, start + int(length), 1, d)
+
+
+@register(torch.select, methods=("select",))
+def _select(x, dim, index):
+    d = canon_dim(dim, ndim(x))
+    n = shape(x)[d]
+    if isinstance(index, int):
+        if not -n <= index < n:
+            raise IndexError(f"select: index {index} out of range for dimension of size {n}")
+        i = index % n
+        return S.squeeze(S.slice_in_dim(x, i, i + 1, 1, d), (d,))
+    return I.take(x, _wrap_index(index, n), d)
+
+
+def _wrap_index(idx, n):
+    if dtype(idx) is not torch.int64:
+        idx = _to_i64(idx)
+    return where(B.lt(idx, 0), B.add(idx, n), idx)
+
+
+def _to_i64(idx):
+    from thunderx.primitives import unary as U
+
+    return U.convert(idx, torch.int64)
+
+
+@register(torch.flip, methods=("flip",))
+def _flip(x, dims):
+    return S.rev(x, canon_dims(dims, ndim(x)))
+
+
+@register(torch.fliplr)
+def _fliplr(x):
+    return S.rev(x, (1,))
+
+
+@register(torch.flipud)
+def _flipud(x):
+    return S.rev(x, (0,))
+
+
+@register(torch.roll, methods=("roll",))
+def _roll(x, shifts, dims=None):
+    if dims is None:
+        flat = S.reshape(x, (_numel(x),))
+        return S.reshape(_roll(flat, shifts, 0), shape(x))
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    for s, d in zip(shifts, dims):
+        d = canon_dim(d, ndim(x))
+        n = shape(x)[d]
+        if n == 0:
+            continue
+        s %= n
+        if s:
+            x = S.concatenate(
+                [S.slice_in_dim(x, n - s, n, 1, d), S.slice_in_dim(x, 0, n - s, 1, d)], d
+            )
+    return x
+
+
+def _numel(x):
+    n = 1
+    for s in shape(x):
+        n *= s
+    return n
+
+
+@register(methods=("repeat",))
+def _repeat(x, *sizes):
+    sizes = _sizes(sizes)
+    lead = len(sizes) - ndim(x)
+    if lead < 0:
+        raise ValueError("repeat: number of repeat dims can not be smaller than the tensor's dims")
+    x = S.reshape(x, (1,) * lead + shape(x))
+    shp = shape(x)
+    # broadcast to [r0, s0, r1, s1, ...] then merge pairs
+    target = []
+    dims = []
+    for i, (r, s) in enumerate(zip(sizes, shp)):
+        target += [r, s]
+        dims.append(2 * i + 1)
+    y = S.broadcast_in_dim(x, tuple(target), tuple(dims))
+    return S.reshape(y, tuple(r * s for r, s in zip(sizes, shp)))
+
+
+@register(torch.tile, methods=("tile",))
+def _tile(x, dims):
+    dims = tuple(dims)
+    if len(dims) < ndim(x):
+        dims = (1,) * (ndim(x) - len(dims)) + dims
+    return _repeat(x, *dims)
+
+
+@register(torch.repeat_interleave, methods=("repeat_interleave",))
+def _repeat_interleave(x, repeats, dim=None, *, output_size=None):
+    if not isinstance(repeats, int):
+        raise unsupported(
+            "repeat_interleave with tensor repeats", "the output shape is data-dependent"
+        )
+    if dim is None:
+        x = S.reshape(x, (_numel(x),))
+        dim = 0
+    d = canon_dim(dim, ndim(x))
+    shp = shape(x)
+    y = S.broadcast_in_dim(
+        x,
+        shp[: d + 1] + (repeats,) + shp[d + 1 :],
+        tuple(range(d + 1)) + tuple(range(d + 2, len(shp) + 1)),
+    )
+    return S.reshape(y, shp[:d] + (shp[d] * repeats,) + shp[d + 1 :])
+
+
+@register(torch.diagonal, methods=("diagonal",))
+def _diagonal(x, offset=0, dim1=0, dim2=1):
+    n = ndim(x)
+    d1, d2 = canon_dim(dim1, n), canon_dim(dim2, n)
+    x = _movedim(x, [d1, d2], [n - 2, n - 1])
+    shp = shape(x)
+    rows, cols = shp[-2], shp[-1]
+    if offset >= 0:
+        length = max(0, min(rows, cols - offset))
+        r0, c0 = 0, offset
+    else:
+        length = max(0, min(rows + offset, cols))
+        r0, c0 = -offset, 0
+    # flatten the two dims; the diagonal is a strided slice of the flat axis
+    flat = S.reshape(x, shp[:-2] + (rows * cols,))
+    start = r0 * cols + c0
+    if length == 0:
+        return S.slice_in_dim(flat, 0, 0, 1, n - 2)
+    return S.slice_in_dim(flat, start, start + (length - 1) * (cols + 1) + 1, cols + 1, n - 2)
+
+
+@register(torch.diag_embed)
+def _diag_embed(x, offset=0, dim1=-2, dim2=-1):
+    if offset != 0 or (dim1, dim2) != (-2, -1):
+        raise unsupported("diag_embed with offset or custom dims")
+    n = shape(x)[-1]
+    eye = B.eq(C.iota(torch.int64, (n, n), 0), C.iota(torch.int64, (n, n), 1))
+    xb = S.broadcast_in_dim(x, shape(x) + (n,), tuple(range(ndim(x))))
+    return where(S.broadcast_to(eye, shape(xb)), xb, _zero_of(x))
+
+
+def _tri_mask(x, diagonal, lower):
+    rows, cols = shape(x)[-2:]
+    r = C.iota(torch.int64, (rows, cols), 0)
+    c = C.iota(torch.int64, (rows, cols), 1)
+    diff = B.sub(c, r)
+    keep = B.le(diff, diagonal) if lower else B.ge(diff, diagonal)
+    return S.broadcast_to(keep, shape(x))
+
+
+def _zero_of(x):
+    return False if dtype(x) is torch.bool else (0 if not dtype(x).is_floating_point else 0.0)
+
+
+@register(torch.tril, methods=("tril",))
+def _tril(x, diagonal=0):
+    from thunderx.primitives import unary as U
+
+    return U.select(_tri_mask(x, diagonal, True), x, _zero_of(x))
+
+
+@register(torch.triu, methods=("triu",))
+def _triu(x, diagonal=0):
+    from thunderx.primitives import unary as U
+
+    return U.select(_tri_mask(x, diagonal, False), x, _zero_of(x))
+
+
+@register(torch.gather, methods=("gather",))
+def _gather(x, dim, index, *, sparse_grad=False):
+    d = canon_dim(dim, ndim(x))
+    return I.gather(x, _wrap_index(index, shape(x)[d]), d)
+
+
+@register(torch.take_along_dim, methods=("take_along_dim",))
+def _take_along_dim(x, indices, dim=None):
+    if dim is None:
+        return _gather(S.reshape(x, (_numel(x),)), 0, S.reshape(indices, (_numel(indices),)))
+    d = canon_dim(dim, ndim(x))
+    xs, is_ = list(shape(x)), list(shape(indices))
+    xs[d] = is_[d] = 1
+    b = broadcast_shapes(tuple(xs), tuple(is_))
+    tx = list(b)
+    tx[d] = shape(x)[d]
+    ti = list(b)
+    ti[d] = shape(indices)[d]
+    return _gather(S.broadcast_to(x, tuple(tx)), d, S.broadcast_to(indices, tuple(ti)))
+
+
+@register(torch.index_select, methods=("index_select",))
+def _index_select(x, dim, index):
+    d = canon_dim(dim, ndim(x))
+    return I.take(x, _wrap_index(index, shape(x)[d]), d)
+
+
+@register(torch.scatter_add, methods=("scatter_add",))
+def _scatter_add(x, dim, index, src):
+    d = canon_dim(dim, ndim(x))
+    src = S.slice_(src, (0,) * ndim(src), shape(index)) if shape(src) != shape(index) else src
+    return I.scatter_add(x, _wrap_index(index, shape(x)[d]), src, d)
+
+
+@register(torch.scatter, methods=("scatter",))
+def _scatter(x, dim, index, src=None, *, value=None, reduce=None):
+    if reduce is not None:
+        raise unsupported("torch.scatter(reduce=...)")
+    d = canon_dim(dim, ndim(x))
+    index = _wrap_index(index, shape(x)[d])
+    if src is None or type(src) in SCALARS:
+        v = value if src is None else src
+        src = C.full(shape(index), v, dtype(x))
+    elif shape(src) != shape(index):
+        src = S.slice_(src, (0,) * ndim(src), shape(index))
+    ones = C.full(shape(index), 1.0, torch.float32)
+    hit = I.scatter_add(C.full(shape(x), 0.0, torch.float32), index, ones, d)
+    placed = I.scatter_add(C.full(shape(x), 0, dtype(x)), index, src, d)
+    from thunderx.primitives import unary as U
+
+    return U.select(B.gt(hit, 0.0), placed, x)
+
+
+@register(torch.index_add, methods=("index_add",))
+def _index_add(x, dim, index, source, *, alpha=1):
+    d = canon_dim(dim, ndim(x))
+    src = source if alpha == 1 else B.mul(source, alpha)
+    return I.index_add(x, _wrap_index(index, shape(x)[d]), src, d)
+
+
+@register(F.pad)
+def _pad(x, pad, mode="constant", value=None):
+    if mode != "constant":
+        return _pad_nonconstant(x, pad, mode)
+    pad = list(pad)
+    config = [(0, 0, 0)] * ndim(x)
+    for i in range(len(pad) // 2):
+        d = ndim(x) - 1 - i
+        config[d] = (pad[2 * i], pad[2 * i + 1], 0)
+    v = 0.0 if value is None else value
+    if not dtype(x).is_floating_point:
+        v = int(v)
+    return S.pad(x, v, config)
+
+
+def _pad_nonconstant(x, pad, mode):
+    if mode not in ("reflect", "replicate", "circular"):
+        raise unsupported(f"F.pad(mode={mode!r})")
+    for i in range(len(pad) // 2):
+        d = ndim(x) - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        n = shape(x)[d]
+        if mode == "reflect":
+            idx = list(range(lo, 0, -1)) + list(range(n)) + list(range(n - 2, n - 2 - hi, -1))
+        elif mode == "replicate":
+            idx = [0] * lo + list(range(n)) + [n - 1] * hi
+        else:
+            idx = [(j - lo) % n for j in range(n + lo + hi)]
+        x = I.take(x, torch.tensor(idx, dtype=torch.int64, device=_aval(x).device), d)
+    return x

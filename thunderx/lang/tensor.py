@@ -1,0 +1,234 @@
+"""Tensor methods and properties that are static under tracing or change dtype/device, plus
+creation functions that take a traced tensor (`zeros_like`, `new_zeros`, ...)."""
+
+from __future__ import annotations
+
+import torch
+
+from thunderx.errors import concretization, unsupported
+from thunderx.lang._base import (
+    aval,
+    canon_dim,
+    convert,
+    dtype,
+    ndim,
+    register,
+    shape,
+)
+from thunderx.primitives import creation as C
+from thunderx.primitives import higher_order as H
+
+
+def _parse_to(args, kwargs):
+    dt = kwargs.get("dtype")
+    dev = kwargs.get("device")
+    for a in args:
+        if isinstance(a, torch.dtype):
+            dt = a
+        elif isinstance(a, (torch.device, str)):
+            dev = torch.device(a)
+        elif hasattr(a, "aval") or isinstance(a, torch.Tensor):
+            dt = dtype(a)
+            dev = aval(a).device
+    return dt, dev
+
+
+@register(methods=("to",))
+def _to(x, *args, **kwargs):
+    dt, dev = _parse_to(args, kwargs)
+    if dev is not None and torch.device(dev) != aval(x).device:
+        raise unsupported("Tensor.to(device) on a traced value", "move inputs before the transform")
+    return convert(x, dt) if dt is not None else x
+
+
+@register(methods=("type",))
+def _type(x, dtype_=None, **kw):
+    if dtype_ is None:
+        raise unsupported("Tensor.type() without a dtype")
+    return convert(x, dtype_)
+
+
+for _name, _dt in (
+    ("float", torch.float32),
+    ("double", torch.float64),
+    ("half", torch.float16),
+    ("bfloat16", torch.bfloat16),
+    ("long", torch.int64),
+    ("int", torch.int32),
+    ("bool", torch.bool),
+    ("short", torch.int16),
+    ("byte", torch.uint8),
+):
+    register(methods=(_name,))((lambda dt: lambda x, memory_format=None: convert(x, dt))(_dt))
+
+
+@register(methods=("type_as",))
+def _type_as(x, other):
+    return convert(x, dtype(other))
+
+
+@register(methods=("contiguous",))
+def _contiguous(x, memory_format=None):
+    return x
+
+
+@register(torch.clone, methods=("clone",))
+def _clone(x, memory_format=None):
+    return x
+
+
+@register(torch.detach, methods=("detach",))
+def _detach(x):
+    return H.stop_gradient(x)
+
+
+@register(methods=("requires_grad_",))
+def _requires_grad_(x, requires_grad=True):
+    return x
+
+
+@register(methods=("cpu", "cuda"))
+def _cpu(x, *a, **k):
+    return x
+
+
+@register(methods=("size",))
+def _size(x, dim=None):
+    s = torch.Size(shape(x))
+    return s if dim is None else s[canon_dim(dim, len(s))]
+
+
+@register(methods=("dim", "ndimension"))
+def _dim(x):
+    return ndim(x)
+
+
+@register(torch.numel, methods=("numel", "nelement"))
+def _numel(x):
+    n = 1
+    for s in shape(x):
+        n *= s
+    return n
+
+
+@register(torch.is_floating_point, methods=("is_floating_point",))
+def _is_floating_point(x):
+    return dtype(x).is_floating_point
+
+
+@register(torch.is_complex, methods=("is_complex",))
+def _is_complex(x):
+    return dtype(x).is_complex
+
+
+@register(methods=("element_size",))
+def _element_size(x):
+    return torch.empty((), dtype=dtype(x)).element_size()
+
+
+def _concrete(what):
+    def impl(x, *a, **k):
+        raise concretization(what, aval(x))
+
+    return impl
+
+
+for _m, _what in (
+    ("item", ".item()"),
+    ("tolist", ".tolist()"),
+    ("numpy", ".numpy()"),
+    ("__bool__", "bool()"),
+    ("__int__", "int()"),
+    ("__float__", "float()"),
+    ("__index__", "use as an index"),
+    ("__array__", "numpy conversion"),
+    ("nonzero", "nonzero (data-dependent shape)"),
+    ("masked_select", "masked_select (data-dependent shape)"),
+    ("unique", "unique (data-dependent shape)"),
+):
+    register(methods=(_m,))(_concrete(_what))
+
+
+@register(torch.nonzero, torch.masked_select, torch.unique, torch.argwhere)
+def _data_dependent(x, *a, **k):
+    raise concretization("a function with a data-dependent output shape", aval(x))
+
+
+# ------------------------------------------------------------------------------------ creation
+
+
+def _like_dtype(x, dt):
+    return dt if dt is not None else dtype(x)
+
+
+@register(torch.zeros_like)
+def _zeros_like(
+    x, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None
+):
+    return C.full(shape(x), 0, _like_dtype(x, dtype), device or aval(x).device)
+
+
+@register(torch.ones_like)
+def _ones_like(x, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
+    return C.full(shape(x), 1, _like_dtype(x, dtype), device or aval(x).device)
+
+
+@register(torch.empty_like)
+def _empty_like(
+    x, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None
+):
+    return _zeros_like(x, dtype=dtype, device=device)
+
+
+@register(torch.full_like)
+def _full_like(
+    x, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None
+):
+    return C.full(shape(x), fill_value, _like_dtype(x, dtype), device or aval(x).device)
+
+
+def _size_arg(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+@register(methods=("new_zeros",))
+def _new_zeros(
+    x, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
+):
+    return C.full(_size_arg(size), 0, _like_dtype(x, dtype), device or aval(x).device)
+
+
+@register(methods=("new_ones",))
+def _new_ones(
+    x, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
+):
+    return C.full(_size_arg(size), 1, _like_dtype(x, dtype), device or aval(x).device)
+
+
+@register(methods=("new_empty",))
+def _new_empty(
+    x, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
+):
+    return _new_zeros(x, *size, dtype=dtype, device=device)
+
+
+@register(methods=("new_full",))
+def _new_full(
+    x,
+    size,
+    fill_value,
+    *,
+    dtype=None,
+    device=None,
+    requires_grad=False,
+    layout=None,
+    pin_memory=False,
+):
+    return C.full(tuple(size), fill_value, _like_dtype(x, dtype), device or aval(x).device)
+
+
+@register(methods=("new_tensor",))
+def _new_tensor(x, data, *, dtype=None, device=None, requires_grad=False):
+    return torch.tensor(data, dtype=_like_dtype(x, dtype), device=device or aval(x).device)

@@ -1,0 +1,188 @@
+"""Jaxpr passes: inlining of call primitives, dead-code elimination, common-subexpression
+elimination, and NaN-safe simplification (`x * 0` is not folded: NaN * 0 is NaN)."""
+
+from __future__ import annotations
+
+from thunderx.core import Primitive
+from thunderx.ir import Eqn, Jaxpr, Literal, Var
+
+# Primitives holding a sub-jaxpr in params["jaxpr"] whose invars match the equation's inputs.
+call_primitives: set[Primitive] = set()
+# Primitives with effects (random draws): never removed or merged.
+effectful_primitives: set[Primitive] = set()
+
+
+def closure_convert(jaxpr: Jaxpr) -> Jaxpr:
+    """Constvars become leading invars, so the jaxpr can sit in params and take consts as inputs."""
+    if not jaxpr.constvars:
+        return jaxpr
+    return Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.eqns, jaxpr.outvars)
+
+
+def inline_calls(jaxpr: Jaxpr, prims=None) -> Jaxpr:
+    """Replace each call equation by the equations of its sub-jaxpr (recursively)."""
+    prims = call_primitives if prims is None else prims
+    if not any(e.prim in prims for e in jaxpr.eqns):
+        return jaxpr
+    eqns: list[Eqn] = []
+    subst: dict[int, object] = {}
+
+    def get(x):
+        return subst.get(id(x), x) if isinstance(x, Var) else x
+
+    def emit(sub: Jaxpr, inputs, outputs):
+        local: dict[int, object] = {id(v): x for v, x in zip(sub.invars, inputs)}
+
+        def read(x):
+            return local.get(id(x), x) if isinstance(x, Var) else x
+
+        for e in sub.eqns:
+            ins = [read(x) for x in e.inputs]
+            if e.prim in prims:
+                outs = [Var(v.aval) for v in e.outputs]
+                emit(e.params["jaxpr"], ins, outs)
+            else:
+                outs = [Var(v.aval) for v in e.outputs]
+                eqns.append(Eqn(e.prim, ins, outs, e.params))
+            for v, o in zip(e.outputs, outs):
+                local[id(v)] = o
+        for v, x in zip(outputs, sub.outvars):
+            subst[id(v)] = read(x)
+
+    for e in jaxpr.eqns:
+        ins = [get(x) for x in e.inputs]
+        if e.prim in prims:
+            emit(e.params["jaxpr"], ins, e.outputs)
+        else:
+            eqns.append(Eqn(e.prim, ins, e.outputs, e.params) if ins != e.inputs else e)
+    outvars = [get(x) for x in jaxpr.outvars]
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, outvars, check=False)
+
+
+def dce(jaxpr: Jaxpr, used_outputs: list[bool] | None = None) -> Jaxpr:
+    """Drop equations whose outputs nobody reads (and, with `used_outputs`, unused outvars)."""
+    outvars = jaxpr.outvars
+    if used_outputs is not None:
+        outvars = [v for v, u in zip(outvars, used_outputs) if u]
+    live = {id(v) for v in outvars if isinstance(v, Var)}
+    kept = []
+    for e in reversed(jaxpr.eqns):
+        if e.prim in effectful_primitives or any(id(v) in live for v in e.outputs):
+            kept.append(e)
+            for x in e.inputs:
+                if isinstance(x, Var):
+                    live.add(id(x))
+    if len(kept) == len(jaxpr.eqns) and used_outputs is None:
+        return jaxpr
+    kept.reverse()
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, kept, outvars, check=False)
+
+
+def _param_key(params: dict):
+    items = []
+    for k, v in sorted(params.items()):
+        try:
+            hash(v)
+        except TypeError:
+            return None
+        items.append((k, v))
+    return tuple(items)
+
+
+def cse(jaxpr: Jaxpr) -> Jaxpr:
+    """Merge equations with the same primitive, inputs and params."""
+    seen: dict = {}
+    subst: dict[int, Var] = {}
+    eqns = []
+    changed = False
+
+    def get(x):
+        return subst.get(id(x), x) if isinstance(x, Var) else x
+
+    def atom_key(x):
+        return ("lit", type(x.val), x.val) if isinstance(x, Literal) else id(x)
+
+    for e in jaxpr.eqns:
+        ins = [get(x) for x in e.inputs]
+        pkey = None if e.prim in effectful_primitives else _param_key(e.params)
+        if pkey is not None:
+            key = (e.prim, tuple(atom_key(x) for x in ins), pkey)
+            prev = seen.get(key)
+            if prev is not None:
+                for v, p in zip(e.outputs, prev):
+                    subst[id(v)] = p
+                changed = True
+                continue
+            seen[key] = e.outputs
+        if ins != e.inputs:
+            changed = True
+            e = Eqn(e.prim, ins, e.outputs, e.params)
+        eqns.append(e)
+    if not changed:
+        return jaxpr
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [get(x) for x in jaxpr.outvars], check=False)
+
+
+def simplify(jaxpr: Jaxpr) -> Jaxpr:
+    """NaN-safe algebra: `x + 0`, `x - 0`, `x * 1`, `x / 1`, `neg(neg(x))` and no-op converts
+    vanish; `x * 0` stays (NaN and inf times 0 are NaN)."""
+    from thunderx.primitives import binary as B
+    from thunderx.primitives import unary as U
+
+    subst: dict[int, object] = {}
+    producers: dict[int, Eqn] = {}
+    eqns = []
+    changed = False
+
+    def get(x):
+        return subst.get(id(x), x) if isinstance(x, Var) else x
+
+    def lit(x, value):
+        return isinstance(x, Literal) and type(x.val) is not bool and x.val == value
+
+    for e in jaxpr.eqns:
+        ins = [get(x) for x in e.inputs]
+        out = e.outputs[0] if len(e.outputs) == 1 else None
+        repl = None
+        if out is not None and e.prim in (B.add_p, B.sub_p, B.mul_p, B.div_p):
+            x, y = ins
+            if e.prim is B.add_p and lit(y, 0) and isinstance(x, Var):
+                repl = x
+            elif e.prim is B.add_p and lit(x, 0) and isinstance(y, Var):
+                repl = y
+            elif e.prim is B.sub_p and lit(y, 0) and isinstance(x, Var):
+                repl = x
+            elif e.prim is B.mul_p and lit(y, 1) and isinstance(x, Var):
+                repl = x
+            elif e.prim is B.mul_p and lit(x, 1) and isinstance(y, Var):
+                repl = y
+            elif e.prim is B.div_p and lit(y, 1) and isinstance(x, Var):
+                repl = x
+        elif out is not None and e.prim is U.neg_p:
+            prev = producers.get(id(ins[0]))
+            if prev is not None and prev.prim is U.neg_p:
+                repl = prev.inputs[0]
+        elif out is not None and e.prim is U.convert_p:
+            if ins[0].aval.dtype == e.params["new_dtype"] and isinstance(ins[0], Var):
+                repl = ins[0]
+        if (
+            repl is not None
+            and repl.aval.shape == out.aval.shape
+            and (repl.aval.dtype == out.aval.dtype)
+        ):
+            subst[id(out)] = repl
+            changed = True
+            continue
+        if ins != e.inputs:
+            e = Eqn(e.prim, ins, e.outputs, e.params)
+            changed = True
+        for v in e.outputs:
+            producers[id(v)] = e
+        eqns.append(e)
+    if not changed:
+        return jaxpr
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [get(x) for x in jaxpr.outvars], check=False)
+
+
+def optimize(jaxpr: Jaxpr) -> Jaxpr:
+    return dce(cse(simplify(inline_calls(jaxpr))))

@@ -1,0 +1,85 @@
+"""JAX-style text printing of jaxprs."""
+
+from __future__ import annotations
+
+import torch
+
+from thunderx.avals import short_dtype
+
+
+def _names():
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    n = 0
+    while True:
+        s, k = "", n
+        while True:
+            s = letters[k % 26] + s
+            k = k // 26 - 1
+            if k < 0:
+                break
+        yield s
+        n += 1
+
+
+class Namer:
+    def __init__(self):
+        self.names: dict[int, str] = {}
+        self.gen = _names()
+
+    def __call__(self, v) -> str:
+        from thunderx.ir import Literal
+
+        if isinstance(v, Literal):
+            return repr(v.val)
+        key = id(v)
+        if key not in self.names:
+            self.names[key] = next(self.gen)
+        return self.names[key]
+
+    def typed(self, v) -> str:
+        return f"{self(v)}:{v.aval.str_short()}"
+
+
+def format_param(value, indent: int, namer: Namer) -> str:
+    from thunderx.ir import ClosedJaxpr, Jaxpr
+
+    if isinstance(value, ClosedJaxpr):
+        value = value.jaxpr
+    if isinstance(value, Jaxpr):
+        return pp_jaxpr(value, indent=indent + 4, namer=Namer())
+    if isinstance(value, torch.dtype):
+        return short_dtype(value)
+    if isinstance(value, torch.device):
+        return str(value)
+    if callable(value):
+        return getattr(value, "__name__", type(value).__name__)
+    return repr(value)
+
+
+def format_params(params: dict, indent: int, namer: Namer) -> str:
+    shown = {k: v for k, v in params.items() if not k.startswith("_")}
+    if not shown:
+        return ""
+    inner = " ".join(f"{k}={format_param(v, indent, namer)}" for k, v in shown.items())
+    return f"[{inner}]"
+
+
+def pp_eqn(eqn, namer: Namer, indent: int) -> str:
+    lhs = " ".join(namer.typed(v) for v in eqn.outputs)
+    rhs = " ".join(namer(x) for x in eqn.inputs)
+    params = format_params(eqn.params, indent, namer)
+    return f"{lhs} = {eqn.prim.name}{params} {rhs}".rstrip()
+
+
+def pp_jaxpr(jaxpr, indent: int = 0, namer: Namer | None = None) -> str:
+    namer = namer or Namer()
+    pad = " " * indent
+    consts = " ".join(namer.typed(v) for v in jaxpr.constvars)
+    ins = " ".join(namer.typed(v) for v in jaxpr.invars)
+    lines = [f"{{ lambda {consts}{' ' if consts else ''}; {ins}. let"]
+    for eqn in jaxpr.eqns:
+        lines.append(pad + "    " + pp_eqn(eqn, namer, indent))
+    outs = ", ".join(namer(v) for v in jaxpr.outvars)
+    comma = "," if len(jaxpr.outvars) == 1 else ""
+    lines.append(pad + f"  in ({outs}{comma}) }}")
+    return "\n".join(lines)

@@ -1,0 +1,86 @@
+"""Staging: trace a function into a jaxpr (the trace behind make_jaxpr, jit and reverse mode)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from thunderx.avals import ShapedArray
+from thunderx.core import Trace, Tracer, abstract_eval, get_aval, new_trace
+from thunderx.ir import ClosedJaxpr, Eqn, Jaxpr, Literal, Var
+
+_SCALARS = (bool, int, float)
+
+
+class StagingTracer(Tracer):
+    __slots__ = ("var",)
+
+    def __init__(self, trace: StagingTrace, var: Var):
+        self._trace = trace
+        self.var = var
+
+    @property
+    def aval(self) -> ShapedArray:
+        return self.var.aval
+
+
+class StagingTrace(Trace):
+    """Records each primitive as an equation; values from any other trace become constvars."""
+
+    __slots__ = ("eqns", "constvars", "consts", "const_index")
+
+    def __init__(self, parent):
+        super().__init__(parent)
+        self.eqns: list[Eqn] = []
+        self.constvars: list[Var] = []
+        self.consts: list = []
+        self.const_index: dict[int, Var] = {}
+
+    def new_arg(self, aval: ShapedArray) -> StagingTracer:
+        t = StagingTracer(self, Var(aval))
+        self.input_ids.add(id(t))
+        return t
+
+    def lift(self, value) -> StagingTracer:
+        return StagingTracer(self, self.atom(value))
+
+    def atom(self, x):
+        if type(x) is StagingTracer and x._trace is self:
+            return x.var
+        if type(x) in _SCALARS:
+            return Literal(x)
+        var = self.const_index.get(id(x))
+        if var is None:
+            if isinstance(x, Tracer):
+                self.check_foreign(x)
+            var = Var(get_aval(x).strip_weak())
+            self.const_index[id(x)] = var
+            self.constvars.append(var)
+            self.consts.append(x)
+        return var
+
+    def process_primitive(self, prim, args, params):
+        atoms = [self.atom(a) for a in args]
+        out = abstract_eval(prim, [a.aval for a in atoms], params)
+        if prim.multiple_results:
+            tracers = [StagingTracer(self, Var(a)) for a in out]
+            self.eqns.append(Eqn(prim, atoms, [t.var for t in tracers], params))
+            return tracers
+        tracer = StagingTracer(self, Var(out))
+        self.eqns.append(Eqn(prim, atoms, [tracer.var], params))
+        return tracer
+
+    def finalize(self, in_tracers, out_values) -> ClosedJaxpr:
+        outvars = [self.atom(x) for x in out_values]
+        jaxpr = Jaxpr(self.constvars, [t.var for t in in_tracers], self.eqns, outvars)
+        return ClosedJaxpr(jaxpr, self.consts)
+
+
+def trace_flat(flat_fun: Callable, in_avals) -> tuple[ClosedJaxpr, object]:
+    """Trace `flat_fun(*leaves) -> (out_leaves, extra)` into a closed jaxpr; returns (jaxpr, extra)."""
+    from thunderx.lang.random import RandomnessMode
+
+    with new_trace(StagingTrace) as trace:
+        in_tracers = [trace.new_arg(a) for a in in_avals]
+        with RandomnessMode(None):
+            outs, extra = flat_fun(*in_tracers)
+        return trace.finalize(in_tracers, outs), extra

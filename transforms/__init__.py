@@ -1,0 +1,1 @@
+"""Transforms: jvp, partial evaluation, transpose, the autodiff API, vmap, jit."""

@@ -1,0 +1,416 @@
+"""The autodiff API: jvp, linearize, vjp, grad, value_and_grad, jacfwd, jacrev, hessian.
+
+Reverse mode is linearize + transpose: the function's jvp is staged into a jaxpr, partially
+evaluated into a primal part (run now, in the caller's trace context) and a linear part, which is
+transposed when cotangents arrive.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import torch
+from thunderx.transforms.jvp import jvp_flat
+from thunderx.transforms.partial_eval import partial_eval_jaxpr
+from thunderx.transforms.transpose import backward_pass
+
+from thunderx import tree
+from thunderx.ad_util import Zero, instantiate, tangent_aval
+from thunderx.avals import is_float
+from thunderx.core import get_aval, is_tensor_like
+from thunderx.errors import user_frame
+from thunderx.ir import eval_jaxpr
+from thunderx.tracing import trace_flat
+
+_SCALARS = (bool, int, float)
+
+
+def _as_value(x, what: str):
+    """Leaves of differentiated arguments: tensors or tracers; Python floats become tensors."""
+    if is_tensor_like(x):
+        return x
+    if type(x) in (int, float):
+        return torch.tensor(float(x)) if type(x) is float else torch.tensor(x)
+    raise TypeError(
+        f"{what}: arguments must be torch tensors, Python scalars or pytrees of them, "
+        f"got {type(x).__name__} (at {user_frame()})"
+    )
+
+
+def _split_aux(out, has_aux: bool, name: str):
+    if not has_aux:
+        return out, None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        raise TypeError(
+            f"{name}(..., has_aux=True): the function must return a pair (output, aux), "
+            f"got {type(out).__name__} (at {user_frame()})"
+        )
+    return out[0], out[1]
+
+
+class _Linearized:
+    """The result of staging a function's jvp and splitting it (see `linearize_flat`)."""
+
+    __slots__ = (
+        "primal_outs",
+        "out_tree",
+        "aux",
+        "linear",
+        "residuals",
+        "tangent_unknown",
+        "tangent_avals",
+        "in_diff",
+        "in_avals",
+    )
+
+
+def linearize_flat(flat_fun, primals, has_aux=False, name="vjp") -> _Linearized:
+    """`flat_fun(*leaves) -> out` (a pytree, or (out, aux) with has_aux). Computes the primal
+    outputs now and returns the linear map's jaxpr with its residuals."""
+    in_avals = [get_aval(p).strip_weak() for p in primals]
+    in_diff = [tangent_aval(a) is not None for a in in_avals]
+    t_avals = [a for a, d in zip(in_avals, in_diff) if d]
+    n = len(primals)
+    meta = {}
+
+    def staged(*args):
+        ps, ts = args[:n], iter(args[n:])
+        tangents = [next(ts) if d else None for d in in_diff]
+
+        def inner(*xs):
+            out, aux = _split_aux(flat_fun(*xs), has_aux, name)
+            out_leaves, meta["out_tree"] = tree.flatten(out)
+            aux_leaves, meta["aux_tree"] = tree.flatten(aux)
+            meta["n_out"], meta["n_aux"] = len(out_leaves), len(aux_leaves)
+            return out_leaves + aux_leaves
+
+        p_outs, t_outs = jvp_flat(inner, ps, tangents)
+        t_outs = t_outs[: meta["n_out"]]
+        meta["t_avals"] = [t.aval if type(t) is Zero else get_aval(t) for t in t_outs]
+        return p_outs + [instantiate(t) for t in t_outs], None
+
+    closed, _ = trace_flat(staged, in_avals + t_avals)
+    n_known_outs = meta["n_out"] + meta["n_aux"]
+    known, linear, out_unknowns, n_res = partial_eval_jaxpr(
+        closed.jaxpr, [False] * n + [True] * len(t_avals)
+    )
+    if any(out_unknowns[:n_known_outs]):
+        raise RuntimeError("internal error: a primal output depends on a tangent")
+    vals = eval_jaxpr(known, closed.consts, *primals)
+    lin = _Linearized()
+    lin.primal_outs = vals[: meta["n_out"]]
+    aux_leaves = vals[meta["n_out"] : n_known_outs]
+    lin.aux = tree.unflatten(meta["aux_tree"], aux_leaves) if has_aux else None
+    lin.out_tree = meta["out_tree"]
+    lin.residuals = vals[len(vals) - n_res :]
+    lin.linear = linear
+    lin.tangent_unknown = out_unknowns[n_known_outs:]
+    lin.tangent_avals = meta["t_avals"]
+    lin.in_diff = in_diff
+    lin.in_avals = in_avals
+    return lin
+
+
+def _transpose_linearized(lin: _Linearized, cts: list) -> list:
+    cts_unknown = [ct for ct, u in zip(cts, lin.tangent_unknown) if u]
+    cts_in = backward_pass(lin.linear, lin.residuals, cts_unknown)
+    it = iter(cts_in)
+    out = []
+    for a, d in zip(lin.in_avals, lin.in_diff):
+        ct = next(it) if d else Zero(a)
+        out.append(instantiate(ct))
+    return out
+
+
+def _apply_linearized(lin: _Linearized, tangents: list) -> list:
+    ts = [t for t, d in zip(tangents, lin.in_diff) if d]
+    outs = iter(eval_jaxpr(lin.linear, [], *lin.residuals, *ts))
+    return [
+        next(outs) if u else instantiate(Zero(a))
+        for u, a in zip(lin.tangent_unknown, lin.tangent_avals)
+    ]
+
+
+def _flatten_args(args, name):
+    leaves, treedef = tree.flatten(args)
+    return [_as_value(x, name) for x in leaves], treedef
+
+
+# ----------------------------------------------------------------------------------------- API
+
+
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
+    """Forward-mode derivative: returns `(fun(*primals), J @ tangents)`.
+
+    >>> thunderx.jvp(torch.sin, (torch.tensor(0.),), (torch.tensor(1.),))
+    (tensor(0.), tensor(1.))
+    """
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError("jvp: primals and tangents must be tuples (or lists) of arguments")
+    p_leaves, p_tree = _flatten_args(tuple(primals), "jvp")
+    t_leaves, t_tree = _flatten_args(tuple(tangents), "jvp")
+    if p_tree != t_tree:
+        raise ValueError(f"jvp: primals tree {p_tree} and tangents tree {t_tree} differ")
+    for p, t in zip(p_leaves, t_leaves):
+        pa, ta = get_aval(p), get_aval(t)
+        if pa.shape != ta.shape:
+            raise ValueError(f"jvp: tangent {ta.str_short()} for primal {pa.str_short()}")
+    meta = {}
+
+    def flat(*xs):
+        out, aux = _split_aux(fun(*tree.unflatten(p_tree, xs)), has_aux, "jvp")
+        leaves, meta["tree"] = tree.flatten(out)
+        aux_leaves, meta["aux_tree"] = tree.flatten(aux)
+        meta["n"] = len(leaves)
+        return leaves + aux_leaves
+
+    p_out, t_out = jvp_flat(flat, p_leaves, t_leaves)
+    n = meta["n"]
+    out = tree.unflatten(meta["tree"], p_out[:n])
+    t = tree.unflatten(meta["tree"], [instantiate(x) for x in t_out[:n]])
+    if has_aux:
+        return out, t, tree.unflatten(meta["aux_tree"], p_out[n:])
+    return out, t
+
+
+def linearize(fun: Callable, *primals):
+    """Returns `(fun(*primals), f_jvp)` where `f_jvp(*tangents)` applies the linearized map;
+    the primal computation is done once."""
+    leaves, in_tree = _flatten_args(primals, "linearize")
+    lin = linearize_flat(lambda *xs: fun(*tree.unflatten(in_tree, xs)), leaves)
+
+    def f_jvp(*tangents):
+        t_leaves, t_tree = tree.flatten(tangents)
+        if t_tree != in_tree:
+            raise ValueError(f"linearize: tangents tree {t_tree} does not match {in_tree}")
+        return tree.unflatten(lin.out_tree, _apply_linearized(lin, t_leaves))
+
+    return tree.unflatten(lin.out_tree, lin.primal_outs), f_jvp
+
+
+def vjp(fun: Callable, *primals, has_aux: bool = False):
+    """Returns `(fun(*primals), vjp_fn)`; `vjp_fn(ct)` gives one cotangent per primal.
+
+    >>> out, f_vjp = thunderx.vjp(torch.sin, torch.tensor(0.))
+    >>> f_vjp(torch.tensor(1.))
+    (tensor(1.),)
+    """
+    leaves, in_tree = _flatten_args(primals, "vjp")
+    lin = linearize_flat(lambda *xs: fun(*tree.unflatten(in_tree, xs)), leaves, has_aux, "vjp")
+
+    def vjp_fn(ct):
+        ct_leaves, ct_tree = tree.flatten(ct)
+        if ct_tree != lin.out_tree:
+            raise ValueError(
+                f"vjp: the cotangent's tree {ct_tree} does not match the output's {lin.out_tree}"
+            )
+        for c, a in zip(ct_leaves, lin.tangent_avals):
+            ca = get_aval(c)
+            if ca.shape != a.shape:
+                raise ValueError(
+                    f"vjp: cotangent {ca.str_short()} for an output {a.str_short()} "
+                    f"(at {user_frame()})"
+                )
+        cts = _transpose_linearized(lin, ct_leaves)
+        return tuple(tree.unflatten(in_tree, cts))
+
+    out = tree.unflatten(lin.out_tree, lin.primal_outs)
+    if has_aux:
+        return out, vjp_fn, lin.aux
+    return out, vjp_fn
+
+
+def _normalize_argnums(argnums, nargs: int, name: str):
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+    if not nums:
+        raise ValueError(f"{name}: argnums must not be empty")
+    out = []
+    for a in nums:
+        if not isinstance(a, int):
+            raise TypeError(f"{name}: argnums must be ints, got {a!r}")
+        if not -nargs <= a < nargs:
+            raise ValueError(
+                f"{name}: argnums {a} is out of range for a call with {nargs} positional arguments"
+            )
+        out.append(a % nargs)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: argnums {argnums} has duplicates")
+    return single, tuple(out)
+
+
+def _partial(fun, args, kwargs, argnums):
+    def f(*dyn):
+        full = list(args)
+        for i, a in zip(argnums, dyn):
+            full[i] = a
+        return fun(*full, **kwargs)
+
+    return f
+
+
+def _check_float_args(dyn, argnums, name):
+    for i, a in zip(argnums, dyn):
+        for leaf in tree.leaves(a):
+            aval = get_aval(leaf)
+            if not is_float(aval.dtype):
+                raise TypeError(
+                    f"{name} requires floating-point inputs, but argument {i} has a leaf of dtype "
+                    f"{aval.dtype} (at {user_frame()}). Convert it with .float(), or leave it out "
+                    "of argnums."
+                )
+
+
+def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False):
+    """Like `grad`, returning `(value, gradient)` (or `((value, aux), gradient)`)."""
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+        single, nums = _normalize_argnums(argnums, len(args), "grad")
+        dyn = [tree.map(lambda x: _as_value(x, "grad"), args[i]) for i in nums]
+        _check_float_args(dyn, nums, "grad")
+        res = vjp(_partial(fun, args, kwargs, nums), *dyn, has_aux=has_aux)
+        out, vjp_fn = res[0], res[1]
+        leaves = tree.leaves(out)
+        aval = get_aval(leaves[0]) if len(leaves) == 1 else None
+        if aval is None or aval.shape != () or not is_float(aval.dtype):
+            desc = aval.str_short() if aval is not None else f"a pytree with {len(leaves)} leaves"
+            raise TypeError(
+                f"grad requires a function with a scalar floating output, got {desc} "
+                f"(at {user_frame()}). Reduce it first (e.g. .sum()), or use jacrev for "
+                "non-scalar outputs."
+            )
+        from thunderx.primitives import creation
+
+        g = vjp_fn(creation.full((), 1.0, aval.dtype, aval.device))
+        g = g[0] if single else g
+        return ((out, res[2]) if has_aux else out), g
+
+    return wrapper
+
+
+def grad(fun: Callable, argnums=0, has_aux: bool = False):
+    """Gradient of a scalar function with respect to argument(s) `argnums`.
+
+    >>> thunderx.grad(lambda x: (x ** 2).sum())(torch.tensor([1., 2.]))
+    tensor([2., 4.])
+    """
+    vg = value_and_grad(fun, argnums, has_aux)
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+        (out, g) = vg(*args, **kwargs)
+        if has_aux:
+            return g, out[1]
+        return g
+
+    return wrapper
+
+
+def _std_basis(avals):
+    """Identity rows split per leaf: leaf i gets a [N, *shape_i] block."""
+    sizes = [a.size for a in avals]
+    n = sum(sizes)
+    dtype = avals[0].dtype
+    for a in avals[1:]:
+        dtype = torch.promote_types(dtype, a.dtype)
+    eye = torch.eye(n, dtype=dtype, device=avals[0].device)
+    blocks, offset = [], 0
+    for a, s in zip(avals, sizes):
+        blocks.append(eye[:, offset : offset + s].reshape((n,) + tuple(a.shape)).to(a.dtype))
+        offset += s
+    return blocks
+
+
+def _jac_tree(out_tree, in_tree, blocks):
+    """blocks[i][j]: d out_leaf_i / d in_leaf_j -> out tree of in trees."""
+    return tree.unflatten(out_tree, [tree.unflatten(in_tree, row) for row in blocks])
+
+
+def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
+    """Jacobian by forward mode (vmap over a basis of input tangents): shape out + in."""
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+        from thunderx.transforms.vmap import vmap
+
+        single, nums = _normalize_argnums(argnums, len(args), "jacfwd")
+        dyn = tuple(tree.map(lambda x: _as_value(x, "jacfwd"), args[i]) for i in nums)
+        _check_float_args(dyn, nums, "jacfwd")
+        dyn_arg = dyn[0] if single else dyn
+        leaves, in_tree = tree.flatten(dyn_arg)
+        f = _partial(fun, args, kwargs, nums)
+        lin = linearize_flat(
+            lambda *xs: f(
+                *((tree.unflatten(in_tree, xs),) if single else tree.unflatten(in_tree, xs))
+            ),
+            leaves,
+            has_aux,
+            "jacfwd",
+        )
+        in_avals = [get_aval(x) for x in leaves]
+        basis = _std_basis(in_avals)
+        cols = vmap(lambda *ts: _apply_linearized(lin, list(ts)), in_axes=0, out_axes=-1)(*basis)
+        blocks = []
+        for o, a in zip(cols, lin.tangent_avals):
+            row, offset = [], 0
+            for ia in in_avals:
+                from thunderx.primitives import shape as S
+
+                part = S.slice_in_dim(o, offset, offset + ia.size, 1, len(a.shape))
+                row.append(S.reshape(part, tuple(a.shape) + tuple(ia.shape)))
+                offset += ia.size
+            blocks.append(row)
+        jac = _jac_tree(lin.out_tree, in_tree, blocks)
+        return (jac, lin.aux) if has_aux else jac
+
+    return wrapper
+
+
+def jacrev(fun: Callable, argnums=0, has_aux: bool = False):
+    """Jacobian by reverse mode (vmap of vjp over a basis of output cotangents): shape out + in."""
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+        from thunderx.primitives import shape as S
+        from thunderx.transforms.vmap import vmap
+
+        single, nums = _normalize_argnums(argnums, len(args), "jacrev")
+        dyn = tuple(tree.map(lambda x: _as_value(x, "jacrev"), args[i]) for i in nums)
+        _check_float_args(dyn, nums, "jacrev")
+        dyn_arg = dyn[0] if single else dyn
+        leaves, in_tree = tree.flatten(dyn_arg)
+        f = _partial(fun, args, kwargs, nums)
+        lin = linearize_flat(
+            lambda *xs: f(
+                *((tree.unflatten(in_tree, xs),) if single else tree.unflatten(in_tree, xs))
+            ),
+            leaves,
+            has_aux,
+            "jacrev",
+        )
+        out_avals = lin.tangent_avals
+        basis = _std_basis(out_avals)
+        rows = vmap(lambda *cts: _transpose_linearized(lin, list(cts)), in_axes=0, out_axes=0)(
+            *basis
+        )
+        in_avals = [get_aval(x) for x in leaves]
+        blocks = []
+        offset = 0
+        for oa in out_avals:
+            row = []
+            for r, ia in zip(rows, in_avals):
+                part = S.slice_in_dim(r, offset, offset + oa.size, 1, 0)
+                row.append(S.reshape(part, tuple(oa.shape) + tuple(ia.shape)))
+            offset += oa.size
+            blocks.append(row)
+        jac = _jac_tree(lin.out_tree, in_tree, blocks)
+        return (jac, lin.aux) if has_aux else jac
+
+    return wrapper
+
+
+def hessian(fun: Callable, argnums=0, has_aux: bool = False):
+    """Hessian as forward-over-reverse: `jacfwd(jacrev(fun))`."""
+    return jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux)

@@ -1,0 +1,327 @@
+"""jit: trace once per signature, optimize, and run generated code; a cache hit costs a
+signature check and one call. Under another transform, jit binds `jit_call` (a higher-order
+primitive holding the jaxpr), so `grad(jit(f))` and `vmap(jit(f))` do not retrace `f`."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+from typing import Any, Callable
+
+import torch
+
+from thunderx import tree
+from thunderx.ad_util import Zero
+from thunderx.core import Tracer, get_aval, is_top_level
+from thunderx.errors import user_frame
+from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
+from thunderx.passes import closure_convert, optimize
+from thunderx.tracing import trace_flat
+
+_SCALARS = (bool, int, float)
+
+
+# ------------------------------------------------------------------------ compiling a jaxpr
+
+
+def compiled_for(jaxpr: Jaxpr, executor: str = "torch"):
+    """The compiled program for a closure-converted jaxpr, cached on the jaxpr."""
+    key = ("compiled", executor)
+    prog = jaxpr._cache.get(key)
+    if prog is None:
+        prog = _compile(jaxpr, executor)
+        jaxpr._cache[key] = prog
+    return prog
+
+
+def _compile(jaxpr: Jaxpr, executor: str):
+    opt = optimize(jaxpr)
+    if executor == "nvfuser":
+        from thunderx.executors.nvfuser_exec import compile_nvfuser
+
+        return compile_nvfuser(opt)
+    from thunderx.executors.torch_codegen import compile_jaxpr
+
+    prog = compile_jaxpr(opt)
+    return prog
+
+
+def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
+    """(jvp jaxpr, its consts, which tangent outputs are nonzero), cached per nonzero pattern."""
+    key = ("jvp", nonzero)
+    hit = jaxpr._cache.get(key)
+    if hit is not None:
+        return hit
+    from thunderx.transforms.jvp import jvp_flat
+
+    n = len(jaxpr.invars)
+    meta = {}
+
+    def fun(*args):
+        ps, ts = args[:n], iter(args[n:])
+        tangents = [next(ts) if nz else None for nz in nonzero]
+        p_out, t_out = jvp_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), ps, tangents)
+        meta["nz"] = tuple(type(t) is not Zero for t in t_out)
+        return p_out + [t for t in t_out if type(t) is not Zero], None
+
+    t_avals = [v.aval for v, nz in zip(jaxpr.invars, nonzero) if nz]
+    closed, _ = trace_flat(fun, jaxpr.in_avals + t_avals)
+    result = (closure_convert(closed.jaxpr), closed.consts, meta["nz"])
+    if not any(isinstance(c, Tracer) for c in closed.consts):
+        jaxpr._cache[key] = result
+    return result
+
+
+def batch_of_jaxpr(jaxpr: Jaxpr, dims: tuple, size: int, force_out=None):
+    """(batched jaxpr over batched operands, consts, out batch dims), cached per dims and size."""
+    key = ("batch", dims, size, force_out)
+    hit = jaxpr._cache.get(key)
+    if hit is not None:
+        return hit
+    from thunderx.primitives import shape as S
+    from thunderx.transforms.vmap import BatchTrace, BatchTracer
+
+    from thunderx.core import new_trace
+
+    meta = {}
+
+    def fun(*args):
+        with new_trace(BatchTrace, size) as trace:
+            ins = [a if d is None else BatchTracer(trace, a, d) for a, d in zip(args, dims)]
+            outs = eval_jaxpr(jaxpr, [], *ins)
+            unpacked = [trace.unpack(o) for o in outs]
+        results, out_dims = [], []
+        for val, d in unpacked:
+            if force_out is not None:
+                val = (
+                    S.broadcast_batch(val, size, force_out)
+                    if d is None
+                    else S.moveaxis(val, d, force_out)
+                )
+                d = force_out
+            results.append(val)
+            out_dims.append(d)
+        meta["out_dims"] = tuple(out_dims)
+        return results, None
+
+    in_avals = []
+    for v, d in zip(jaxpr.invars, dims):
+        a = v.aval
+        if d is not None:
+            shape = list(a.shape)
+            shape.insert(d, size)
+            a = a.update(shape=tuple(shape))
+        in_avals.append(a)
+    closed, _ = trace_flat(fun, in_avals)
+    result = (closure_convert(closed.jaxpr), closed.consts, meta["out_dims"])
+    if not any(isinstance(c, Tracer) for c in closed.consts):
+        jaxpr._cache[key] = result
+    return result
+
+
+# ----------------------------------------------------------------------------------- jit API
+
+
+class _Entry:
+    __slots__ = ("jaxpr", "consts", "out_tree", "program", "closed", "__weakref__")
+
+
+def _leaf_key(x):
+    t = type(x)
+    if t is torch.Tensor or isinstance(x, torch.Tensor):
+        return (x.shape, x.dtype, x.device)
+    if t in _SCALARS:
+        return t
+    if isinstance(x, Tracer):
+        a = x.aval
+        return (a.shape, a.dtype, a.device)
+    raise TypeError(
+        f"jit: arguments must be tensors, Python scalars or pytrees of them, got {t.__name__} "
+        f"(at {user_frame()}); mark non-array arguments static with static_argnums"
+    )
+
+
+class JitFunction:
+    """The callable `jit` returns; see `jit`."""
+
+    def __init__(self, fun, static_argnums, static_argnames, cache_size, executor):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.static_argnums = tuple(static_argnums)
+        self.static_argnames = tuple(static_argnames)
+        self.cache_size = cache_size
+        self.executor = executor
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.RLock()
+        self.hits = 0
+        self.misses = 0
+
+    # -- signature
+    def _split(self, args, kwargs):
+        n = len(args)
+        statics = []
+        if self.static_argnums:
+            nums = {a % n if -n <= a < n else a for a in self.static_argnums}
+            for a in self.static_argnums:
+                if not -n <= a < n:
+                    raise ValueError(
+                        f"jit: static_argnums {a} is out of range for a call with {n} arguments"
+                    )
+            statics = [args[i] for i in sorted(nums)]
+            args = tuple(None if i in nums else a for i, a in enumerate(args))
+        if kwargs:
+            skw = {k: kwargs[k] for k in self.static_argnames if k in kwargs}
+            kwargs = {k: v for k, v in kwargs.items() if k not in skw}
+            statics.append(tuple(sorted(skw.items())))
+        for s in statics:
+            try:
+                hash(s)
+            except TypeError:
+                raise TypeError(
+                    f"jit: static arguments must be hashable, got {type(s).__name__} "
+                    f"(at {user_frame()})"
+                ) from None
+        return args, kwargs, tuple(statics)
+
+    def _key(self, args, kwargs):
+        dyn_args, dyn_kwargs, statics = self._split(args, kwargs)
+        leaves, treedef = tree.flatten((dyn_args, dyn_kwargs))
+        return (treedef, tuple(_leaf_key(x) for x in leaves), statics), leaves, dyn_args, dyn_kwargs
+
+    # -- tracing
+    def _trace(self, args, kwargs, leaves, treedef_args):
+        n = len(args)
+        static_pos = {a % n for a in self.static_argnums}
+
+        def flat(*xs):
+            dyn_args, dyn_kwargs = tree.unflatten(treedef_args, xs)
+            full = [args[i] if i in static_pos else a for i, a in enumerate(dyn_args)]
+            full_kwargs = dict(kwargs)
+            full_kwargs.update(dyn_kwargs)
+            out = self.fun(*full, **full_kwargs)
+            out_leaves, out_tree = tree.flatten(out)
+            return out_leaves, out_tree
+
+        in_avals = [get_aval(x) for x in leaves]
+        closed, out_tree = trace_flat(flat, in_avals)
+        entry = _Entry()
+        entry.closed = closed
+        entry.jaxpr = closure_convert(closed.jaxpr)
+        entry.consts = closed.consts
+        entry.out_tree = out_tree
+        entry.program = None
+        return entry
+
+    def _lookup(self, args, kwargs):
+        key, leaves, dyn_args, dyn_kwargs = self._key(args, kwargs)
+        entry = self._cache.get(key)
+        if entry is not None:
+            self.hits += 1
+            self._cache.move_to_end(key)
+            return entry, leaves
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is not None:
+                self.hits += 1
+                return entry, leaves
+            self.misses += 1
+            _, treedef = tree.flatten((dyn_args, dyn_kwargs))
+            entry = self._trace(args, kwargs, leaves, treedef)
+            if not any(isinstance(c, Tracer) for c in entry.consts):
+                self._cache[key] = entry
+                while len(self._cache) > self.cache_size:
+                    self._cache.popitem(last=False)
+        return entry, leaves
+
+    def __call__(self, *args, **kwargs):
+        entry, leaves = self._lookup(args, kwargs)
+        if is_top_level():
+            prog = entry.program
+            if prog is None:
+                prog = entry.program = compiled_for(entry.jaxpr, self._executor_for(leaves))
+            if _needs_autograd(leaves, entry.consts):
+                outs = prog.fn_plain(*entry.consts, *leaves)
+            else:
+                outs = prog.fn(*entry.consts, *leaves)
+        else:
+            from thunderx.primitives.higher_order import jit_call_p
+
+            outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
+        return tree.unflatten(entry.out_tree, outs)
+
+    def _executor_for(self, leaves):
+        if self.executor is not None:
+            return self.executor
+        from thunderx.executors.nvfuser_exec import nvfuser_available
+
+        if any(isinstance(x, torch.Tensor) and x.is_cuda for x in leaves) and nvfuser_available():
+            return "nvfuser"
+        return "torch"
+
+    # -- inspection
+    def cache_info(self) -> dict:
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "size": len(self._cache),
+            "maxsize": self.cache_size,
+        }
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def trace(self, *args, **kwargs) -> ClosedJaxpr:
+        entry, _ = self._lookup(args, kwargs)
+        return entry.closed
+
+    def lower(self, *args, executor: str | None = None, **kwargs):
+        """The staged program for these arguments: `.as_text()` shows the optimized jaxpr and
+        the execution program (generated torch code, or nvFuser regions and definitions)."""
+        from thunderx.lowering import Lowered
+
+        entry, leaves = self._lookup(args, kwargs)
+        return Lowered(entry, executor or self._executor_for(leaves), self.__name__)
+
+
+def _needs_autograd(leaves, consts) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    for x in leaves:
+        if type(x) is torch.Tensor and x.requires_grad:
+            return True
+    for c in consts:
+        if isinstance(c, torch.Tensor) and c.requires_grad:
+            return True
+    return False
+
+
+def jit(
+    fun: Callable | None = None,
+    static_argnums: int | tuple = (),
+    static_argnames: str | tuple = (),
+    *,
+    cache_size: int = 256,
+    executor: str | None = None,
+) -> Any:
+    """Stage `fun` out once per signature and run it as generated code.
+
+    The signature is the pytree structure, each leaf's (shape, dtype, device) and the values of
+    static arguments; Python side effects in `fun` run only when it is traced.
+
+    >>> f = thunderx.jit(lambda x: torch.sin(x) * 2)
+    >>> f(torch.zeros(3))
+    tensor([0., 0., 0.])
+    """
+    if fun is None:
+        return lambda f: jit(
+            f, static_argnums, static_argnames, cache_size=cache_size, executor=executor
+        )
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    if isinstance(static_argnames, str):
+        static_argnames = (static_argnames,)
+    if executor not in (None, "torch", "nvfuser"):
+        raise ValueError(f"jit: executor must be 'torch' or 'nvfuser', not {executor!r}")
+    return JitFunction(fun, static_argnums, static_argnames, cache_size, executor)

@@ -1,0 +1,101 @@
+"""Forward mode: the JVP trace carries (primal, tangent) pairs through each primitive's jvp rule."""
+
+from __future__ import annotations
+
+from thunderx.ad_util import Zero, instantiate, tangent_aval
+from thunderx.avals import ShapedArray, is_float
+from thunderx.core import (
+    Trace,
+    Tracer,
+    abstract_eval,
+    get_aval,
+    jvp_rules,
+    missing_rule,
+    set_trace,
+)
+
+
+class JVPTracer(Tracer):
+    __slots__ = ("primal", "tangent")
+
+    def __init__(self, trace, primal, tangent):
+        self._trace = trace
+        self.primal = primal
+        self.tangent = tangent
+
+    @property
+    def aval(self) -> ShapedArray:
+        return get_aval(self.primal)
+
+
+class JVPTrace(Trace):
+    __slots__ = ()
+
+    def pair(self, x):
+        if type(x) is JVPTracer and x._trace is self:
+            return x.primal, x.tangent
+        if isinstance(x, Tracer):
+            self.check_foreign(x)
+        return x, None
+
+    def process_primitive(self, prim, args, params):
+        primals, tangents = [], []
+        nonzero = False
+        for a in args:
+            p, t = self.pair(a)
+            primals.append(p)
+            if t is None:
+                tangents.append(Zero(get_aval(p)))
+            else:
+                tangents.append(t)
+                nonzero = True
+        with set_trace(self.parent):
+            if not nonzero:
+                return prim.bind(*primals, **params)
+            rule = jvp_rules.get(prim)
+            if rule is None:
+                return self.no_rule(prim, primals, params)
+            out, t_out = rule(primals, tangents, **params)
+        if prim.multiple_results:
+            return [self.wrap(o, t) for o, t in zip(out, t_out)]
+        return self.wrap(out, t_out)
+
+    def no_rule(self, prim, primals, params):
+        # Integer and bool outputs carry no tangent, so such primitives need no jvp rule.
+        out_avals = abstract_eval(prim, [get_aval(p) for p in primals], params)
+        avals = out_avals if prim.multiple_results else [out_avals]
+        if any(is_float(a.dtype) for a in avals):
+            raise missing_rule(prim, "jvp")
+        return prim.bind(*primals, **params)
+
+    def lift(self, value):
+        return JVPTracer(self, value, Zero(get_aval(value)))
+
+    def wrap(self, out, t):
+        if type(t) is Zero or t is None:
+            return out
+        return JVPTracer(self, out, t)
+
+
+def jvp_flat(flat_fun, primals, tangents):
+    """Run `flat_fun(*args) -> out_leaves` on JVP tracers. Returns (primal_outs, tangent_outs),
+    tangents as symbolic `Zero`s where the output does not depend on the inputs."""
+    from thunderx.core import new_trace
+
+    with new_trace(JVPTrace) as trace:
+        ins = [
+            JVPTracer(trace, p, t) if t is not None and tangent_aval(get_aval(p)) is not None else p
+            for p, t in zip(primals, tangents)
+        ]
+        trace.input_ids.update(id(t) for t in ins)
+        outs = flat_fun(*ins)
+        primal_outs, tangent_outs = [], []
+        for o in outs:
+            p, t = trace.pair(o)
+            primal_outs.append(p)
+            tangent_outs.append(Zero(get_aval(p).strip_weak()) if t is None else t)
+    return primal_outs, tangent_outs
+
+
+def instantiate_all(ts):
+    return [instantiate(t) for t in ts]
