@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.avals import ShapedArray
+from thunderx.avals import CPU, ShapedArray
 from thunderx.core import (
     abstract_eval_rules,
     impl_rules,
@@ -68,11 +68,11 @@ nvfuser_rules[full_p] = lambda fd, *, shape, fill_value, dtype, device: fd.ops.f
 )
 
 
-def iota(dtype, shape, dimension: int, device=torch.device("cpu")):
+def iota(dtype, shape, dimension: int, device=CPU):
     return iota_p.bind(dtype=dtype, shape=tuple(shape), dimension=dimension, device=device)
 
 
-def full(shape, fill_value, dtype, device=torch.device("cpu")):
+def full(shape, fill_value, dtype, device=CPU):
     return full_p.bind(shape=tuple(shape), fill_value=fill_value, dtype=dtype, device=device)
 
 

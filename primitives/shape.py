@@ -310,7 +310,7 @@ def _slice_codegen(args, avals, *, start_indices, limit_indices, strides):
 def _slice_transpose(ct, x, *, start_indices, limit_indices, strides):
     shape = x.aval.shape
     config = []
-    for n, s, e, st, m in zip(shape, start_indices, limit_indices, strides, _shape(ct)):
+    for n, s, st, m in zip(shape, start_indices, strides, _shape(ct)):
         used = s + (m - 1) * st + 1 if m > 0 else s
         config.append((s, n - used, st - 1))
     return [pad(ct, 0.0 if x.aval.dtype.is_floating_point else 0, tuple(config))]

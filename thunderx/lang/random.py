@@ -57,7 +57,7 @@ def draw(kind: str, shape, dtype, device, name: str):
     with set_trace(outer_first[0].parent):
         val = prim(tuple(bt.axis_size for bt in outer_first) + tuple(shape), dtype, device)
     # Peel the axes one trace at a time: each vmap level sees its own leading axis.
-    for k, bt in enumerate(outer_first):
+    for bt in outer_first:
         val = BatchTracer(bt, val, 0)
     return val
 
