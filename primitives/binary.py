@@ -7,12 +7,6 @@ import math
 import operator
 
 import torch
-from thunderx.primitives._elementwise import (
-    elementwise_batch,
-    is_scalar,
-    nary_abstract_eval,
-    scalar_tensor,
-)
 
 from thunderx.ad_util import Zero, add_tangents, instantiate, is_undefined
 from thunderx.core import (
@@ -26,6 +20,12 @@ from thunderx.core import (
     nvfuser_rules,
     torch_codegen_rules,
     transpose_rules,
+)
+from thunderx.primitives._elementwise import (
+    elementwise_batch,
+    is_scalar,
+    nary_abstract_eval,
+    scalar_tensor,
 )
 
 
@@ -73,8 +73,14 @@ def _fmt(op):
     return lambda args, avals: f"({args[0]} {op} {args[1]})"
 
 
-def _call(fn):
-    return lambda args, avals: f"{fn}({args[0]}, {args[1]})"
+def _call(fn, name):
+    # torch.maximum and friends need tensors; a literal operand goes through the impl wrapper
+    def rule(args, avals):
+        if any(a.weak_type for a in avals):
+            return f"_impl_{name}({args[0]}, {args[1]})"
+        return f"{fn}({args[0]}, {args[1]})"
+
+    return rule
 
 
 add_p = def_binary("add", operator.add, _fmt("+"), "add")
@@ -91,10 +97,10 @@ div_p = def_binary(
     "div",
 )
 pow_p = def_binary("pow", operator.pow, _fmt("**"), "pow")
-max_p = def_binary("max", _tensor_args(torch.maximum), _call("torch.maximum"), "maximum")
-min_p = def_binary("min", _tensor_args(torch.minimum), _call("torch.minimum"), "minimum")
-atan2_p = def_binary("atan2", _tensor_args(torch.atan2), _call("torch.atan2"), "atan2")
-rem_p = def_binary("rem", _tensor_args(torch.fmod), _call("torch.fmod"), "fmod")
+max_p = def_binary("max", _tensor_args(torch.maximum), _call("torch.maximum", "max"), "maximum")
+min_p = def_binary("min", _tensor_args(torch.minimum), _call("torch.minimum", "min"), "minimum")
+atan2_p = def_binary("atan2", _tensor_args(torch.atan2), _call("torch.atan2", "atan2"), "atan2")
+rem_p = def_binary("rem", _tensor_args(torch.fmod), _call("torch.fmod", "rem"), "fmod")
 eq_p = def_binary("eq", operator.eq, _fmt("=="), "eq", out_bool=True)
 ne_p = def_binary("ne", operator.ne, _fmt("!="), "ne", out_bool=True)
 lt_p = def_binary("lt", operator.lt, _fmt("<"), "lt", out_bool=True)
@@ -106,22 +112,32 @@ or_p = def_binary("logical_or", operator.or_, _fmt("|"), "logical_or")
 
 
 def add(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x + y
     return add_p.bind(x, y)
 
 
 def sub(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x - y
     return sub_p.bind(x, y)
 
 
 def mul(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x * y
     return mul_p.bind(x, y)
 
 
 def div(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x / y
     return div_p.bind(x, y)
 
 
 def pow(x, y):  # noqa: A001 - the primitive's name
+    if is_scalar(x) and is_scalar(y):
+        return x**y
     return pow_p.bind(x, y)
 
 

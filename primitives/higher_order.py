@@ -137,10 +137,9 @@ def _custom_jvp_jvp(primals, tangents, *, jaxpr, jvp, num_consts, in_tree, out_t
 
 
 def _custom_jvp_batch(args, dims, *, jaxpr, jvp, num_consts, in_tree, out_tree):
+    from thunderx import tree
     from thunderx.transforms.jit import batch_of_jaxpr
     from thunderx.transforms.vmap import vmap
-
-    from thunderx import tree
 
     size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
     new_jaxpr, consts, out_dims = batch_of_jaxpr(jaxpr, tuple(dims), size, force_out=0)
@@ -203,10 +202,9 @@ def _custom_vjp_jvp(primals, tangents, *, jaxpr, fwd, bwd, num_consts, in_tree, 
 
 
 def _custom_vjp_batch(args, dims, *, jaxpr, fwd, bwd, num_consts, in_tree, out_tree):
+    from thunderx import tree
     from thunderx.transforms.jit import batch_of_jaxpr
     from thunderx.transforms.vmap import vmap
-
-    from thunderx import tree
 
     size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
     new_jaxpr, consts, out_dims = batch_of_jaxpr(jaxpr, tuple(dims), size, force_out=0)

@@ -4,9 +4,6 @@ any index shape), dynamic_slice / dynamic_update_slice (traced start indices).""
 from __future__ import annotations
 
 import torch
-from thunderx.primitives import binary as B
-from thunderx.primitives import creation as C
-from thunderx.primitives import shape as S
 
 from thunderx.ad_util import Zero, deflinear, instantiate, is_undefined
 from thunderx.avals import ShapedArray, is_float
@@ -18,6 +15,9 @@ from thunderx.core import (
     new_primitive,
     torch_codegen_rules,
 )
+from thunderx.primitives import binary as B
+from thunderx.primitives import creation as C
+from thunderx.primitives import shape as S
 
 
 def _shape(x):

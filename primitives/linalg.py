@@ -5,7 +5,6 @@ from __future__ import annotations
 import string
 
 import torch
-from thunderx.primitives import shape as S
 
 from thunderx.ad_util import Zero, add_tangents, is_undefined
 from thunderx.avals import ShapedArray
@@ -20,6 +19,7 @@ from thunderx.core import (
     torch_codegen_rules,
     transpose_rules,
 )
+from thunderx.primitives import shape as S
 
 dot_general_p = new_primitive("dot_general")
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import torch
-from thunderx.primitives import binary as B
-from thunderx.primitives import shape as S
-from thunderx.primitives import unary as U
 
 from thunderx.ad_util import Zero, deflinear
 from thunderx.avals import ShapedArray
@@ -19,6 +16,9 @@ from thunderx.core import (
     nvfuser_rules,
     torch_codegen_rules,
 )
+from thunderx.primitives import binary as B
+from thunderx.primitives import shape as S
+from thunderx.primitives import unary as U
 
 
 def _shape(x):

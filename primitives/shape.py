@@ -202,9 +202,10 @@ def transpose(x, permutation):
 
 
 def moveaxis(x, src: int, dst: int):
+    n = len(_shape(x))
+    src, dst = src % n, dst % n
     if src == dst:
         return x
-    n = len(_shape(x))
     perm = [i for i in range(n) if i != src]
     perm.insert(dst, src)
     return transpose(x, perm)

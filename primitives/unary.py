@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 
 import torch
-from thunderx.primitives import binary as B
-from thunderx.primitives._elementwise import elementwise_batch, nary_abstract_eval
 
 from thunderx.ad_util import Zero, is_undefined
 from thunderx.avals import ShapedArray, is_float
@@ -22,6 +20,8 @@ from thunderx.core import (
     torch_codegen_rules,
     transpose_rules,
 )
+from thunderx.primitives import binary as B
+from thunderx.primitives._elementwise import elementwise_batch, nary_abstract_eval
 
 # name -> (torch function, nvFuser op, derivative(x, y) -> dy/dx or None for zero, domain)
 # The domain names the inputs the tests draw: "real", "positive", "unit" (-1, 1), "ge1".
@@ -59,7 +59,7 @@ def def_unary(name, torch_fn, nvf_op, derivative, domain="real", out=_same, floa
             if type(t) is Zero:
                 return y, t
             d = derivative(x, y)
-            return y, (Zero(t.aval) if d is None else B.mul(t, d))
+            return y, (Zero(get_aval(y)) if d is None else B.mul(t, d))
 
         jvp_rules[prim] = jvp
     return prim

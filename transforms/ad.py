@@ -11,9 +11,6 @@ import functools
 from typing import Callable, Sequence
 
 import torch
-from thunderx.transforms.jvp import jvp_flat
-from thunderx.transforms.partial_eval import partial_eval_jaxpr
-from thunderx.transforms.transpose import backward_pass
 
 from thunderx import tree
 from thunderx.ad_util import Zero, instantiate, tangent_aval
@@ -22,6 +19,9 @@ from thunderx.core import get_aval, is_tensor_like
 from thunderx.errors import user_frame
 from thunderx.ir import eval_jaxpr
 from thunderx.tracing import trace_flat
+from thunderx.transforms.jvp import jvp_flat
+from thunderx.transforms.partial_eval import partial_eval_jaxpr
+from thunderx.transforms.transpose import backward_pass
 
 _SCALARS = (bool, int, float)
 

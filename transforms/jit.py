@@ -79,10 +79,9 @@ def batch_of_jaxpr(jaxpr: Jaxpr, dims: tuple, size: int, force_out=None):
     hit = jaxpr._cache.get(key)
     if hit is not None:
         return hit
+    from thunderx.core import new_trace
     from thunderx.primitives import shape as S
     from thunderx.transforms.vmap import BatchTrace, BatchTracer
-
-    from thunderx.core import new_trace
 
     meta = {}
 

@@ -134,6 +134,7 @@ def generate_source(jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = Tr
     """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple."""
     namer = _Namer()
     namespace: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
+    namespace.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
     params = [namer(v) for v in jaxpr.constvars + jaxpr.invars]
     lines = [f"def {name}({', '.join(params)}):"]
     last_use: dict[int, int] = {}

@@ -1,0 +1,406 @@
+"""A sample generator for every registered primitive: hypothesis draws -> (args, params).
+
+A primitive without a sample here fails `test_every_primitive_has_samples`, unless it is listed
+in EXCLUDED with a reason."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import torch
+from hypothesis import strategies as st
+
+from thunderx.primitives import unary
+from thunderx.testing.strategies import values
+
+F64 = torch.float64
+
+
+@dataclasses.dataclass
+class Sample:
+    args: list
+    params: dict
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    eps: float = 1e-6
+
+
+# Checked by other tests (API, custom rules, jit) rather than from random operands.
+EXCLUDED = {
+    "jit_call": "a call primitive: tested through jit composition tests",
+    "custom_jvp_call": "tested through custom_jvp tests",
+    "custom_vjp_call": "tested through custom_vjp tests",
+    "custom_lin": "only exists inside reverse mode of custom_vjp; tested there",
+    "torch_call": "the opaque fallback: tested by the fallback tests",
+    "random_uniform": "random: tested by the randomness tests",
+    "random_normal": "random: tested by the randomness tests",
+}
+
+
+class Draw:
+    """Thin helper over hypothesis' `data` for shapes and tensors."""
+
+    def __init__(self, data):
+        self.data = data
+        self.gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**31 - 1)))
+
+    def int(self, lo, hi):
+        return self.data.draw(st.integers(lo, hi))
+
+    def bool(self):
+        return self.data.draw(st.booleans())
+
+    def choice(self, xs):
+        return self.data.draw(st.sampled_from(list(xs)))
+
+    def shape(self, min_rank=0, max_rank=3, max_side=4, min_side=1):
+        r = self.int(min_rank, max_rank)
+        return tuple(self.int(min_side, max_side) for _ in range(r))
+
+    def tensor(self, shape, dtype=F64, domain="real"):
+        return values(shape, dtype, domain, self.gen)
+
+    def index(self, shape, n):
+        return torch.randint(0, n, shape, generator=self.gen, dtype=torch.int64)
+
+    def subset(self, n, nonempty=True):
+        if n == 0:
+            return ()
+        mask = self.int(1 if nonempty else 0, 2**n - 1)
+        return tuple(i for i in range(n) if mask >> i & 1)
+
+
+SAMPLES = {}
+
+
+def sample(*names):
+    def deco(fn):
+        for n in names:
+            SAMPLES[n] = fn
+        return fn
+
+    return deco
+
+
+def _unary(name):
+    prim = next(p for p in unary.prim_domains if p.name == name)
+    domain = unary.prim_domains[prim]
+
+    def fn(d: Draw):
+        return Sample([d.tensor(d.shape(), F64, domain)], {})
+
+    return fn
+
+
+for _p in unary.prim_domains:
+    if _p.name != "polygamma":
+        SAMPLES[_p.name] = _unary(_p.name)
+
+
+@sample("polygamma")
+def _(d):
+    return Sample([d.tensor(d.shape(), F64, "positive")], {"n": d.int(0, 2)})
+
+
+@sample("logical_not")
+def _(d):
+    return Sample([d.tensor(d.shape(), torch.bool)], {})
+
+
+@sample("isfinite")
+def _(d):
+    x = d.tensor(d.shape(min_rank=1), F64)
+    x[..., 0] = float("inf")
+    return Sample([x], {})
+
+
+_BINARY_DOMAINS = {
+    "add": ("real", "real"),
+    "sub": ("real", "real"),
+    "mul": ("real", "real"),
+    "div": ("real", "nonzero"),
+    "pow": ("positive", "real"),
+    "max": ("real", "real"),
+    "min": ("real", "real"),
+    "atan2": ("nonzero", "nonzero"),
+    "rem": ("small", "gt1"),
+}
+
+
+def _binary(name):
+    dx, dy = _BINARY_DOMAINS[name]
+
+    def fn(d: Draw):
+        shape = d.shape()
+        x, y = d.tensor(shape, F64, dx), d.tensor(shape, F64, dy)
+        k = d.int(0, 3)
+        if k == 1 and name not in ("pow",):
+            y = float(d.tensor((), F64, dy))  # a Python scalar operand
+        elif k == 2 and name not in ("rem", "atan2"):
+            x = float(d.tensor((), F64, dx))
+        return Sample([x, y], {})
+
+    return fn
+
+
+for _n in _BINARY_DOMAINS:
+    SAMPLES[_n] = _binary(_n)
+
+
+@sample("eq", "ne", "lt", "le", "gt", "ge")
+def _(d):
+    shape = d.shape()
+    dt = d.choice([F64, torch.int64])
+    x, y = d.tensor(shape, dt), d.tensor(shape, dt)
+    if d.bool():
+        y = x.clone()
+    return Sample([x, y], {})
+
+
+@sample("logical_and", "logical_or")
+def _(d):
+    shape = d.shape()
+    return Sample([d.tensor(shape, torch.bool), d.tensor(shape, torch.bool)], {})
+
+
+@sample("select")
+def _(d):
+    shape = d.shape()
+    return Sample([d.tensor(shape, torch.bool), d.tensor(shape), d.tensor(shape)], {})
+
+
+@sample("convert_element_type")
+def _(d):
+    return Sample(
+        [d.tensor(d.shape())],
+        {"new_dtype": d.choice([F64, torch.float32])},
+        rtol=1e-3,
+        atol=1e-4,
+        eps=1e-3,
+    )
+
+
+@sample("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
+def _(d):
+    shape = d.shape(min_rank=1)
+    return Sample([d.tensor(shape, F64, "nonzero")], {"axes": d.subset(len(shape))})
+
+
+@sample("argmax", "argmin")
+def _(d):
+    shape = d.shape(min_rank=1)
+    return Sample([d.tensor(shape)], {"axis": d.int(0, len(shape) - 1), "index_dtype": torch.int64})
+
+
+@sample("cumsum")
+def _(d):
+    shape = d.shape(min_rank=1)
+    return Sample([d.tensor(shape)], {"axis": d.int(0, len(shape) - 1), "reverse": d.bool()})
+
+
+@sample("cumprod")
+def _(d):
+    shape = d.shape(min_rank=1)
+    x = d.tensor(shape, F64, "nonzero")
+    if d.bool():
+        x.view(-1)[0] = 0.0  # the jvp must be exact at zeros
+    return Sample([x], {"axis": d.int(0, len(shape) - 1)})
+
+
+@sample("broadcast_in_dim")
+def _(d):
+    shape = list(d.shape(max_rank=2))
+    for i in range(len(shape)):
+        if d.bool():
+            shape[i] = 1
+    out = []
+    dims = []
+    for s in shape:
+        while d.bool() and len(out) < 4:
+            out.append(d.int(1, 3))
+        dims.append(len(out))
+        out.append(s if s != 1 else d.int(1, 3))
+    if d.bool():
+        out.append(2)
+    return Sample(
+        [d.tensor(tuple(shape))], {"shape": tuple(out), "broadcast_dimensions": tuple(dims)}
+    )
+
+
+@sample("reshape")
+def _(d):
+    shape = d.shape(min_rank=1)
+    n = 1
+    for s in shape:
+        n *= s
+    new = d.choice([(n,), tuple(reversed(shape)), (1,) + shape, shape + (1,)])
+    return Sample([d.tensor(shape)], {"new_sizes": tuple(new)})
+
+
+@sample("transpose")
+def _(d):
+    shape = d.shape(min_rank=1)
+    perm = d.choice(list(itertools.permutations(range(len(shape)))))
+    return Sample([d.tensor(shape)], {"permutation": tuple(perm)})
+
+
+@sample("squeeze")
+def _(d):
+    shape = list(d.shape(max_rank=2))
+    pos = d.int(0, len(shape))
+    shape.insert(pos, 1)
+    return Sample([d.tensor(tuple(shape))], {"dimensions": (pos,)})
+
+
+@sample("expand_dims")
+def _(d):
+    shape = d.shape(max_rank=2)
+    return Sample([d.tensor(shape)], {"dimensions": (d.int(0, len(shape)),)})
+
+
+@sample("slice")
+def _(d):
+    shape = d.shape(min_rank=1)
+    starts, limits, strides = [], [], []
+    for n in shape:
+        s = d.int(0, n - 1)
+        e = d.int(s, n)
+        starts.append(s)
+        limits.append(e)
+        strides.append(d.int(1, 2))
+    return Sample(
+        [d.tensor(shape)],
+        {"start_indices": tuple(starts), "limit_indices": tuple(limits), "strides": tuple(strides)},
+    )
+
+
+@sample("pad")
+def _(d):
+    shape = d.shape(min_rank=1, min_side=2)
+    config = tuple((d.int(-1, 2), d.int(-1, 2), d.int(0, 1)) for _ in shape)
+    return Sample([d.tensor(shape), float(d.tensor((), F64))], {"padding_config": config})
+
+
+@sample("concatenate")
+def _(d):
+    shape = d.shape(min_rank=1)
+    axis = d.int(0, len(shape) - 1)
+    xs = []
+    for _ in range(d.int(2, 3)):
+        s = list(shape)
+        s[axis] = d.int(1, 3)
+        xs.append(d.tensor(tuple(s)))
+    return Sample(xs, {"dimension": axis})
+
+
+@sample("rev")
+def _(d):
+    shape = d.shape(min_rank=1)
+    return Sample([d.tensor(shape)], {"dimensions": d.subset(len(shape))})
+
+
+@sample("gather")
+def _(d):
+    shape = d.shape(min_rank=1)
+    axis = d.int(0, len(shape) - 1)
+    ishape = list(shape)
+    ishape[axis] = d.int(1, 4)
+    return Sample([d.tensor(shape), d.index(tuple(ishape), shape[axis])], {"axis": axis})
+
+
+@sample("scatter_add")
+def _(d):
+    shape = d.shape(min_rank=1)
+    axis = d.int(0, len(shape) - 1)
+    ishape = list(shape)
+    ishape[axis] = d.int(1, 4)
+    idx = d.index(tuple(ishape), shape[axis])
+    return Sample([d.tensor(shape), idx, d.tensor(tuple(ishape))], {"axis": axis})
+
+
+@sample("take")
+def _(d):
+    shape = d.shape(min_rank=1)
+    axis = d.int(0, len(shape) - 1)
+    return Sample([d.tensor(shape), d.index(d.shape(max_rank=2), shape[axis])], {"axis": axis})
+
+
+@sample("index_add")
+def _(d):
+    shape = d.shape(min_rank=1)
+    axis = d.int(0, len(shape) - 1)
+    idx = d.index(d.shape(max_rank=2), shape[axis])
+    src_shape = shape[:axis] + tuple(idx.shape) + shape[axis + 1 :]
+    return Sample([d.tensor(shape), idx, d.tensor(src_shape)], {"axis": axis})
+
+
+@sample("dynamic_slice")
+def _(d):
+    shape = d.shape(min_rank=1)
+    sizes = tuple(d.int(1, n) for n in shape)
+    starts = [torch.tensor(d.int(-1, n), dtype=torch.int64) for n in shape]
+    return Sample([d.tensor(shape)] + starts, {"sizes": sizes})
+
+
+@sample("dynamic_update_slice")
+def _(d):
+    shape = d.shape(min_rank=1)
+    sizes = tuple(d.int(1, n) for n in shape)
+    starts = [torch.tensor(d.int(-1, n), dtype=torch.int64) for n in shape]
+    return Sample([d.tensor(shape), d.tensor(sizes)] + starts, {})
+
+
+@sample("dot_general")
+def _(d):
+    nb, nc, nfx, nfy = d.int(0, 1), d.int(0, 2), d.int(0, 2), d.int(0, 2)
+    b = [d.int(1, 3) for _ in range(nb)]
+    c = [d.int(1, 3) for _ in range(nc)]
+    fx = [d.int(1, 3) for _ in range(nfx)]
+    fy = [d.int(1, 3) for _ in range(nfy)]
+    x_roles = (
+        [("b", i) for i in range(nb)]
+        + [("c", i) for i in range(nc)]
+        + [("f", i) for i in range(nfx)]
+    )
+    y_roles = (
+        [("b", i) for i in range(nb)]
+        + [("c", i) for i in range(nc)]
+        + [("f", i) for i in range(nfy)]
+    )
+    x_roles = list(d.choice(list(itertools.permutations(x_roles))) if x_roles else [])
+    y_roles = list(d.choice(list(itertools.permutations(y_roles))) if y_roles else [])
+    size = {"b": b, "c": c}
+    xs = tuple(size[r][i] if r != "f" else fx[i] for r, i in x_roles)
+    ys = tuple(size[r][i] if r != "f" else fy[i] for r, i in y_roles)
+    lc = tuple(x_roles.index(("c", i)) for i in range(nc))
+    rc = tuple(y_roles.index(("c", i)) for i in range(nc))
+    lb = tuple(x_roles.index(("b", i)) for i in range(nb))
+    rb = tuple(y_roles.index(("b", i)) for i in range(nb))
+    return Sample([d.tensor(xs), d.tensor(ys)], {"dimension_numbers": ((lc, rc), (lb, rb))})
+
+
+@sample("iota")
+def _(d):
+    shape = d.shape(min_rank=1)
+    return Sample(
+        [],
+        {
+            "dtype": d.choice([torch.int64, F64]),
+            "shape": shape,
+            "dimension": d.int(0, len(shape) - 1),
+            "device": torch.device("cpu"),
+        },
+    )
+
+
+@sample("full")
+def _(d):
+    return Sample(
+        [], {"shape": d.shape(), "fill_value": 1.5, "dtype": F64, "device": torch.device("cpu")}
+    )
+
+
+@sample("stop_gradient")
+def _(d):
+    return Sample([d.tensor(d.shape())], {})
