@@ -14,7 +14,10 @@ def mlp_loss(params, x, y):
 
 
 def check(name, got, want):
-    ok = all(torch.allclose(g, w, rtol=1e-4, atol=1e-5) for g, w in zip(tx.tree.leaves(got), tx.tree.leaves(want)))
+    ok = all(
+        torch.allclose(g, w, rtol=1e-4, atol=1e-5)
+        for g, w in zip(tx.tree.leaves(got), tx.tree.leaves(want))
+    )
     print(f"  {name:<42} {'matches' if ok else 'DIFFERS FROM'} torch")
     if not ok:
         raise SystemExit(f"{name} does not match torch")
@@ -38,7 +41,9 @@ def main():
     print("\n3. Per-example gradients: jit(vmap(grad(loss), in_axes=(None, 0, 0)))")
     per_example = tx.jit(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0)))
     got = per_example(params, x[:, None], y[:, None])
-    want = torch.func.vmap(torch.func.grad(mlp_loss), in_dims=(None, 0, 0))(params, x[:, None], y[:, None])
+    want = torch.func.vmap(torch.func.grad(mlp_loss), in_dims=(None, 0, 0))(
+        params, x[:, None], y[:, None]
+    )
     check("jit(vmap(grad)) vs torch.func", got, want)
     print(per_example.lower(params, x[:, None], y[:, None]).as_text(max_lines=25))
 

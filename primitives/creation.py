@@ -50,9 +50,6 @@ def _iota_codegen(args, avals, *, dtype, shape, dimension, device):
 
 
 torch_codegen_rules[iota_p] = _iota_codegen
-nvfuser_rules[iota_p] = lambda fd, *, dtype, shape, dimension, device: fd.iota_nd(
-    shape, dimension, dtype
-)
 
 impl_rules[full_p] = lambda *, shape, fill_value, dtype, device: torch.full(
     shape, fill_value, dtype=dtype, device=device
@@ -64,7 +61,7 @@ torch_codegen_rules[full_p] = lambda args, avals, *, shape, fill_value, dtype, d
     f"torch.full({_fmt_shape(shape)}, {fill_value!r}, dtype={dtype}, device={_dev(device)})"
 )
 nvfuser_rules[full_p] = lambda fd, *, shape, fill_value, dtype, device: fd.ops.full(
-    shape, fd.define_scalar(fill_value, fd.dtype_of(dtype)), fd.dtype_of(dtype)
+    list(shape), fd.define_scalar(fill_value, fd.dtype_of(dtype)), fd.dtype_of(dtype)
 )
 
 

@@ -13,9 +13,11 @@ from thunderx.core import (
     get_aval,
     impl_rules,
     new_primitive,
+    nvfuser_checks,
     nvfuser_rules,
     torch_codegen_rules,
 )
+from thunderx.ir import Literal
 
 
 def _t(shape) -> str:
@@ -464,6 +466,11 @@ batch_rules[pad_p] = _pad_batch
 deflinear(pad_p, transpose=_pad_transpose)
 nvfuser_rules[pad_p] = lambda fd, x, pv, *, padding_config: fd.ops.pad(
     x, [v for lo, hi, _ in reversed(padding_config) for v in (lo, hi)], pv
+)
+# nvFuser pads with a scalar, without interior padding or cropping
+nvfuser_checks[pad_p] = lambda eqn: (
+    isinstance(eqn.inputs[1], Literal)
+    and all(i == 0 and lo >= 0 and hi >= 0 for lo, hi, i in eqn.params["padding_config"])
 )
 
 

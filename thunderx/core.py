@@ -41,6 +41,8 @@ transpose_rules: dict[Primitive, Callable] = {}
 batch_rules: dict[Primitive, Callable] = {}
 torch_codegen_rules: dict[Primitive, Callable] = {}
 nvfuser_rules: dict[Primitive, Callable] = {}
+# Optional per-equation checks for the nvFuser rule (params it cannot express run in torch).
+nvfuser_checks: dict[Primitive, Callable] = {}
 # Why a primitive has no jvp / transpose rule: checked by the coverage tests.
 not_differentiable: dict[Primitive, str] = {}
 linear_primitives: set[Primitive] = set()
