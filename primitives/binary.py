@@ -93,7 +93,11 @@ div_p = def_binary(
         if not get_aval(x if not is_scalar(x) else y).dtype.is_floating_point
         else x / y
     ),
-    _fmt("/"),
+    lambda args, avals: (
+        f"({args[0]} / {args[1]})"
+        if any(a.dtype.is_floating_point for a in avals if not a.weak_type)
+        else f"torch.div({args[0]}, {args[1]}, rounding_mode='trunc')"
+    ),
     "div",
 )
 pow_p = def_binary("pow", operator.pow, _fmt("**"), "pow")
@@ -142,34 +146,50 @@ def pow(x, y):  # noqa: A001 - the primitive's name
 
 
 def maximum(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return max(x, y)
     return max_p.bind(x, y)
 
 
 def minimum(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return min(x, y)
     return min_p.bind(x, y)
 
 
 def eq(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x == y
     return eq_p.bind(x, y)
 
 
 def ne(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x != y
     return ne_p.bind(x, y)
 
 
 def lt(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x < y
     return lt_p.bind(x, y)
 
 
 def gt(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x > y
     return gt_p.bind(x, y)
 
 
 def le(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x <= y
     return le_p.bind(x, y)
 
 
 def ge(x, y):
+    if is_scalar(x) and is_scalar(y):
+        return x >= y
     return ge_p.bind(x, y)
 
 

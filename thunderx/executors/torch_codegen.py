@@ -57,6 +57,8 @@ _VIEWS = {
     "stop_gradient",
     "convert_element_type",
 }
+# Fresh outputs that must not be written in place (iota is an expanded arange).
+_NOT_WRITABLE = {"iota"}
 
 _RESERVED = {"torch", "math", "inf", "nan", "device"}
 _counter = [0]
@@ -173,7 +175,8 @@ def generate_source(jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = Tr
         for v in out:
             if fresh:
                 root[id(v)] = id(v)
-                owned.add(id(v))
+                if e.prim.name not in _NOT_WRITABLE:
+                    owned.add(id(v))
             else:
                 r = (
                     root.get(id(e.inputs[0]), id(e.inputs[0]))

@@ -58,7 +58,6 @@ def _expand_index(x, idx):
 
 def getitem(x, idx):
     entries = _expand_index(x, idx)
-    has_adv = any(_is_index_tensor(i) for i in entries)
     y = x
     dim = 0
     adv = []  # (dim in y, index tensor)
@@ -78,11 +77,8 @@ def getitem(x, idx):
             n = shape(y)[dim]
             if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for dimension {dim} with size {n}")
-            if has_adv:
-                adv.append((dim, torch.tensor(i % n)))
-                dim += 1
-            else:
-                y = S.squeeze(S.slice_in_dim(y, i % n, i % n + 1, 1, dim), (dim,))
+            # torch applies integer indices as basic indexing, even beside tensor indices
+            y = S.squeeze(S.slice_in_dim(y, i % n, i % n + 1, 1, dim), (dim,))
         elif _is_index_tensor(i):
             adv.append((dim, i))
             dim += 1

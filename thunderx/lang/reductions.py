@@ -252,7 +252,7 @@ def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A00
 
 
 @register(torch.norm, methods=("norm",))
-def _norm(x, p="fro", dim=None, keepdim=False, dtype=None):
+def _norm(x, p="fro", dim=None, keepdim=False, out=None, dtype=None):
     if dtype is not None:
         x = convert(x, dtype)
     if p == "fro" or p is None:

@@ -12,9 +12,9 @@ from thunderx.lang._base import (
     broadcast_shapes,
     canon_dim,
     canon_dims,
+    convert,
     dtype,
     ndim,
-    promote,
     register,
     shape,
     where,
@@ -55,9 +55,9 @@ def infer_shape(in_shape, sizes) -> tuple:
 
 
 @register(torch.reshape, methods=("reshape", "view"))
-def _reshape(x, *sizes, shape=None):  # noqa: A002
-    if shape is not None:
-        sizes = (shape,)
+def _reshape(x, *sizes, **kwargs):
+    if "shape" in kwargs:
+        sizes = (kwargs["shape"],)
     if len(sizes) == 1 and isinstance(sizes[0], torch.dtype):
         raise unsupported("Tensor.view(dtype)", "bit reinterpretation is not supported")
     return S.reshape(x, infer_shape(shape(x), _sizes(sizes)))
@@ -192,19 +192,24 @@ def _atleast_1d(x):
     return S.reshape(x, (1,)) if ndim(x) == 0 else x
 
 
+def _same_dtype(tensors):
+    from thunderx.avals import ShapedArray, result_dtype
+
+    dt = result_dtype(*[ShapedArray(shape(t), dtype(t)) for t in tensors])
+    return [convert(t, dt) for t in tensors]
+
+
 @register(torch.cat, torch.concat, torch.concatenate)
 def _cat(tensors, dim=0, *, out=None):
-    tensors = [t for t in tensors if not (shape(t) == (0,))] or list(tensors)[:1]
-    (*xs,), _ = promote(*tensors) if len(tensors) > 1 else ((tensors[0],), None)
-    n = ndim(xs[0])
-    return S.concatenate(xs, canon_dim(dim, n))
+    # torch skips legacy empty 1-D tensors in cat
+    tensors = [t for t in tensors if shape(t) != (0,)] or list(tensors)[:1]
+    xs = _same_dtype(tensors)
+    return S.concatenate(xs, canon_dim(dim, ndim(xs[0])))
 
 
 @register(torch.stack)
 def _stack(tensors, dim=0, *, out=None):
-    tensors = list(tensors)
-    if len(tensors) > 1:
-        tensors, _ = promote(*tensors) if len({shape(t) for t in tensors}) == 1 else (tensors, None)
+    tensors = _same_dtype(list(tensors))
     d = canon_dim(dim, ndim(tensors[0]) + 1)
     return S.concatenate([S.expand_dims(t, (d,)) for t in tensors], d)
 
