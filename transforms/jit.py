@@ -20,6 +20,7 @@ from thunderx.passes import closure_convert, optimize
 from thunderx.tracing import trace_flat
 
 _SCALARS = (bool, int, float)
+_SCALAR_KEYS = frozenset(_SCALARS)
 
 
 # ------------------------------------------------------------------------ compiling a jaxpr
@@ -186,7 +187,11 @@ class JitFunction:
     def _key(self, args, kwargs):
         dyn_args, dyn_kwargs, statics = self._split(args, kwargs)
         leaves, treedef = tree.flatten((dyn_args, dyn_kwargs))
-        return (treedef, tuple(_leaf_key(x) for x in leaves), statics), leaves, dyn_args, dyn_kwargs
+        keys = tuple(_leaf_key(x) for x in leaves)
+        if _SCALAR_KEYS.intersection(keys):
+            # Python scalars are dynamic: they travel as 0-dim tensors (same promotion rules)
+            leaves = [torch.tensor(x) if type(x) in _SCALARS else x for x in leaves]
+        return (treedef, keys, statics), leaves, dyn_args, dyn_kwargs
 
     # -- tracing
     def _trace(self, args, kwargs, leaves, treedef_args):

@@ -1,0 +1,43 @@
+"""Research functions shared by the autodiff, vmap and jit tests."""
+
+import torch
+import torch.nn.functional as F
+
+
+def mlp_params(din=6, dh=8, dout=3, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(din, dh, generator=g, dtype=dtype) * 0.5,
+        torch.randn(dh, generator=g, dtype=dtype) * 0.1,
+        torch.randn(dh, dout, generator=g, dtype=dtype) * 0.5,
+        torch.randn(dout, generator=g, dtype=dtype) * 0.1,
+    )
+
+
+def mlp_loss(params, x, y):
+    w1, b1, w2, b2 = params
+    h = torch.tanh(x @ w1 + b1)
+    return F.cross_entropy(h @ w2 + b2, y)
+
+
+def ln_gelu_ce(params, x, y):
+    w, gamma, beta = params
+    h = F.gelu(F.layer_norm(x @ w, (w.shape[1],), gamma, beta))
+    return F.cross_entropy(h, y)
+
+
+def attention(q, k, v):
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    return (torch.softmax(scores, -1) @ v).sum()
+
+
+def rnn_step(params, h, x):
+    wh, wx, b = params
+    return torch.tanh(h @ wh + x @ wx + b)
+
+
+def data(n=5, din=6, classes=3, dtype=torch.float64, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, din, generator=g, dtype=dtype), torch.randint(
+        0, classes, (n,), generator=g
+    )

@@ -1,0 +1,227 @@
+"""jit: tracing counts, static arguments, caching, compositions, passes, generated code,
+the nvFuser lowering (reference interpreter on CPU), and errors."""
+
+import math
+import threading
+
+import pytest
+import torch
+import torch.func as tf
+
+import thunderx as tx
+from thunderx.errors import ConcretizationError, UnexpectedTracerError
+from thunderx.passes import optimize
+
+from .research_fns import data, mlp_loss, mlp_params
+
+F64 = torch.float64
+
+
+def close(a, b, tol=1e-6):
+    for x, y in zip(tx.tree.leaves(a), tx.tree.leaves(b)):
+        torch.testing.assert_close(x, y, rtol=tol, atol=tol)
+
+
+def test_traces_once_per_signature_and_side_effects_run_at_trace_time():
+    calls = []
+
+    def f(x, n):
+        calls.append(1)
+        return x * n
+
+    j = tx.jit(f, static_argnums=1)
+    x = torch.ones(3)
+    for _ in range(3):
+        close(j(x, 2), x * 2)
+    assert len(calls) == 1
+    j(torch.ones(4), 2)  # new shape retraces
+    assert len(calls) == 2
+    j(x, 3)  # new static value retraces
+    assert len(calls) == 3
+    j(x.double(), 3)  # new dtype retraces
+    assert len(calls) == 4
+    info = j.cache_info()
+    assert info["misses"] == 4 and info["hits"] == 2
+
+
+def test_static_argnames_and_kwargs():
+    j = tx.jit(lambda x, *, mode: x + 1 if mode == "inc" else x - 1, static_argnames="mode")
+    close(j(torch.zeros(2), mode="inc"), torch.ones(2))
+    close(j(torch.zeros(2), mode="dec"), -torch.ones(2))
+
+
+def test_cache_is_bounded_lru():
+    j = tx.jit(lambda x: x + 1, cache_size=2)
+    for n in range(1, 5):
+        j(torch.zeros(n))
+    assert j.cache_info()["size"] == 2
+
+
+def test_compositions_agree_with_torch_func():
+    params = mlp_params()
+    x, y = data(n=6)
+    f = lambda p, x, y: mlp_loss(p, x, y)  # noqa: E731
+    close(tx.grad(tx.jit(f))(params, x, y), tf.grad(f)(params, x, y))
+    close(tx.jit(tx.grad(f))(params, x, y), tf.grad(f)(params, x, y))
+    close(tx.vmap(tx.jit(torch.sin))(x), torch.sin(x))
+    pe = tx.jit(tx.vmap(tx.grad(f), in_axes=(None, 0, 0)))
+    close(
+        pe(params, x[:, None], y[:, None]),
+        tf.vmap(tf.grad(f), in_dims=(None, 0, 0))(params, x[:, None], y[:, None]),
+    )
+
+
+def test_grad_of_jit_does_not_retrace():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return torch.sin(x).sum()
+
+    j = tx.jit(f)
+    g = tx.grad(j)
+    for _ in range(3):
+        close(g(torch.ones(3)), torch.cos(torch.ones(3)))
+    assert len(calls) == 1
+
+
+def test_jit_of_jit_and_jit_call_in_jaxpr():
+    inner = tx.jit(lambda x: x * 2)
+    outer = tx.jit(lambda x: inner(x) + 1)
+    close(outer(torch.ones(2)), torch.full((2,), 3.0))
+    closed = tx.make_jaxpr(lambda x: inner(x) + 1)(torch.ones(2))
+    assert "jit_call" in str(closed)
+
+
+def test_nan_safe_simplification():
+    x = torch.tensor([float("nan"), 1.0, float("inf")])
+    f = lambda x: 1 + x * 0  # noqa: E731
+    torch.testing.assert_close(tx.jit(f)(x), f(x), equal_nan=True)
+    assert torch.isnan(tx.jit(f)(x)[0])
+    closed = tx.make_jaxpr(lambda x: (x + 0) * 1 - 0 + x * 0)(torch.ones(2))
+    opt = optimize(closed.jaxpr)
+    names = [e.prim.name for e in opt.eqns]
+    assert names.count("mul") == 1 and "sub" not in names, str(opt)
+
+
+def test_cse_and_dce():
+    closed = tx.make_jaxpr(lambda x: torch.sin(x) + torch.sin(x) + 0 * torch.cos(x).sum())(
+        torch.ones(2)
+    )
+    opt = optimize(closed.jaxpr)
+    assert [e.prim.name for e in opt.eqns].count("sin") == 1
+    closed = tx.make_jaxpr(lambda x: (torch.exp(x), x)[1])(torch.ones(2))
+    assert "exp" not in str(optimize(closed.jaxpr))
+
+
+def test_generated_source_is_readable_and_reuses_buffers():
+    j = tx.jit(lambda x: torch.exp(torch.sin(x) * 2) + 1)
+    low = j.lower(torch.ones(3))
+    src = low.program.source
+    assert "torch.sin(a)" in src and "def jitted(a):" in src
+    assert ".mul_(" in src or ".exp_(" in src, src  # dead intermediates are updated in place
+    x = torch.randn(3)
+    close(j(x), torch.exp(torch.sin(x) * 2) + 1)
+    assert "FusionDefinition" not in low.as_text()
+
+
+def test_inputs_are_never_mutated():
+    x = torch.randn(3)
+    before = x.clone()
+    tx.jit(lambda v: torch.exp(v) * 2 + v)(x)
+    assert torch.equal(x, before)
+
+
+def test_torch_autograd_through_jit_still_works():
+    x = torch.randn(3, requires_grad=True)
+    y = tx.jit(lambda v: torch.sin(v).exp().sum())(x)
+    (g,) = torch.autograd.grad(y, x)
+    close(g, torch.cos(x) * torch.exp(torch.sin(x)))
+
+
+def test_nvfuser_lowering_shows_regions_and_runs_on_cpu():
+    f = lambda x, w: torch.nn.functional.gelu(x @ w + 1).sum(-1)  # noqa: E731
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    low = tx.jit(f).lower(x, w, executor="nvfuser")
+    text = low.as_text()
+    assert "fd.define_tensor(" in text and "fd.ops.erf(" in text and "fd.add_output(" in text
+    assert "torch: " in text and "dot_general" in text  # matmul stays in torch
+    close(tx.jit(f, executor="nvfuser")(x, w), f(x, w), 1e-5)
+
+
+def test_concretization_error_names_the_line_and_fix():
+    def f(x):
+        if x.sum() > 0:  # data-dependent Python control flow
+            return x
+        return -x
+
+    with pytest.raises(ConcretizationError, match=r"test_jit.py:\d+.*torch.where.*static"):
+        tx.jit(f)(torch.ones(2))
+    close(tx.jit(lambda x: x + 1)(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_escaped_tracer_is_reported():
+    saved = []
+
+    def f(x):
+        saved.append(x * 2)
+        return x
+
+    tx.jit(f)(torch.ones(2))
+    with pytest.raises(UnexpectedTracerError, match="leaked"):
+        tx.jit(lambda y: y + saved[0])(torch.ones(2))
+
+
+def test_concurrent_first_calls_trace_once():
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return x * 3
+
+    j = tx.jit(f)
+    results = [None] * 8
+
+    def worker(i):
+        results[i] = j(torch.full((4,), float(i)))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    for i, r in enumerate(results):
+        close(r, torch.full((4,), 3.0 * i))
+
+
+def test_python_scalar_arguments_are_dynamic():
+    calls = []
+
+    def f(x, s):
+        calls.append(1)
+        return x * s
+
+    j = tx.jit(f)
+    close(j(torch.ones(2), 2.0), torch.full((2,), 2.0))
+    close(j(torch.ones(2), 3.0), torch.full((2,), 3.0))
+    assert len(calls) == 1
+
+
+def test_jit_pinn_hessian_matches_torch_func():
+    g = torch.Generator().manual_seed(0)
+    w1, w2, w3 = (
+        torch.randn(2, 16, generator=g, dtype=F64),
+        torch.randn(16, 16, generator=g, dtype=F64),
+        torch.randn(16, 1, generator=g, dtype=F64),
+    )
+
+    def u(xy):
+        return (torch.tanh(torch.tanh(xy @ w1) @ w2) @ w3).sum()
+
+    pts = torch.randn(8, 2, dtype=F64)
+    ours = tx.jit(tx.vmap(tx.hessian(u)))(pts)
+    theirs = tf.vmap(tf.hessian(u))(pts)
+    close(ours, theirs, 1e-8)
+    lap = ours.diagonal(dim1=-2, dim2=-1).sum(-1)
+    assert lap.shape == (8,) and math.isfinite(lap.sum().item())
