@@ -10,6 +10,10 @@ from .lang_cases import CASES
 IDS = [c[0] for c in CASES]
 
 
+def _float_out(out):
+    return all(torch.as_tensor(o).dtype.is_floating_point for o in tx.tree.leaves(out))
+
+
 def _close(got, want, tol=1e-6):
     got_l, want_l = tx.tree.leaves(got), tx.tree.leaves(want)
     assert len(got_l) == len(want_l)
@@ -39,16 +43,15 @@ def test_float32_matches_eager(name, fn, args):
     _close(tx.jit(fn)(*args32), fn(*args32), tol=1e-4)
 
 
-def _float_out(out):
-    return all(torch.as_tensor(o).dtype.is_floating_point for o in tx.tree.leaves(out))
+# cases with something to differentiate: floating inputs and floating outputs
+VJP_CASES = [
+    c for c in CASES if any(a.dtype.is_floating_point for a in c[2]) and _float_out(c[1](*c[2]))
+]
 
 
-@pytest.mark.parametrize("name,fn,args", CASES, ids=IDS)
+@pytest.mark.parametrize("name,fn,args", VJP_CASES, ids=[c[0] for c in VJP_CASES])
 def test_vjp_matches_autograd(name, fn, args):
-    want = fn(*args)
     diff = [i for i, a in enumerate(args) if a.dtype.is_floating_point]
-    if not diff or not _float_out(want):
-        pytest.skip("no floating inputs or outputs to differentiate")
 
     def f(*xs):
         full = list(args)

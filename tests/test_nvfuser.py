@@ -19,7 +19,9 @@ from thunderx.passes import closure_convert
 
 from .samples import EXCLUDED, SAMPLES, Draw
 
-WITH_RULES = sorted(n for n, p in core.primitives.items() if p in core.nvfuser_rules and n not in EXCLUDED)
+WITH_RULES = sorted(
+    n for n, p in core.primitives.items() if p in core.nvfuser_rules and n not in EXCLUDED
+)
 
 
 def _single_eqn_program(name, sample):
@@ -55,9 +57,18 @@ def test_reference_interpreter_matches_impl(name, data):
         torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6, equal_nan=True)
 
 
-FUSIBLE_UNARY = [torch.sin, torch.exp, torch.tanh, lambda x: x * 2.0, lambda x: x.sum(-1, keepdim=True).expand_as(x)]
-OPAQUE = [lambda x: x @ x.T[:, : x.shape[1]] if x.shape[0] >= x.shape[1] else x.T @ x[:, : x.shape[0]].T,
-          lambda x: torch.cumsum(x, 0), lambda x: x[torch.tensor([1, 0, 2])[: x.shape[0]] % x.shape[0]]]
+FUSIBLE_UNARY = [
+    torch.sin,
+    torch.exp,
+    torch.tanh,
+    lambda x: x * 2.0,
+    lambda x: x.sum(-1, keepdim=True).expand_as(x),
+]
+OPAQUE = [
+    lambda x: x @ x.T[:, : x.shape[1]] if x.shape[0] >= x.shape[1] else x.T @ x[:, : x.shape[0]].T,
+    lambda x: torch.cumsum(x, 0),
+    lambda x: x[torch.tensor([1, 0, 2])[: x.shape[0]] % x.shape[0]],
+]
 
 
 @st.composite

@@ -170,7 +170,9 @@ def is_top_level() -> bool:
 class Tracer:
     """A value inside a transform. Torch calls on it reach the language layer."""
 
-    __slots__ = ("_trace",)
+    # One layout for every tracer type (subclasses add no slots), so an in-place update can turn
+    # a tracer into one of another trace: `x.__class__` may be reassigned between them.
+    __slots__ = ("_trace", "_var", "primal", "tangent", "val", "bdim")
     # Let torch's binary operators defer to our reflected methods.
     __array_priority__ = 1000
 

@@ -12,15 +12,15 @@ _SCALARS = (bool, int, float)
 
 
 class StagingTracer(Tracer):
-    __slots__ = ("var",)
+    __slots__ = ()
 
     def __init__(self, trace: StagingTrace, var: Var):
         self._trace = trace
-        self.var = var
+        self._var = var
 
     @property
     def aval(self) -> ShapedArray:
-        return self.var.aval
+        return self._var.aval
 
 
 class StagingTrace(Trace):
@@ -45,7 +45,7 @@ class StagingTrace(Trace):
 
     def atom(self, x):
         if type(x) is StagingTracer and x._trace is self:
-            return x.var
+            return x._var
         if type(x) in _SCALARS:
             return Literal(x)
         var = self.const_index.get(id(x))
@@ -63,15 +63,15 @@ class StagingTrace(Trace):
         out = abstract_eval(prim, [a.aval for a in atoms], params)
         if prim.multiple_results:
             tracers = [StagingTracer(self, Var(a)) for a in out]
-            self.eqns.append(Eqn(prim, atoms, [t.var for t in tracers], params))
+            self.eqns.append(Eqn(prim, atoms, [t._var for t in tracers], params))
             return tracers
         tracer = StagingTracer(self, Var(out))
-        self.eqns.append(Eqn(prim, atoms, [tracer.var], params))
+        self.eqns.append(Eqn(prim, atoms, [tracer._var], params))
         return tracer
 
     def finalize(self, in_tracers, out_values) -> ClosedJaxpr:
         outvars = [self.atom(x) for x in out_values]
-        jaxpr = Jaxpr(self.constvars, [t.var for t in in_tracers], self.eqns, outvars)
+        jaxpr = Jaxpr(self.constvars, [t._var for t in in_tracers], self.eqns, outvars)
         return ClosedJaxpr(jaxpr, self.consts)
 
 

@@ -16,7 +16,7 @@ from thunderx.core import (
 
 
 class JVPTracer(Tracer):
-    __slots__ = ("primal", "tangent")
+    __slots__ = ()
 
     def __init__(self, trace, primal, tangent):
         self._trace = trace

@@ -21,7 +21,7 @@ from thunderx.errors import user_frame
 
 
 class BatchTracer(Tracer):
-    __slots__ = ("val", "bdim")
+    __slots__ = ()
 
     def __init__(self, trace, val, bdim: int):
         self._trace = trace

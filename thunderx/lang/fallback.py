@@ -24,6 +24,9 @@ not_differentiable[torch_call_p] = "an opaque torch function: no derivative rule
 
 
 def _name(func) -> str:
+    resolved = torch.overrides.resolve_name(func)
+    if resolved:
+        return resolved
     mod = getattr(func, "__module__", None) or "torch"
     qual = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
     if mod.startswith("torch._C"):

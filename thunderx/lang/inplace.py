@@ -24,12 +24,8 @@ def mutate(x, new, what: str):
             "transform, create the tensor from a traced one (torch.zeros_like(x), x.new_zeros(...)) "
             "or build the result out of place (torch.where, torch.cat)"
         )
-    if not isinstance(new, Tracer) or type(new) is not type(x) or new._trace is not x._trace:
-        if isinstance(new, Tracer) and new._trace is not x._trace and _is_inner(new, x):
-            raise MutationError(
-                f"{what} at {user_frame()} stores a value of an inner transform into a value "
-                "created outside it; write it out of place"
-            )
+    if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
+        # a value of an enclosing scope (e.g. a constant): make it a value of x's trace
         new = x._trace.lift(new)
     if id(x) in x._trace_inputs():
         raise MutationError(
@@ -40,8 +36,11 @@ def mutate(x, new, what: str):
         new = S.broadcast_to(new, tuple(x.aval.shape))
     if new.aval.dtype != x.aval.dtype:
         new = convert(new, x.aval.dtype)
-    for slot in type(x).__slots__:
-        object.__setattr__(x, slot, getattr(new, slot))
+    # x takes new's identity: same trace (or an inner one, when x was constant to it)
+    x.__class__ = new.__class__
+    for slot in Tracer.__slots__:
+        if hasattr(new, slot):
+            object.__setattr__(x, slot, getattr(new, slot))
     return x
 
 
