@@ -284,3 +284,17 @@ case(
     r(3),
 )
 case("to_dtype", lambda x: x.to(torch.float32).double() * 2, r(3))
+case("conv1d", lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=1), r(2, 3, 9), r(4, 3, 3), r(4))
+case("conv2d", lambda x, w: F.conv2d(x, w, padding=1, dilation=2), r(2, 3, 7, 6), r(4, 3, 3, 2))
+case("conv2d_groups", lambda x, w: F.conv2d(x, w, groups=2, stride=2), r(1, 4, 7, 7), r(6, 2, 3, 3))
+case("conv2d_unbatched", lambda x, w: F.conv2d(x, w, padding="same"), r(3, 6, 6), r(2, 3, 3, 3))
+case("max_pool2d", lambda x: F.max_pool2d(x, 2), r(2, 3, 6, 6))
+case("max_pool2d_pad_ceil", lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True), r(2, 3, 7, 6))
+case("avg_pool2d", lambda x: F.avg_pool2d(x, 3, 2, 1), r(2, 3, 7, 6))
+case(
+    "avg_pool2d_no_pad_count",
+    lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+    r(2, 3, 7, 6),
+)
+case("max_pool1d", lambda x: F.max_pool1d(x, 3, 2), r(2, 3, 9))
+case("adaptive_avg_pool2d", lambda x: F.adaptive_avg_pool2d(x, (2, 3)), r(2, 3, 4, 6))

@@ -404,3 +404,26 @@ def _(d):
 @sample("stop_gradient")
 def _(d):
     return Sample([d.tensor(d.shape())], {})
+
+
+@sample("conv")
+def _(d):
+    nsp = d.int(1, 2)
+    groups = d.choice([1, 2])
+    c, o = 2 * groups, 2 * groups
+    n = d.int(1, 2)
+    window = tuple(d.int(1, 3) for _ in range(nsp))
+    spatial = tuple(d.int(w + 1, w + 4) for w in window)
+    params = {
+        "window_strides": tuple(d.int(1, 2) for _ in range(nsp)),
+        "padding": tuple((d.int(0, 1), d.int(0, 1)) for _ in range(nsp)),
+        "lhs_dilation": tuple(d.choice([1, 1, 2]) for _ in range(nsp)),
+        "rhs_dilation": tuple(d.choice([1, 1, 2]) for _ in range(nsp)),
+        "groups": groups,
+    }
+    spatial = tuple(
+        max(s, (w - 1) * r + 1) for s, w, r in zip(spatial, window, params["rhs_dilation"])
+    )
+    x = d.tensor((n, c) + spatial)
+    w = d.tensor((o, c // groups) + window)
+    return Sample([x, w], params)

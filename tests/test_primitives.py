@@ -154,7 +154,7 @@ def test_vjp_is_the_transpose_of_jvp(name, data):
 
 LINEAR = [n for n in TESTED if core.primitives[n] in core.linear_primitives]
 # For bilinear primitives only the first operand is taken as the linear one.
-_BILINEAR = {"mul", "div", "dot_general"}
+_BILINEAR = {"mul", "div", "dot_general", "conv"}
 
 
 @pytest.mark.parametrize("name", LINEAR)
@@ -242,3 +242,10 @@ def test_stop_gradient_has_zero_tangent():
         lambda v: thunderx.stop_gradient(v) * v, (x,), (torch.ones(3, dtype=torch.float64),)
     )
     torch.testing.assert_close(t, x)
+
+
+@given(data=st.data())
+def test_conv_transpose_in_the_kernel(data):
+    sample = SAMPLES["conv"](Draw(data))
+    prim = core.primitives["conv"]
+    check_transpose(_bound(prim, sample, [1]), [sample.args[1]])

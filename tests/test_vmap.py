@@ -118,3 +118,40 @@ def test_vmap_errors():
     with pytest.raises(ValueError, match="does not match"):
         tx.vmap(lambda d: d["a"], in_axes=({"b": 0},))({"a": torch.ones(3)})
     close(tx.vmap(torch.sin)(torch.zeros(2)), torch.zeros(2))
+
+
+class SmallCNN(torch.nn.Module):
+    """The per-sample-gradient tutorial's network."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 8, 3, 1)
+        self.conv2 = torch.nn.Conv2d(8, 16, 3, 1)
+        self.fc1 = torch.nn.Linear(16 * 2 * 2, 32)
+        self.fc2 = torch.nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return F.log_softmax(self.fc2(F.relu(self.fc1(x))), dim=1)
+
+
+def test_small_cnn_per_sample_gradients_match_torch_func():
+    torch.manual_seed(0)
+    model = SmallCNN().double()
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x = torch.randn(6, 1, 1, 14, 14, dtype=F64)
+    y = torch.randint(0, 10, (6, 1))
+
+    def loss(p, xb, yb):
+        return F.nll_loss(tx.functional_call(model, p, (xb,)), yb)
+
+    def loss_ref(p, xb, yb):
+        return F.nll_loss(torch.func.functional_call(model, p, (xb,)), yb)
+
+    ours = tx.jit(tx.vmap(tx.grad(loss), in_axes=(None, 0, 0)))(params, x, y)
+    theirs = tf.vmap(tf.grad(loss_ref), in_dims=(None, 0, 0))(params, x, y)
+    assert set(ours) == set(theirs)
+    for k in ours:
+        torch.testing.assert_close(ours[k], theirs[k], rtol=1e-8, atol=1e-8)

@@ -1,0 +1,198 @@
+"""Convolution: conv (N, C, *spatial) x (O, C/groups, *window), with strides, (lo, hi) padding,
+lhs (input) dilation and rhs (kernel) dilation. Its transposes are convolutions again, so
+derivatives of any order and vmap stay inside the primitive set."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from thunderx.ad_util import Zero, add_tangents, is_undefined
+from thunderx.avals import ShapedArray
+from thunderx.core import (
+    abstract_eval_rules,
+    batch_rules,
+    get_aval,
+    impl_rules,
+    jvp_rules,
+    linear_primitives,
+    new_primitive,
+    transpose_rules,
+)
+from thunderx.primitives import shape as S
+
+conv_p = new_primitive("conv")
+
+
+def _dilate(n, d):
+    return 0 if n == 0 else (n - 1) * d + 1
+
+
+def _out_shape(x_shape, w_shape, window_strides, padding, lhs_dilation, rhs_dilation):
+    sp = []
+    for i, (n, k) in enumerate(zip(x_shape[2:], w_shape[2:])):
+        lo, hi = padding[i]
+        size = _dilate(n, lhs_dilation[i]) + lo + hi - _dilate(k, rhs_dilation[i])
+        sp.append(size // window_strides[i] + 1 if size >= 0 else 0)
+    return (x_shape[0], w_shape[0]) + tuple(sp)
+
+
+def _conv_abstract_eval(x, w, *, window_strides, padding, lhs_dilation, rhs_dilation, groups):
+    if x.ndim != w.ndim or x.ndim < 3:
+        raise TypeError(f"conv: operand {x.str_short()} and kernel {w.str_short()} ranks differ")
+    if x.shape[1] != w.shape[1] * groups or w.shape[0] % groups:
+        raise TypeError(
+            f"conv: {x.shape[1]} input channels do not match kernel {w.str_short()} with "
+            f"groups={groups}"
+        )
+    if x.dtype != w.dtype:
+        raise TypeError(f"conv: dtypes differ: {x.str_short()} vs {w.str_short()}")
+    shape = _out_shape(x.shape, w.shape, window_strides, padding, lhs_dilation, rhs_dilation)
+    return ShapedArray(shape, x.dtype, x.device)
+
+
+_CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+
+
+def _conv_impl(x, w, *, window_strides, padding, lhs_dilation, rhs_dilation, groups):
+    nsp = x.dim() - 2
+    if any(d != 1 for d in lhs_dilation):
+        # insert (d - 1) zeros between input elements
+        shape = list(x.shape[:2]) + [_dilate(n, d) for n, d in zip(x.shape[2:], lhs_dilation)]
+        z = x.new_zeros(shape)
+        z[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in lhs_dilation)] = x
+        x = z
+    sym = all(lo == hi and lo >= 0 for lo, hi in padding)
+    if not sym:
+        flat = []
+        for lo, hi in reversed(padding):
+            flat += [lo, hi]
+        x = F.pad(x, flat)
+        pad_arg = 0
+    else:
+        pad_arg = tuple(lo for lo, _ in padding)
+    return _CONV[nsp](x, w, None, tuple(window_strides), pad_arg, tuple(rhs_dilation), groups)
+
+
+def conv(x, w, window_strides, padding, lhs_dilation=None, rhs_dilation=None, groups=1):
+    n = len(get_aval(x).shape) - 2
+    return conv_p.bind(
+        x,
+        w,
+        window_strides=tuple(window_strides),
+        padding=tuple(tuple(p) for p in padding),
+        lhs_dilation=tuple(lhs_dilation or (1,) * n),
+        rhs_dilation=tuple(rhs_dilation or (1,) * n),
+        groups=groups,
+    )
+
+
+def _conv_jvp(primals, tangents, **params):
+    x, w = primals
+    tx, tw = tangents
+    out = conv_p.bind(x, w, **params)
+    t = Zero(get_aval(out))
+    if type(tx) is not Zero:
+        t = add_tangents(t, conv_p.bind(tx, w, **params))
+    if type(tw) is not Zero:
+        t = add_tangents(t, conv_p.bind(x, tw, **params))
+    return out, t
+
+
+def _swap_kernel_io(w, groups):
+    """(O, C/g, *k) -> (C, O/g, *k), spatially flipped: the kernel of the input transpose."""
+    shp = S._shape(w)
+    o, cg, k = shp[0], shp[1], shp[2:]
+    n = len(k)
+    w = S.reshape(w, (groups, o // groups, cg) + k)
+    w = S.transpose(w, (0, 2, 1) + tuple(range(3, 3 + n)))
+    w = S.reshape(w, (groups * cg, o // groups) + k)
+    return S.rev(w, tuple(range(2, 2 + n)))
+
+
+def _conv_transpose(ct, x, w, *, window_strides, padding, lhs_dilation, rhs_dilation, groups):
+    if is_undefined(x) and is_undefined(w):
+        raise TypeError("conv is not linear in both operands at once")
+    if is_undefined(x):
+        x_shape, w_shape = x.aval.shape, S._shape(w)
+        ct_shape = S._shape(ct)
+        pads = []
+        for i in range(len(x_shape) - 2):
+            k = _dilate(w_shape[2 + i], rhs_dilation[i])
+            lhs_d = _dilate(x_shape[2 + i], lhs_dilation[i])
+            out_d = _dilate(ct_shape[2 + i], window_strides[i])
+            before = k - padding[i][0] - 1
+            after = lhs_d + k - 1 - out_d - before
+            pads.append((before, after))
+        ct_x = conv(
+            ct, _swap_kernel_io(w, groups), lhs_dilation, pads, window_strides, rhs_dilation, groups
+        )
+        return [ct_x, None]
+    x_shape, w_shape = S._shape(x), w.aval.shape
+    ct_shape = S._shape(ct)
+    n = len(x_shape) - 2
+    pads = []
+    for i in range(n):
+        lhs_d = _dilate(x_shape[2 + i], lhs_dilation[i])
+        k = _dilate(w_shape[2 + i], rhs_dilation[i])
+        out_d = _dilate(ct_shape[2 + i], window_strides[i])
+        lo = padding[i][0]
+        pads.append((lo, (out_d - lhs_d) + (k - lo - 1)))
+    c_per, o_per = x_shape[1] // groups, w_shape[0] // groups
+    parts = []
+    perm = (1, 0) + tuple(range(2, 2 + n))
+    for g in range(groups):
+        xg = S.slice_in_dim(x, g * c_per, (g + 1) * c_per, 1, 1) if groups > 1 else x
+        cg = S.slice_in_dim(ct, g * o_per, (g + 1) * o_per, 1, 1) if groups > 1 else ct
+        # channels of x act as the batch, the batch as features; ct is the kernel
+        r = conv(
+            S.transpose(xg, perm),
+            S.transpose(cg, perm),
+            rhs_dilation,
+            pads,
+            lhs_dilation,
+            window_strides,
+            1,
+        )
+        parts.append(S.transpose(r, perm))  # (C/g, O/g, k) -> (O/g, C/g, k)
+    ct_w = S.concatenate(parts, 0)
+    if S._shape(ct_w)[2:] != tuple(w_shape[2:]):
+        ct_w = S.slice_(ct_w, (0,) * len(w_shape), tuple(w_shape))
+    return [None, ct_w]
+
+
+def _conv_batch(args, dims, **params):
+    (x, w), (dx, dw) = args, dims
+    groups = params["groups"]
+    if dw is None:
+        x = S.moveaxis(x, dx, 0)
+        b, n = S._shape(x)[:2]
+        out = conv_p.bind(S.reshape(x, (b * n,) + S._shape(x)[2:]), w, **params)
+        return S.reshape(out, (b, n) + S._shape(out)[1:]), 0
+    w = S.moveaxis(w, dw, 0)
+    b, o = S._shape(w)[:2]
+    wk = S.reshape(w, (b * o,) + S._shape(w)[2:])
+    if dx is None:
+        xs = S._shape(x)
+        if groups == 1:
+            out = conv_p.bind(x, wk, **params)  # (N, B*O, ...)
+        else:
+            xr = S.reshape(
+                S.broadcast_batch(S.reshape(x, (xs[0], groups, xs[1] // groups) + xs[2:]), b, 1),
+                (xs[0], b * xs[1]) + xs[2:],
+            )
+            out = conv_p.bind(xr, wk, **{**params, "groups": b * groups})
+    else:
+        x = S.moveaxis(x, dx, 1)  # (N, B, C, ...)
+        xs = S._shape(x)
+        xr = S.reshape(x, (xs[0], xs[1] * xs[2]) + xs[3:])
+        out = conv_p.bind(xr, wk, **{**params, "groups": b * groups})
+    os_ = S._shape(out)
+    return S.reshape(out, (os_[0], b, o) + os_[2:]), 1
+
+
+impl_rules[conv_p] = _conv_impl
+abstract_eval_rules[conv_p] = _conv_abstract_eval
+jvp_rules[conv_p] = _conv_jvp
+transpose_rules[conv_p] = _conv_transpose
+batch_rules[conv_p] = _conv_batch
+linear_primitives.add(conv_p)

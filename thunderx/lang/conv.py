@@ -1,0 +1,156 @@
+"""Convolutions and pooling: F.conv1d/2d/3d on the conv primitive; max/avg pooling as a max/sum
+over strided slices of the (padded) input, so their derivatives need no new primitive."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from thunderx.errors import unsupported
+from thunderx.lang._base import dtype, ndim, promote, register, shape
+from thunderx.primitives import binary as B
+from thunderx.primitives import conv as CV
+from thunderx.primitives import reductions as R
+from thunderx.primitives import shape as S
+
+
+def _tuple(v, n):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+def _conv(nsp, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    unbatched = ndim(x) == nsp + 1
+    if unbatched:
+        x = S.expand_dims(x, (0,))
+    (x, weight), _ = promote(x, weight) if shape(x) == shape(weight) else ((x, weight), None)
+    stride, dilation = _tuple(stride, nsp), _tuple(dilation, nsp)
+    ksize = shape(weight)[2:]
+    if padding == "valid":
+        pads = [(0, 0)] * nsp
+    elif padding == "same":
+        pads = []
+        for k, d in zip(ksize, dilation):
+            total = d * (k - 1)
+            pads.append((total // 2, total - total // 2))
+    else:
+        pads = [(p, p) for p in _tuple(padding, nsp)]
+    out = CV.conv(x, weight, stride, pads, None, dilation, groups)
+    if bias is not None:
+        out = B.add(out, S.broadcast_in_dim(bias, shape(out), (1,)))
+    return S.squeeze(out, (0,)) if unbatched else out
+
+
+register(F.conv1d, torch.conv1d)(lambda *a, **k: _conv(1, *a, **k))
+register(F.conv2d, torch.conv2d)(lambda *a, **k: _conv(2, *a, **k))
+register(F.conv3d, torch.conv3d)(lambda *a, **k: _conv(3, *a, **k))
+
+
+def _windows(x, nsp, kernel, stride, dilation):
+    """All k1*k2*... strided views of x's last nsp dims, one per window offset."""
+    sp = shape(x)[-nsp:]
+    outs = [(n - d * (k - 1) - 1) // s + 1 for n, k, s, d in zip(sp, kernel, stride, dilation)]
+    lead = ndim(x) - nsp
+    views = []
+    for offset in _product([range(k) for k in kernel]):
+        starts = [0] * lead + [o * d for o, d in zip(offset, dilation)]
+        limits = list(shape(x)[:lead]) + [
+            o * d + (m - 1) * s + 1 for o, d, m, s in zip(offset, dilation, outs, stride)
+        ]
+        views.append(S.slice_(x, starts, limits, [1] * lead + list(stride)))
+    return views
+
+
+def _product(ranges):
+    out = [()]
+    for r in ranges:
+        out = [p + (i,) for p in out for i in r]
+    return out
+
+
+def _pool_pads(x, nsp, kernel, stride, padding, dilation, ceil_mode):
+    sp = shape(x)[-nsp:]
+    pads = []
+    for n, k, s, p, d in zip(sp, kernel, stride, padding, dilation):
+        hi = p
+        if ceil_mode:
+            out = math.ceil((n + 2 * p - d * (k - 1) - 1) / s) + 1
+            if (out - 1) * s >= n + p:
+                out -= 1
+            hi = max(p, (out - 1) * s + d * (k - 1) + 1 - n - p)
+        pads.append((p, hi))
+    return pads
+
+
+def _max_pool(
+    nsp, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
+):
+    if return_indices:
+        raise unsupported("max_pool(return_indices=True)")
+    kernel = _tuple(kernel_size, nsp)
+    stride = _tuple(stride if stride not in (None, []) else kernel_size, nsp)
+    padding, dilation = _tuple(padding, nsp), _tuple(dilation, nsp)
+    pads = _pool_pads(x, nsp, kernel, stride, padding, dilation, ceil_mode)
+    lead = ndim(x) - nsp
+    xp = S.pad(x, -math.inf, [(0, 0, 0)] * lead + [(lo, hi, 0) for lo, hi in pads])
+    views = _windows(xp, nsp, kernel, stride, dilation)
+    out = views[0]
+    for v in views[1:]:
+        out = B.maximum(out, v)
+    return out
+
+
+def _avg_pool(
+    nsp,
+    x,
+    kernel_size,
+    stride=None,
+    padding=0,
+    ceil_mode=False,
+    count_include_pad=True,
+    divisor_override=None,
+):
+    kernel = _tuple(kernel_size, nsp)
+    stride = _tuple(stride if stride not in (None, []) else kernel_size, nsp)
+    padding = _tuple(padding, nsp)
+    if ceil_mode:
+        raise unsupported("avg_pool(ceil_mode=True)")
+    lead = ndim(x) - nsp
+    cfg = [(0, 0, 0)] * lead + [(p, p, 0) for p in padding]
+    xp = S.pad(x, 0.0, cfg)
+    views = _windows(xp, nsp, kernel, stride, (1,) * nsp)
+    total = views[0]
+    for v in views[1:]:
+        total = B.add(total, v)
+    if divisor_override:
+        return B.div(total, float(divisor_override))
+    if count_include_pad or not any(padding):
+        return B.div(total, float(math.prod(kernel)))
+    ones = S.pad(torch.ones(shape(x)[-nsp:], dtype=dtype(x)), 0.0, [(p, p, 0) for p in padding])
+    counts = _windows(ones, nsp, kernel, stride, (1,) * nsp)
+    count = counts[0]
+    for c in counts[1:]:
+        count = B.add(count, c)
+    return B.div(total, S.broadcast_to(count, shape(total)))
+
+
+register(F.max_pool1d, torch.max_pool1d)(lambda x, *a, **k: _max_pool(1, x, *a, **k))
+register(F.max_pool2d, torch.max_pool2d)(lambda x, *a, **k: _max_pool(2, x, *a, **k))
+register(F.max_pool3d, torch.max_pool3d)(lambda x, *a, **k: _max_pool(3, x, *a, **k))
+register(F.avg_pool1d, torch.avg_pool1d)(lambda x, *a, **k: _avg_pool(1, x, *a, **k))
+register(F.avg_pool2d)(lambda x, *a, **k: _avg_pool(2, x, *a, **k))
+register(F.avg_pool3d)(lambda x, *a, **k: _avg_pool(3, x, *a, **k))
+
+
+@register(F.adaptive_avg_pool2d)
+def _adaptive_avg_pool2d(x, output_size):
+    oh, ow = _tuple(output_size, 2)
+    h, w = shape(x)[-2:]
+    oh, ow = oh or h, ow or w
+    if h % oh or w % ow:
+        raise unsupported("adaptive_avg_pool2d with a non-divisible output size")
+    lead = shape(x)[:-2]
+    r = S.reshape(x, lead + (oh, h // oh, ow, w // ow))
+    n = ndim(r)
+    return B.div(R.reduce_sum(r, (n - 3, n - 1)), float((h // oh) * (w // ow)))
