@@ -13,7 +13,7 @@ import torch
 
 from thunderx import tree
 from thunderx.ad_util import Zero
-from thunderx.core import Tracer, get_aval, is_top_level
+from thunderx.core import EvalTrace, Tracer, _state, get_aval, is_top_level
 from thunderx.errors import user_frame
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.passes import closure_convert, optimize
@@ -156,6 +156,11 @@ class JitFunction:
         self._lock = threading.RLock()
         self.hits = 0
         self.misses = 0
+        # Fast path for calls with only plain tensor positional arguments and no static ones:
+        # key = per-argument (shape, dtype, device), value = (program, consts, single output).
+        self._fast: dict = {}
+        self._fast_hits = [0]
+        self._fast_ok = not self.static_argnums and not self.static_argnames
 
     # -- signature
     def _split(self, args, kwargs):
@@ -238,7 +243,39 @@ class JitFunction:
                     self._cache.popitem(last=False)
         return entry, leaves
 
+    def make_caller(self) -> Callable:
+        """The function `jit` returns: a cache hit on plain tensor arguments costs a key built
+        from (shape, dtype, device), one dict lookup and one call of the generated code."""
+        fast, slow, state, counts = self._fast, self._call_slow, _state, self._fast_hits
+        grad_enabled = torch.is_grad_enabled
+        fast_ok = self._fast_ok
+
+        def jitted(*args, **kwargs):
+            if fast_ok and not kwargs:
+                try:
+                    if len(args) == 1:
+                        a = args[0]
+                        key = (a.shape, a.dtype, a.device)
+                    else:
+                        key = tuple([(a.shape, a.dtype, a.device) for a in args])
+                except AttributeError:  # a Python scalar or other leaf: the general path
+                    return slow(args, kwargs)
+                hit = fast.get(key)
+                if hit is not None and state.trace.__class__ is EvalTrace:
+                    fn, fn_plain, consts, single = hit
+                    if grad_enabled() and _any_requires_grad(args, consts):
+                        fn = fn_plain
+                    counts[0] += 1
+                    outs = fn(*consts, *args) if consts else fn(*args)
+                    return outs[0] if single is True else tree.unflatten(single, outs)
+            return slow(args, kwargs)
+
+        return jitted
+
     def __call__(self, *args, **kwargs):
+        return self._call_slow(args, kwargs)
+
+    def _call_slow(self, args, kwargs):
         entry, leaves = self._lookup(args, kwargs)
         if is_top_level():
             prog = entry.program
@@ -248,11 +285,27 @@ class JitFunction:
                 outs = prog.fn_plain(*entry.consts, *leaves)
             else:
                 outs = prog.fn(*entry.consts, *leaves)
+            if self._fast_ok and not kwargs and all(type(a) in _PLAIN for a in args):
+                self._remember_fast(args, entry, prog)
         else:
             from thunderx.primitives.higher_order import jit_call_p
 
             outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
         return tree.unflatten(entry.out_tree, outs)
+
+    def _remember_fast(self, args, entry, prog):
+        keys = tuple((a.shape, a.dtype, a.device) for a in args)
+        key = keys[0] if len(args) == 1 else keys  # as `make_caller` builds it
+        single = entry.out_tree.num_leaves == 1 and tree.unflatten(entry.out_tree, [0]) == 0
+        with self._lock:
+            if len(self._fast) >= self.cache_size:
+                self._fast.clear()
+            self._fast[key] = (
+                prog.fn,
+                prog.fn_plain,
+                tuple(entry.consts),
+                True if single else entry.out_tree,
+            )
 
     def _executor_for(self, leaves):
         if self.executor is not None:
@@ -266,7 +319,7 @@ class JitFunction:
     # -- inspection
     def cache_info(self) -> dict:
         return {
-            "hits": self.hits,
+            "hits": self.hits + self._fast_hits[0],
             "misses": self.misses,
             "size": len(self._cache),
             "maxsize": self.cache_size,
@@ -275,6 +328,7 @@ class JitFunction:
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._fast.clear()
 
     def trace(self, *args, **kwargs) -> ClosedJaxpr:
         entry, _ = self._lookup(args, kwargs)
@@ -287,6 +341,19 @@ class JitFunction:
 
         entry, leaves = self._lookup(args, kwargs)
         return Lowered(entry, executor or self._executor_for(leaves), self.__name__)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _any_requires_grad(args, consts) -> bool:
+    for a in args:
+        if a.requires_grad:
+            return True
+    for c in consts:
+        if isinstance(c, torch.Tensor) and c.requires_grad:
+            return True
+    return False
 
 
 def _needs_autograd(leaves, consts) -> bool:
@@ -328,4 +395,9 @@ def jit(
         static_argnames = (static_argnames,)
     if executor not in (None, "torch", "nvfuser"):
         raise ValueError(f"jit: executor must be 'torch' or 'nvfuser', not {executor!r}")
-    return JitFunction(fun, static_argnums, static_argnames, cache_size, executor)
+    impl = JitFunction(fun, static_argnums, static_argnames, cache_size, executor)
+    jitted = functools.wraps(fun)(impl.make_caller())
+    for name in ("lower", "trace", "cache_info", "clear_cache"):
+        setattr(jitted, name, getattr(impl, name))
+    jitted.jit_function = impl
+    return jitted

@@ -1,0 +1,367 @@
+"""The benchmark cases: each returns rows (case, candidate, baseline, ratio, ms, note)."""
+
+from __future__ import annotations
+
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+from harness import compare, timed
+
+import thunderx as tx
+
+
+def _check(a, b, tol=1e-4):
+    for x, y in zip(tx.tree.leaves(a), tx.tree.leaves(b)):
+        if not torch.allclose(x, y, rtol=tol, atol=tol):
+            raise AssertionError("benchmark candidates disagree")
+
+
+def _row(case, cand, base, res, key, note=""):
+    ratio, secs = res[key]
+    return {
+        "case": case,
+        "candidate": cand,
+        "baseline": base,
+        "ratio": ratio,
+        "ms": secs * 1e3,
+        "baseline_ms": res["__baseline__"][1] * 1e3,
+        "note": note,
+    }
+
+
+def mlp_init(dims, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(a, b, generator=g) / a**0.5, torch.zeros(b))
+        for a, b in zip(dims[:-1], dims[1:])
+    ]
+
+
+def mlp_apply(params, x):
+    for i, (w, b) in enumerate(params):
+        x = x @ w + b
+        if i < len(params) - 1:
+            x = torch.relu(x)
+    return x
+
+
+def mlp_loss(params, x, y):
+    return F.cross_entropy(mlp_apply(params, x), y)
+
+
+def per_example_mlp(rounds):
+    params = mlp_init([128, 128, 128, 10])
+    x, y = torch.randn(256, 1, 128), torch.randint(0, 10, (256, 1))
+    ours = tx.jit(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0)))
+    theirs = tf.vmap(tf.grad(mlp_loss), in_dims=(None, 0, 0))
+    compile_s = timed(lambda: ours(params, x, y))
+    _check(ours(params, x, y), theirs(params, x, y))
+    res = compare(lambda: theirs(params, x, y), {"t": lambda: ours(params, x, y)}, rounds)
+    return [
+        _row(
+            "per-example grads, MLP 128-128-128-10, batch 256",
+            "jit(vmap(grad))",
+            "torch.func vmap(grad)",
+            res,
+            "t",
+            f"trace+compile {compile_s * 1e3:.0f} ms",
+        )
+    ]
+
+
+class SmallCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 32, 3, 1)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, 1)
+        self.fc1 = torch.nn.Linear(9216, 128)
+        self.fc2 = torch.nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return F.log_softmax(self.fc2(F.relu(self.fc1(x))), dim=1)
+
+
+def per_example_cnn(rounds):
+    torch.manual_seed(0)
+    model = SmallCNN()
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x, y = torch.randn(64, 1, 1, 28, 28), torch.randint(0, 10, (64, 1))
+
+    def loss(p, xb, yb):
+        return F.nll_loss(tx.functional_call(model, p, (xb,)), yb)
+
+    def loss_ref(p, xb, yb):
+        return F.nll_loss(tf.functional_call(model, p, (xb,)), yb)
+
+    ours = tx.jit(tx.vmap(tx.grad(loss), in_axes=(None, 0, 0)))
+    theirs = tf.vmap(tf.grad(loss_ref), in_dims=(None, 0, 0))
+    compile_s = timed(lambda: ours(params, x, y))
+    _check(ours(params, x, y), theirs(params, x, y), 1e-3)
+    res = compare(
+        lambda: theirs(params, x, y), {"t": lambda: ours(params, x, y)}, max(3, rounds // 3)
+    )
+    return [
+        _row(
+            "per-example grads, tutorial CNN, batch 64",
+            "jit(vmap(grad))",
+            "torch.func vmap(grad)",
+            res,
+            "t",
+            f"trace+compile {compile_s * 1e3:.0f} ms",
+        )
+    ]
+
+
+def ensembling(rounds):
+    models = [mlp_init([784, 128, 128, 10], seed=s) for s in range(10)]
+    stacked = tx.tree.map(lambda *xs: torch.stack(xs), *models)
+    x = torch.randn(64, 784)
+    ours = tx.jit(tx.vmap(mlp_apply, in_axes=(0, None)))
+    theirs = tf.vmap(mlp_apply, in_dims=(0, None))
+    _check(ours(stacked, x), theirs(stacked, x))
+    res = compare(
+        lambda: theirs(stacked, x),
+        {"t": lambda: ours(stacked, x), "eager": lambda: [mlp_apply(m, x) for m in models]},
+        rounds,
+    )
+    return [
+        _row(
+            "ensembling, 10 MLPs 784-128-128-10, batch 64",
+            "jit(vmap(f))",
+            "torch.func vmap",
+            res,
+            "t",
+        ),
+        _row(
+            "ensembling, 10 MLPs 784-128-128-10, batch 64",
+            "eager loop",
+            "torch.func vmap",
+            res,
+            "eager",
+        ),
+    ]
+
+
+def jacobians(rounds):
+    rows = []
+    for din, dout in ((32, 2048), (2048, 32)):
+        g = torch.Generator().manual_seed(0)
+        w, b = torch.randn(dout, din, generator=g) / din**0.5, torch.randn(dout, generator=g)
+        x = torch.randn(din, generator=g)
+        f = lambda v: torch.tanh(F.linear(v, w, b))  # noqa: E731
+        for name, ours, theirs in (
+            ("jacfwd", tx.jit(tx.jacfwd(f)), tf.jacfwd(f)),
+            ("jacrev", tx.jit(tx.jacrev(f)), tf.jacrev(f)),
+        ):
+            _check(ours(x), theirs(x))
+            res = compare(lambda: theirs(x), {"t": lambda: ours(x)}, rounds)
+            rows.append(
+                _row(
+                    f"{name}, tanh(linear) Din={din} Dout={dout}",
+                    f"jit({name})",
+                    f"torch.func {name}",
+                    res,
+                    "t",
+                )
+            )
+    return rows
+
+
+def pinn_hessian(rounds):
+    g = torch.Generator().manual_seed(0)
+    w1, b1 = torch.randn(2, 64, generator=g) / 2**0.5, torch.zeros(64)
+    w2, b2 = torch.randn(64, 64, generator=g) / 8, torch.zeros(64)
+    w3 = torch.randn(64, 1, generator=g) / 8
+
+    def u(xy):
+        h = torch.tanh(xy @ w1 + b1)
+        h = torch.tanh(h @ w2 + b2)
+        return (h @ w3).sum()
+
+    pts = torch.randn(256, 2)
+    ours = tx.jit(tx.vmap(tx.hessian(u)))
+    theirs = tf.vmap(tf.hessian(u))
+    compile_s = timed(lambda: ours(pts))
+    _check(ours(pts), theirs(pts))
+    res = compare(lambda: theirs(pts), {"t": lambda: ours(pts)}, rounds)
+    return [
+        _row(
+            "batched Hessian, PINN MLP 2-64-64-1 tanh, batch 256",
+            "jit(vmap(hessian))",
+            "torch.func vmap(hessian)",
+            res,
+            "t",
+            f"trace+compile {compile_s * 1e3:.0f} ms",
+        )
+    ]
+
+
+def hvp(rounds):
+    params = mlp_init([64, 64, 1])
+    x = torch.randn(32, 64)
+    flat = lambda p: mlp_apply(p, x).pow(2).mean()  # noqa: E731
+    v = tx.tree.map(torch.randn_like, params)
+    ours = tx.jit(lambda p, v: tx.jvp(tx.grad(flat), (p,), (v,))[1])
+    theirs = lambda p, v: tf.jvp(tf.grad(flat), (p,), (v,))[1]  # noqa: E731
+    _check(ours(params, v), theirs(params, v))
+    res = compare(lambda: theirs(params, v), {"t": lambda: ours(params, v)}, rounds)
+    return [
+        _row(
+            "Hessian-vector product (fwd-over-rev), MLP 64-64-1",
+            "jit(jvp(grad))",
+            "torch.func jvp(grad)",
+            res,
+            "t",
+        )
+    ]
+
+
+def jit_dispatch(rounds):
+    x = torch.randn(8)
+    f = lambda x: torch.sin(x) * 2 + 1  # noqa: E731
+    j = tx.jit(f)
+    j(x)
+    res = compare(lambda: f(x), {"t": lambda: j(x)}, rounds, target_s=0.05)
+    return [_row("cached jit dispatch, 3 ops on f32[8]", "jit(f)", "torch eager", res, "t")]
+
+
+def trace_scaling():
+    rows = []
+    per_layer = {}
+    for depth in (4, 16, 64, 256):
+        params = mlp_init([16] * (depth + 1))
+        x, y = torch.randn(8, 16), torch.randint(0, 16, (8,))
+        f = tx.make_jaxpr(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0)))
+        f(params, x, y)
+        best = min(timed(lambda: f(params, x, y)) for _ in range(3))
+        per_layer[depth] = best / depth
+        rows.append(
+            {
+                "case": f"make_jaxpr(vmap(grad(mlp))), depth {depth}",
+                "candidate": "thunderx",
+                "baseline": "-",
+                "ratio": float("nan"),
+                "ms": best * 1e3,
+                "baseline_ms": float("nan"),
+                "note": f"{per_layer[depth] * 1e6:.0f} us/layer",
+            }
+        )
+    ratio = per_layer[256] / per_layer[16]
+    rows.append(
+        {
+            "case": "per-layer trace cost, depth 256 / depth 16",
+            "candidate": "thunderx",
+            "baseline": "thunderx depth 16",
+            "ratio": ratio,
+            "ms": float("nan"),
+            "baseline_ms": float("nan"),
+            "note": "linear scaling is 1.0",
+        }
+    )
+    return rows
+
+
+def jax_trace(rounds):
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return [
+            {
+                "case": "make_jaxpr(vmap(grad(mlp))) depth 64 vs JAX",
+                "candidate": "thunderx",
+                "baseline": "jax (not installed)",
+                "ratio": float("nan"),
+                "ms": float("nan"),
+                "baseline_ms": float("nan"),
+                "note": "pip install jax to compare",
+            }
+        ]
+    depth = 64
+    params = mlp_init([16] * (depth + 1))
+    x, y = torch.randn(8, 16), torch.randint(0, 16, (8,))
+    jparams = [(jnp.asarray(w.numpy()), jnp.asarray(b.numpy())) for w, b in params]
+    jx, jy = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+
+    def jloss(p, xx, yy):
+        h = xx
+        for i, (w, b) in enumerate(p):
+            h = h @ w + b
+            if i < len(p) - 1:
+                h = jax.nn.relu(h)
+        logp = jax.nn.log_softmax(h)
+        return -jnp.mean(jnp.take_along_axis(logp, yy[:, None], 1))
+
+    ours = lambda: tx.make_jaxpr(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0)))(params, x, y)  # noqa: E731
+    theirs = lambda: jax.make_jaxpr(jax.vmap(jax.grad(jloss), in_axes=(None, 0, 0)))(
+        jparams, jx, jy
+    )  # noqa: E731
+    res = compare(theirs, {"t": ours}, max(3, rounds // 3), target_s=0.05)
+    return [
+        _row(
+            "make_jaxpr(vmap(grad(mlp))), depth 64",
+            "thunderx.make_jaxpr",
+            "jax.make_jaxpr",
+            res,
+            "t",
+        )
+    ]
+
+
+def gpu_cases(rounds):
+    if not torch.cuda.is_available():
+        return []
+    from thunderx.executors.nvfuser_exec import nvfuser_available, nvfuser_import_error
+
+    rows = []
+    dev = "cuda"
+    n = 1 << 24
+    src = torch.randn(n, device=dev)
+    dst = torch.empty_like(src)
+    torch.cuda.synchronize()
+
+    def copy():
+        dst.copy_(src)
+        torch.cuda.synchronize()
+
+    t_copy = min(timed(copy) for _ in range(10))
+    copy_gbs = 2 * n * 4 / t_copy / 1e9
+    x = torch.randn(8192, 4096, device=dev)
+    b = torch.randn(4096, device=dev)
+    w = torch.randn(4096, device=dev)
+    chains = {
+        "bias+gelu": (lambda x, b: F.gelu(x + b), (x, b), 3),
+        "layer_norm": (lambda x, w: F.layer_norm(x, (4096,), w, w), (x, w), 2),
+        "softmax": (lambda x: torch.softmax(x, -1), (x,), 2),
+        "rmsnorm backward": (tx.grad(lambda x, w: F.rms_norm(x, (4096,), w).sum()), (x, w), 3),
+    }
+    for name, (f, args, passes) in chains.items():
+        eager = f
+        jit_nvf = tx.jit(f, executor="nvfuser" if nvfuser_available() else "torch")
+        comp = torch.compile(f) if name != "rmsnorm backward" else None
+
+        def sync(fn):
+            def run():
+                fn(*args)
+                torch.cuda.synchronize()
+
+            return run
+
+        jit_nvf(*args)
+        cands = {"t": sync(jit_nvf)}
+        if comp is not None:
+            comp(*args)
+            cands["compile"] = sync(comp)
+        res = compare(sync(eager), cands, rounds)
+        bytes_moved = passes * x.numel() * 4
+        gbs = bytes_moved / res["t"][1] / 1e9
+        note = f"{gbs:.0f} GB/s = {gbs / copy_gbs:.0%} of copy" + (
+            "" if nvfuser_available() else f"; nvFuser unavailable: {nvfuser_import_error()}"
+        )
+        rows.append(_row(f"GPU {name}", "jit (nvFuser)", "torch eager", res, "t", note))
+        if "compile" in res:
+            rows.append(_row(f"GPU {name}", "torch.compile", "torch eager", res, "compile"))
+    return rows

@@ -1,0 +1,128 @@
+"""Run the benchmark suite: prints a Markdown table of ratios (thunderx / peer, lower is better),
+saves it under benchmarks/results/, and writes a bar chart of the ratios.
+
+    python benchmarks/run.py [--rounds N] [--only substring]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import cases  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TARGETS = {
+    "per-example grads, MLP": 1.0,
+    "batched Hessian": 1.0,
+    "cached jit dispatch": 1.1,
+    "make_jaxpr(vmap(grad(mlp))), depth 64": 1.0,
+    "per-layer trace cost": 1.5,
+}
+
+
+def target_for(case, candidate):
+    if candidate in ("eager loop", "torch.compile"):
+        return None
+    for k, v in TARGETS.items():
+        if case.startswith(k) and (
+            k != "make_jaxpr(vmap(grad(mlp))), depth 64" or "jax" not in case
+        ):
+            return v
+    return None
+
+
+def table(rows) -> str:
+    lines = [
+        "| case | thunderx | peer | ratio | target | ms | peer ms | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        t = target_for(r["case"], r["candidate"])
+        ok = "" if t is None or math.isnan(r["ratio"]) else (" ✓" if r["ratio"] <= t else " ✗")
+        fmt = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"  # noqa: E731
+        lines.append(
+            f"| {r['case']} | {r['candidate']} | {r['baseline']} | {fmt(r['ratio'])}{ok} | "
+            f"{'≤ ' + str(t) if t else '-'} | {fmt(r['ms'])} | {fmt(r['baseline_ms'])} | {r['note']} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot")
+        return
+    pts = [r for r in rows if not math.isnan(r["ratio"])]
+    fig, ax = plt.subplots(figsize=(10, 0.45 * len(pts) + 1.5))
+    labels = [f"{r['case']}\n{r['candidate']} vs {r['baseline']}" for r in pts]
+    vals = [r["ratio"] for r in pts]
+    colors = ["tab:green" if v <= 1.0 else "tab:orange" for v in vals]
+    ax.barh(range(len(pts)), vals, color=colors)
+    ax.axvline(1.0, color="k", lw=1)
+    ax.set_yticks(range(len(pts)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time ratio thunderx / peer (lower is better)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    header = (
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"{platform.processor() or platform.machine()}, python {platform.python_version()}, "
+        f"float32, median of {args.rounds} interleaved rounds"
+    )
+    print(header)
+    suite = [
+        cases.per_example_mlp,
+        cases.per_example_cnn,
+        cases.ensembling,
+        cases.jacobians,
+        cases.pinn_hessian,
+        cases.hvp,
+        cases.jit_dispatch,
+        lambda r: cases.trace_scaling(),
+        cases.jax_trace,
+        cases.gpu_cases,
+    ]
+    rows = []
+    for fn in suite:
+        name = getattr(fn, "__name__", "trace_scaling")
+        if args.only and args.only not in name:
+            continue
+        new = fn(args.rounds)
+        for r in new:
+            print(f"  {r['case']:<58} {r['candidate']:<22} ratio {r['ratio']:.3f}  {r['note']}")
+        rows += new
+    md = f"{header}\n\n{table(rows)}\n"
+    print("\n" + md)
+    os.makedirs(args.out, exist_ok=True)
+    kind = "gpu" if torch.cuda.is_available() else "cpu"
+    with open(os.path.join(args.out, f"{kind}.md"), "w") as f:
+        f.write(md)
+    plot(rows, os.path.join(args.out, f"{kind}.png"))
+
+
+if __name__ == "__main__":
+    main()
