@@ -79,6 +79,12 @@ def _dot_codegen(args, avals, *, dimension_numbers):
         return f"{x} @ {y}"
     if xn == 2 and yn == 1 and not lb and dn[0] == ((1,), (0,)):
         return f"{x} @ {y}"
+    if not lb and xn == 2 and yn > 2 and dn[0] == ((1,), (yn - 2,)):
+        # matmul broadcasts x over y's leading dims without copying y (tensordot would)
+        perm = (yn - 2,) + tuple(range(yn - 2)) + (yn - 1,)
+        return f"torch.matmul({x}, {y}).permute{perm}"
+    if not lb and yn == 2 and xn > 2 and dn[0] == ((xn - 1,), (0,)):
+        return f"torch.matmul({x}, {y})"
     if not lb:
         return f"torch.tensordot({x}, {y}, dims=({list(lc)}, {list(rc)}))"
     return f"torch.einsum({_einsum_spec(xn, yn, dimension_numbers)!r}, {x}, {y})"

@@ -12,6 +12,7 @@ from thunderx import errors, tree  # noqa: F401
 from thunderx import lang as _lang  # noqa: F401  (installs the language layer)
 from thunderx import primitives as _primitives  # noqa: F401  (registers the primitive set)
 from thunderx.api import functional_call, make_jaxpr
+from thunderx.explain import explain
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.primitives.higher_order import stop_gradient
 from thunderx.transforms.ad import (
@@ -36,6 +37,7 @@ __all__ = [
     "custom_jvp",
     "custom_vjp",
     "errors",
+    "explain",
     "eval_jaxpr",
     "functional_call",
     "grad",

@@ -287,6 +287,7 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False):
         g = g[0] if single else g
         return ((out, res[2]) if has_aux else out), g
 
+    wrapper.__thunderx_transform__ = ("value_and_grad", fun, None)
     return wrapper
 
 
@@ -305,6 +306,7 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False):
             return g, out[1]
         return g
 
+    wrapper.__thunderx_transform__ = ("grad", fun, None)
     return wrapper
 
 
@@ -365,6 +367,7 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
         jac = _jac_tree(lin.out_tree, in_tree, blocks)
         return (jac, lin.aux) if has_aux else jac
 
+    wrapper.__thunderx_transform__ = ("jacfwd", fun, None)
     return wrapper
 
 
@@ -408,6 +411,7 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False):
         jac = _jac_tree(lin.out_tree, in_tree, blocks)
         return (jac, lin.aux) if has_aux else jac
 
+    wrapper.__thunderx_transform__ = ("jacrev", fun, None)
     return wrapper
 
 

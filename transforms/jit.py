@@ -400,4 +400,5 @@ def jit(
     for name in ("lower", "trace", "cache_info", "clear_cache"):
         setattr(jitted, name, getattr(impl, name))
     jitted.jit_function = impl
+    jitted.__thunderx_transform__ = ("jit", fun, None)
     return jitted

@@ -197,6 +197,7 @@ def vmap(
                 results.append(S.moveaxis(val, bdim, oax))
         return tree.unflatten(out_tree, results)
 
+    batched.__thunderx_transform__ = ("vmap", fun, in_axes)
     return batched
 
 
