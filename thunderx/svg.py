@@ -21,7 +21,7 @@ def jaxpr_svg(jaxpr, regions: list | None = None, max_nodes: int = 600) -> str:
             producer[id(v)] = i
     rows: dict[int, int] = {}
     pos: dict = {}
-    for k, v in enumerate(jaxpr.invars):
+    for k in range(len(jaxpr.invars)):
         pos[("in", k)] = (0, k)
     rows[0] = len(jaxpr.invars)
     for i, lay in enumerate(layer):
