@@ -1,0 +1,253 @@
+"""OpInfo conformance: torch's own sample inputs (float64, CPU) for every torch function the
+language layer supports, through jit (vs torch), vjp (vs torch.autograd) and vmap (vs a loop).
+
+    python -m thunderx.testing.opinfo [--all-samples]    prints per-category counts
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+
+import torch
+
+import thunderx as tx
+from thunderx import tree
+from thunderx.core import is_tensor_like
+
+# The functions research code uses (OpInfo names), by category (the torch coverage issue's list).
+CATEGORIES = {
+    "unary": "abs neg sign exp exp2 expm1 log log1p log2 log10 sqrt rsqrt reciprocal square sin cos "
+             "tan sinh cosh tanh asin acos atan asinh acosh atanh sigmoid erf erfc erfinv lgamma "
+             "digamma floor ceil round trunc frac logit sinc",
+    "binary": "add sub mul div true_divide pow float_power atan2 maximum minimum fmax fmin remainder "
+              "fmod hypot xlogy logaddexp copysign clamp clamp_min clamp_max where lerp addcmul "
+              "addcdiv eq ne lt le gt ge",
+    "reduction": "sum mean prod amax amin max min argmax argmin var std var_mean logsumexp cumsum "
+                 "cumprod norm linalg.vector_norm all any",
+    "matmul": "matmul mm bmm mv dot outer addmm baddbmm einsum tensordot nn.functional.linear",
+    "shape": "reshape view flatten unflatten squeeze unsqueeze permute transpose t mT expand "
+             "broadcast_to cat stack split chunk unbind narrow select __getitem__ flip roll repeat "
+             "tile movedim diagonal tril triu gather index_select scatter take_along_dim "
+             "nn.functional.pad",
+    "nn": "nn.functional.relu nn.functional.gelu nn.functional.silu nn.functional.elu "
+          "nn.functional.leaky_relu nn.functional.softplus nn.functional.hardtanh "
+          "nn.functional.mish nn.functional.logsigmoid softmax log_softmax "
+          "nn.functional.layer_norm nn.functional.rms_norm nn.functional.group_norm "
+          "nn.functional.normalize nn.functional.conv1d nn.functional.conv2d "
+          "nn.functional.max_pool2d nn.functional.avg_pool2d nn.functional.embedding "
+          "nn.functional.scaled_dot_product_attention nn.functional.mse_loss "
+          "nn.functional.l1_loss nn.functional.smooth_l1_loss nn.functional.huber_loss "
+          "nn.functional.cross_entropy nn.functional.nll_loss nn.functional.binary_cross_entropy "
+          "nn.functional.binary_cross_entropy_with_logits nn.functional.kl_div "
+          "nn.functional.cosine_similarity",
+}
+
+# Samples thunderx does not support, with the reason; matched by (op name, variant, check).
+KNOWN_FAILURES: dict[tuple, str] = {}
+
+
+@dataclasses.dataclass
+class OpResult:
+    name: str
+    samples: int = 0
+    fwd: int = 0
+    vjp: int = 0
+    vjp_checked: int = 0
+    vmap: int = 0
+    errors: list = dataclasses.field(default_factory=list)
+
+    def passed(self, check: str) -> bool:
+        total = self.vjp_checked if check == "vjp" else self.samples
+        return self.samples > 0 and getattr(self, check) == total
+
+
+def _close(got, want, tol):
+    gl, wl = tree.leaves(got), tree.leaves(want)
+    if len(gl) != len(wl):
+        raise AssertionError(f"{len(gl)} outputs, expected {len(wl)}")
+    for g, w in zip(gl, wl):
+        if not isinstance(w, torch.Tensor):
+            if g != w and not (isinstance(g, torch.Tensor) and torch.equal(g, torch.as_tensor(w))):
+                raise AssertionError(f"value {g} vs {w}")
+            continue
+        if tuple(g.shape) != tuple(w.shape) or g.dtype != w.dtype:
+            raise AssertionError(f"{g.dtype}{tuple(g.shape)} vs {w.dtype}{tuple(w.shape)}")
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol, equal_nan=True)
+
+
+def _split(sample):
+    args = (sample.input, *sample.args)
+    leaves, treedef = tree.flatten((args, dict(sample.kwargs)))
+    pos = [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
+
+    def f(*ts):
+        full = list(leaves)
+        for i, t in zip(pos, ts):
+            full[i] = t
+        a, k = tree.unflatten(treedef, full)
+        return fn(*a, **k)
+
+    return f, [leaves[i] for i in pos]
+
+
+fn = None  # set per op (closure-free so the sampled function stays picklable)
+
+
+def check_op(op, max_samples: int | None) -> OpResult:
+    global fn
+    res = OpResult(op.name + (f".{op.variant_test_name}" if op.variant_test_name else ""))
+    samples = list(op.sample_inputs("cpu", torch.float64, requires_grad=False))
+    if max_samples is not None:
+        samples = samples[:max_samples]
+    for sample in samples:
+        fn = op.op
+        f, tensors = _split(sample)
+        fn_now = op.op
+
+        def g(*ts, _f=f, _op=fn_now):
+            global fn
+            fn = _op
+            return _f(*ts)
+
+        res.samples += 1
+        try:
+            want = g(*tensors)
+        except Exception:  # noqa: BLE001 - torch itself rejects this sample
+            res.samples -= 1
+            continue
+        for check in ("fwd", "vjp", "vmap"):
+            key = (op.name, op.variant_test_name, check)
+            try:
+                ok = globals()[f"_check_{check}"](g, tensors, want, res)
+                if ok:
+                    setattr(res, check, getattr(res, check) + 1)
+            except Exception as e:  # noqa: BLE001 - recorded in the report
+                if key in KNOWN_FAILURES:
+                    setattr(res, check, getattr(res, check) + 1)
+                else:
+                    res.errors.append(f"{check}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    return res
+
+
+def _check_fwd(g, tensors, want, res):
+    _close(tx.jit(g)(*tensors), want, 1e-6)
+    return True
+
+
+def _check_vjp(g, tensors, want, res):
+    diff = [i for i, t in enumerate(tensors) if t.dtype.is_floating_point]
+    outs = [o for o in tree.leaves(want) if isinstance(o, torch.Tensor)]
+    if not diff or not any(o.dtype.is_floating_point for o in outs):
+        return False
+    leaves = [t.clone().requires_grad_(i in diff) for i, t in enumerate(tensors)]
+    try:
+        ref = [o for o in tree.leaves(g(*leaves)) if isinstance(o, torch.Tensor)]
+        ref_f = [o for o in ref if o.requires_grad]
+        if not ref_f:
+            return False
+        gen = torch.Generator().manual_seed(0)
+        cts = [torch.randn(o.shape, dtype=o.dtype, generator=gen) for o in ref_f]
+        want_g = torch.autograd.grad(ref_f, [leaves[i] for i in diff], cts, allow_unused=True)
+    except Exception:  # noqa: BLE001 - torch cannot differentiate this sample: skipped
+        return False
+    res.vjp_checked += 1
+
+    def h(*xs):
+        full = list(tensors)
+        for i, x in zip(diff, xs):
+            full[i] = x
+        return [o for o in tree.leaves(g(*full)) if is_tensor_like(o) and o.dtype.is_floating_point]
+
+    out, vjp_fn = tx.vjp(h, *[tensors[i] for i in diff])
+    ct_full, it = [], iter(cts)
+    ref_flags = [o.requires_grad for o in ref if o.dtype.is_floating_point]
+    for o, flag in zip(out, ref_flags):
+        ct_full.append(next(it) if flag else torch.zeros_like(o))
+    got = vjp_fn(ct_full)
+    want_g = [torch.zeros_like(tensors[i]) if w is None else w for i, w in zip(diff, want_g)]
+    _close(list(got), want_g, 1e-5)
+    return True
+
+
+def _check_vmap(g, tensors, want, res):
+    if not tensors:
+        return True
+    batched = [torch.stack([t, t * 1.25 if t.dtype.is_floating_point else t]) for t in tensors]
+    got = tx.vmap(g)(*batched)
+    rows = [g(*[b[k] for b in batched]) for k in range(2)]
+    expect = tree.map(lambda *xs: torch.stack([torch.as_tensor(x) for x in xs]), *rows)
+    _close(got, expect, 1e-6)
+    return True
+
+
+def supported_ops():
+    """(category, OpInfo) for every listed function that has an OpInfo entry."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    by_name = collections.defaultdict(list)
+    for op in op_db:
+        by_name[op.name].append(op)
+    out = []
+    for cat, names in CATEGORIES.items():
+        for name in names.split():
+            for op in by_name.get(name, []):
+                out.append((cat, name, op))
+    return out
+
+
+def report(max_samples: int | None = 8, verbose: bool = True):
+    per_name: dict[str, list[OpResult]] = collections.defaultdict(list)
+    cats = {}
+    for cat, name, op in supported_ops():
+        per_name[name].append(check_op(op, max_samples))
+        cats[name] = cat
+    listed = [n for names in CATEGORIES.values() for n in names.split()]
+    lines = ["category    listed  with-OpInfo  fwd  vjp  vmap  all-three"]
+    totals = collections.Counter()
+    failures = []
+    for cat, names in CATEGORIES.items():
+        c = collections.Counter()
+        for name in names.split():
+            c["listed"] += 1
+            rs = per_name.get(name)
+            if not rs:
+                continue
+            c["opinfo"] += 1
+            fwd = all(r.passed("fwd") for r in rs)
+            vjp = all(r.passed("vjp") or r.vjp_checked == 0 for r in rs)
+            vmap = all(r.passed("vmap") for r in rs)
+            c["fwd"] += fwd
+            c["vjp"] += vjp
+            c["vmap"] += vmap
+            c["all"] += fwd and vjp and vmap
+            for r in rs:
+                failures += [f"{r.name}: {e}" for e in r.errors[:2]]
+        totals.update(c)
+        lines.append(f"{cat:<11} {c['listed']:>6} {c['opinfo']:>12} {c['fwd']:>4} {c['vjp']:>4} "
+                     f"{c['vmap']:>5} {c['all']:>10}")
+    lines.append(f"{'total':<11} {totals['listed']:>6} {totals['opinfo']:>12} {totals['fwd']:>4} "
+                 f"{totals['vjp']:>4} {totals['vmap']:>5} {totals['all']:>10}")
+    missing = [n for n in listed if n not in per_name]
+    text = "\n".join(lines)
+    if verbose:
+        print(text)
+        if missing:
+            print(f"no OpInfo entry: {' '.join(missing)}")
+        if failures:
+            print("failures:")
+            for f in failures:
+                print("  " + f)
+    return totals, per_name, failures, missing
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--all-samples", action="store_true")
+    args = ap.parse_args()
+    report(None if args.all_samples else 8)
+
+
+if __name__ == "__main__":
+    main()
