@@ -134,7 +134,7 @@ def _take_impl(x, idx, *, axis):
 
 
 def _index_add_impl(x, idx, src, *, axis):
-    flat = src.reshape(tuple(x.shape[:axis]) + (-1,) + tuple(x.shape[axis + 1 :]))
+    flat = src.reshape(tuple(x.shape[:axis]) + (idx.numel(),) + tuple(x.shape[axis + 1 :]))
     return x.index_add(axis, idx.reshape(-1), flat)
 
 

@@ -16,7 +16,9 @@ from .research_fns import data, mlp_loss, mlp_params
 def _explanation():
     p = mlp_params(dtype=torch.float32)
     x, y = data(dtype=torch.float32)
-    return tx.explain(tx.jit(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0))))(p, x[:, None], y[:, None])
+    return tx.explain(tx.jit(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0))))(
+        p, x[:, None], y[:, None]
+    )
 
 
 def test_jaxpr_html_structure():
@@ -58,7 +60,9 @@ def test_svg_is_self_contained_and_colours_regions():
     assert "<image" not in svg and "href" not in svg
 
 
-@pytest.mark.skipif(find_chromium() is None, reason="Debian's chromium is not installed (make test installs it)")
+@pytest.mark.skipif(
+    find_chromium() is None, reason="Debian's chromium is not installed (make test installs it)"
+)
 def test_explorer_renders_in_a_real_browser():
     from PIL import Image
 

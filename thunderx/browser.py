@@ -7,9 +7,17 @@ import shutil
 import subprocess
 import tempfile
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 def find_chromium() -> str | None:
@@ -29,13 +37,20 @@ def _run(args, timeout=90):
 def render(html: str, png_path: str | None = None, size=(1280, 900)) -> str:
     """Load `html` as a page; return the DOM after load, and write a screenshot if asked."""
     with tempfile.NamedTemporaryFile("w", suffix=".html", delete=False) as f:
-        f.write(f"<!doctype html><html><head><meta charset='utf-8'></head><body>{html}</body></html>")
+        f.write(
+            f"<!doctype html><html><head><meta charset='utf-8'></head><body>{html}</body></html>"
+        )
         page = f.name
     try:
         dom = _run(["--dump-dom", f"file://{page}"]).stdout
         if png_path is not None:
-            _run([f"--screenshot={os.path.abspath(png_path)}", f"--window-size={size[0]},{size[1]}",
-                  f"file://{page}"])
+            _run(
+                [
+                    f"--screenshot={os.path.abspath(png_path)}",
+                    f"--window-size={size[0]},{size[1]}",
+                    f"file://{page}",
+                ]
+            )
         return dom
     finally:
         os.unlink(page)

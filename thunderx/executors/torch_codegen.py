@@ -206,6 +206,8 @@ def _inplace(e, args, i, last_use, root, owned, live_views):
             return f"{args[0]}.{method}()"
         return None
     if name in _INPLACE_BINARY:
+        if name == "div" and not out_aval.dtype.is_floating_point:
+            return None  # Tensor.div_ divides exactly; integer div truncates
         method = _INPLACE_BINARY[name]
         x, y = e.inputs
         if (

@@ -68,12 +68,14 @@ def canon_dim(d: int, n: int, what: str = "dim") -> int:
 
 
 def canon_dims(dim, n: int) -> tuple:
-    """None -> all dims; int or sequence -> sorted, non-negative."""
+    """None -> all dims; int or sequence -> sorted, non-negative. A rank-0 tensor accepts dim 0
+    or -1 (as torch does) and has nothing to reduce."""
     if dim is None:
         return tuple(range(n))
     if isinstance(dim, int):
         dim = (dim,)
-    return tuple(sorted({canon_dim(d, n) for d in dim}))
+    dims = tuple(sorted({canon_dim(d, n) for d in dim}))
+    return () if n == 0 else dims
 
 
 def convert(x, new_dtype: torch.dtype):

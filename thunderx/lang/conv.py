@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from thunderx.errors import unsupported
+from thunderx.errors import unsupported  # noqa: F401
 from thunderx.lang._base import dtype, ndim, promote, register, shape
 from thunderx.primitives import binary as B
 from thunderx.primitives import conv as CV
@@ -17,7 +17,9 @@ from thunderx.primitives import shape as S
 
 
 def _tuple(v, n):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+    if isinstance(v, (tuple, list)):
+        return tuple(v) * n if len(v) == 1 else tuple(v)
+    return (v,) * n
 
 
 def _conv(nsp, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -86,10 +88,8 @@ def _pool_pads(x, nsp, kernel, stride, padding, dilation, ceil_mode):
 def _max_pool(
     nsp, x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False
 ):
-    if return_indices:
-        raise unsupported("max_pool(return_indices=True)")
     kernel = _tuple(kernel_size, nsp)
-    stride = _tuple(stride if stride not in (None, []) else kernel_size, nsp)
+    stride = _tuple(stride if stride is not None and len(_tuple(stride, 1)) else kernel_size, nsp)
     padding, dilation = _tuple(padding, nsp), _tuple(dilation, nsp)
     pads = _pool_pads(x, nsp, kernel, stride, padding, dilation, ceil_mode)
     lead = ndim(x) - nsp
@@ -98,7 +98,34 @@ def _max_pool(
     out = views[0]
     for v in views[1:]:
         out = B.maximum(out, v)
-    return out
+    if not return_indices:
+        return out
+    return out, _max_pool_indices(x, views, nsp, kernel, stride, dilation, pads)
+
+
+def _max_pool_indices(x, views, nsp, kernel, stride, dilation, pads):
+    """Flat index (over the spatial dims of x) of each window's first maximum, as torch gives."""
+    from thunderx.primitives import creation as C
+    from thunderx.primitives import unary as U
+
+    stacked = S.concatenate([S.expand_dims(v, (0,)) for v in views], 0)
+    which = R.argmax(stacked, 0)  # which window offset holds the max (first on ties)
+    out_shape = shape(views[0])
+    sp = shape(x)[-nsp:]
+    lead = len(out_shape) - nsp
+    flat = C.full(out_shape, 0, torch.int64)
+    rem = which
+    for i in reversed(range(nsp)):
+        k = kernel[i]
+        off = B.rem_p.bind(rem, k) if i > 0 else rem
+        rem = B.div(rem, k) if i > 0 else rem
+        pos = B.add(
+            B.mul(C.iota(torch.int64, out_shape, lead + i), stride[i]),
+            B.sub(B.mul(off, dilation[i]), pads[i][0]),
+        )
+        mult = math.prod(sp[i + 1 :])
+        flat = B.add(flat, B.mul(pos, mult))
+    return U.convert(flat, torch.int64)
 
 
 def _avg_pool(
@@ -112,31 +139,41 @@ def _avg_pool(
     divisor_override=None,
 ):
     kernel = _tuple(kernel_size, nsp)
-    stride = _tuple(stride if stride not in (None, []) else kernel_size, nsp)
+    stride = _tuple(stride if stride is not None and len(_tuple(stride, 1)) else kernel_size, nsp)
     padding = _tuple(padding, nsp)
-    if ceil_mode:
-        raise unsupported("avg_pool(ceil_mode=True)")
+    pads = _pool_pads(x, nsp, kernel, stride, padding, (1,) * nsp, ceil_mode)
     lead = ndim(x) - nsp
-    cfg = [(0, 0, 0)] * lead + [(p, p, 0) for p in padding]
-    xp = S.pad(x, 0.0, cfg)
+    xp = S.pad(x, 0.0, [(0, 0, 0)] * lead + [(lo, hi, 0) for lo, hi in pads])
     views = _windows(xp, nsp, kernel, stride, (1,) * nsp)
     total = views[0]
     for v in views[1:]:
         total = B.add(total, v)
     if divisor_override:
         return B.div(total, float(divisor_override))
-    if count_include_pad or not any(padding):
-        return B.div(total, float(math.prod(kernel)))
-    ones = S.pad(torch.ones(shape(x)[-nsp:], dtype=dtype(x)), 0.0, [(p, p, 0) for p in padding])
-    counts = _windows(ones, nsp, kernel, stride, (1,) * nsp)
-    count = counts[0]
-    for c in counts[1:]:
-        count = B.add(count, c)
-    return B.div(total, S.broadcast_to(count, shape(total)))
+    # The divisor counts each window's positions inside the input (plus the declared padding
+    # with count_include_pad); windows added by ceil_mode are clipped. One factor per dim.
+    divisor = None
+    for i in range(nsp):
+        n, p = shape(x)[lead + i], padding[i]
+        lo_bound, hi_bound = (-p, n + p) if count_include_pad else (0, n)
+        counts = []
+        for o in range(shape(total)[lead + i]):
+            start = o * stride[i] - pads[i][0]
+            counts.append(max(0, min(start + kernel[i], hi_bound) - max(start, lo_bound)))
+        vec = torch.tensor(counts, dtype=dtype(x))
+        factor = S.broadcast_in_dim(vec, shape(total), (lead + i,))
+        divisor = factor if divisor is None else B.mul(divisor, factor)
+    return B.div(total, divisor)
 
 
 register(F.max_pool1d, torch.max_pool1d)(lambda x, *a, **k: _max_pool(1, x, *a, **k))
 register(F.max_pool2d, torch.max_pool2d)(lambda x, *a, **k: _max_pool(2, x, *a, **k))
+register(F.max_pool1d_with_indices)(
+    lambda x, *a, **k: _max_pool(1, x, *a, **{**k, "return_indices": True})
+)
+register(F.max_pool2d_with_indices)(
+    lambda x, *a, **k: _max_pool(2, x, *a, **{**k, "return_indices": True})
+)
 register(F.max_pool3d, torch.max_pool3d)(lambda x, *a, **k: _max_pool(3, x, *a, **k))
 register(F.avg_pool1d, torch.avg_pool1d)(lambda x, *a, **k: _avg_pool(1, x, *a, **k))
 register(F.avg_pool2d)(lambda x, *a, **k: _avg_pool(2, x, *a, **k))

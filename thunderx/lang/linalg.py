@@ -165,6 +165,15 @@ def _tensordot(a, b, dims=2, out=None):
     da = tuple(canon_dim(d, na) for d in da)
     db = tuple(canon_dim(d, nb) for d in db)
     a, b = _same_dtype_noshape(a, b)
+    # torch broadcasts a contracted dim of size 1 against its partner
+    sa, sb = list(shape(a)), list(shape(b))
+    for i, j in zip(da, db):
+        if sa[i] == 1 and sb[j] != 1:
+            sa[i] = sb[j]
+        elif sb[j] == 1 and sa[i] != 1:
+            sb[j] = sa[i]
+    a = S.broadcast_to(a, tuple(sa)) if tuple(sa) != shape(a) else a
+    b = S.broadcast_to(b, tuple(sb)) if tuple(sb) != shape(b) else b
     return L.dot_general(a, b, ((da, db), ((), ())))
 
 

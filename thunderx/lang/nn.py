@@ -11,6 +11,7 @@ from thunderx.avals import is_float
 from thunderx.errors import unsupported
 from thunderx.lang._base import (
     canon_dim,
+    canon_dims,
     convert,
     dtype,
     float_operand,
@@ -164,6 +165,10 @@ def softmax(x, dim=None, _stacklevel=3, dtype=None):
 
     x = _softmax_dtype(x, dtype)
     d = canon_dim(-1 if dim is None else dim, ndim(x))
+    if ndim(x) == 0:
+        return B.add(B.mul(x, 0.0), 1.0)
+    if 0 in shape(x):
+        return x
     m = stop_gradient(R.reduce_max(x, (d,)))
     kept = tuple(i for i in range(ndim(x)) if i != d)
     e = U.exp(B.sub(x, S.broadcast_in_dim(m, shape(x), kept)))
@@ -175,6 +180,10 @@ def softmax(x, dim=None, _stacklevel=3, dtype=None):
 def log_softmax(x, dim=None, _stacklevel=3, dtype=None):
     x = _softmax_dtype(x, dtype)
     d = canon_dim(-1 if dim is None else dim, ndim(x))
+    if ndim(x) == 0:
+        return B.mul(x, 0.0)
+    if 0 in shape(x):
+        return x
     lse = logsumexp(x, (d,), keepdim=False)
     kept = tuple(i for i in range(ndim(x)) if i != d)
     return B.sub(x, S.broadcast_in_dim(lse, shape(x), kept))
@@ -275,10 +284,10 @@ def normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
 @register(F.cosine_similarity, torch.cosine_similarity)
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     (a, b), _ = promote(x1, x2, to_float=True)
-    d = canon_dim(dim, ndim(a))
-    dot = R.reduce_sum(B.mul(a, b), (d,))
-    na = U.sqrt(R.reduce_sum(B.mul(a, a), (d,)))
-    nb = U.sqrt(R.reduce_sum(B.mul(b, b), (d,)))
+    d = canon_dims(dim, ndim(a))
+    dot = R.reduce_sum(B.mul(a, b), d)
+    na = U.sqrt(R.reduce_sum(B.mul(a, a), d))
+    nb = U.sqrt(R.reduce_sum(B.mul(b, b), d))
     return B.div(dot, B.maximum(B.mul(na, nb), eps))
 
 
@@ -515,9 +524,29 @@ def embedding(
     scale_grad_by_freq=False,
     sparse=False,
 ):
-    if max_norm is not None:
-        raise unsupported("F.embedding(max_norm=...)", "it renormalizes the weight in place")
     out = I.take(weight, input, 0)
+    if max_norm is not None:
+        # torch renormalizes the looked-up rows in place, outside autograd: the value is scaled,
+        # the derivative is the plain lookup's
+        from thunderx.lang.reductions import vector_norm as _vn
+        from thunderx.primitives.higher_order import stop_gradient as _sg
+
+        norms = _vn(out, norm_type, -1, keepdim=True)
+        scale = U.select(B.gt(norms, max_norm), B.div(max_norm, B.add(norms, 1e-7)), 1.0)
+        out = B.add(out, _sg(B.sub(B.mul(out, S.broadcast_to(scale, shape(out))), out)))
+    if scale_grad_by_freq:
+        # the gradient of each lookup is divided by how often its index occurs in the batch
+        from thunderx.primitives.higher_order import stop_gradient as _sg
+
+        n = shape(weight)[0]
+        flat = S.reshape(input, (math.prod(shape(input)),))
+        ones = C.full(shape(flat), 1.0, dtype(weight))
+        freq = I.index_add(C.full((n,), 0.0, dtype(weight)), flat, ones, 0)
+        inv = S.broadcast_in_dim(
+            B.div(1.0, I.take(freq, input, 0)), shape(out), tuple(range(ndim(input)))
+        )
+        scaled = B.mul(out, inv)
+        out = B.add(scaled, _sg(B.sub(out, scaled)))
     if padding_idx is not None:
         # no gradient flows to the padding row
         from thunderx.primitives.higher_order import stop_gradient

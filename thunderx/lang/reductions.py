@@ -10,6 +10,7 @@ import torch
 
 from thunderx.avals import is_float
 from thunderx.lang._base import (
+    aval,
     canon_dim,
     canon_dims,
     convert,
@@ -99,12 +100,12 @@ def _arg(prim_fn, x, dim, keepdim):
     if dim is None:
         flat = S.reshape(x, (_count(x, range(ndim(x))),))
         out = prim_fn(flat, 0)
-        if keepdim:
+        if keepdim and ndim(x):
             out = S.reshape(out, (1,) * ndim(x))
         return out
     d = canon_dim(dim, ndim(x))
     if ndim(x) == 0:
-        return prim_fn(S.reshape(x, (1,)), 0) if not keepdim else x
+        return prim_fn(S.reshape(x, (1,)), 0)  # a scalar's only index, as int64
     return keepdims(prim_fn(x, d), (d,), keepdim)
 
 
@@ -126,6 +127,10 @@ def _minmax(reduce, arg, pairwise, x, dim, keepdim, other):
     if not isinstance(dim, int) and other is None and hasattr(dim, "shape"):
         return pairwise(x, dim)
     d = canon_dim(dim, ndim(x))
+    if ndim(x) == 0:
+        from thunderx.primitives import creation as C
+
+        return MinMax(x, C.full((), 0, torch.int64, aval(x).device))
     values = keepdims(reduce(x, (d,)), (d,), keepdim)
     indices = keepdims(arg(x, d), (d,), keepdim)
     return MinMax(values, indices)

@@ -116,6 +116,9 @@ def _permute(x, *dims):
 )
 def _transpose(x, dim0, dim1):
     n = ndim(x)
+    if n == 0:
+        canon_dim(dim0, 0), canon_dim(dim1, 0)
+        return x
     perm = list(range(n))
     a, b = canon_dim(dim0, n), canon_dim(dim1, n)
     perm[a], perm[b] = perm[b], perm[a]
@@ -275,7 +278,19 @@ def _unbind(x, dim=0):
 @register(torch.narrow, methods=("narrow",))
 def _narrow(x, dim, start, length):
     d = canon_dim(dim, ndim(x))
-    start = int(start) % shape(x)[d] if int(start) < 0 else int(start)
+    if not isinstance(start, int) and not isinstance(start, torch.Tensor):
+        # a traced start index: a dynamic slice (clamped into range)
+        from thunderx.primitives import unary as U
+
+        zero = 0
+        starts = [zero] * ndim(x)
+        s = U.convert(start, torch.int64) if dtype(start) != torch.int64 else start
+        starts[d] = where(B.lt(s, 0), B.add(s, shape(x)[d]), s)
+        sizes = list(shape(x))
+        sizes[d] = int(length)
+        return I.dynamic_slice(x, starts, sizes)
+    start = int(start)
+    start = start % shape(x)[d] if start < 0 else start
     return S.slice_in_dim(x, start, start + int(length), 1, d)
 
 
@@ -450,6 +465,12 @@ def _triu(x, diagonal=0):
 
 @register(torch.gather, methods=("gather",))
 def _gather(x, dim, index, *, sparse_grad=False):
+    if 0 in shape(index):
+        return C.full(shape(index), 0, dtype(x), _aval(x).device)
+    if ndim(x) == 0:
+        canon_dim(dim, 0)
+        flat_idx = S.reshape(_wrap_index(index, 1), (1,))
+        return S.reshape(I.gather(S.reshape(x, (1,)), flat_idx, 0), shape(index))
     d = canon_dim(dim, ndim(x))
     return I.gather(x, _wrap_index(index, shape(x)[d]), d)
 
@@ -471,6 +492,8 @@ def _take_along_dim(x, indices, dim=None):
 
 @register(torch.index_select, methods=("index_select",))
 def _index_select(x, dim, index):
+    if ndim(x) == 0:
+        return S.reshape(I.take(S.reshape(x, (1,)), _wrap_index(index, 1), 0), ())
     d = canon_dim(dim, ndim(x))
     return I.take(x, _wrap_index(index, shape(x)[d]), d)
 
@@ -484,9 +507,13 @@ def _scatter_add(x, dim, index, src):
 
 @register(torch.scatter, methods=("scatter",))
 def _scatter(x, dim, index, src=None, *, value=None, reduce=None):
-    if reduce is not None:
-        raise unsupported("torch.scatter(reduce=...)")
     d = canon_dim(dim, ndim(x))
+    if reduce == "add":
+        if src is None or type(src) in SCALARS:
+            src = C.full(shape(index), value if src is None else src, dtype(x))
+        return _scatter_add(x, dim, index, src)
+    if reduce is not None:
+        raise unsupported(f"torch.scatter(reduce={reduce!r})")
     index = _wrap_index(index, shape(x)[d])
     if src is None or type(src) in SCALARS:
         v = value if src is None else src
@@ -530,11 +557,9 @@ def _pad_nonconstant(x, pad, mode):
         d = ndim(x) - 1 - i
         lo, hi = pad[2 * i], pad[2 * i + 1]
         n = shape(x)[d]
-        if mode == "reflect":
-            idx = list(range(lo, 0, -1)) + list(range(n)) + list(range(n - 2, n - 2 - hi, -1))
-        elif mode == "replicate":
-            idx = [0] * lo + list(range(n)) + [n - 1] * hi
-        else:
-            idx = [(j - lo) % n for j in range(n + lo + hi)]
+        # These modes are gathers along each padded dim; torch itself gives the source index of
+        # every output position when it pads a probe holding 0..n-1 (negative pads included).
+        probe = torch.arange(n, dtype=torch.float64).reshape(1, 1, n)
+        idx = F.pad(probe, (lo, hi), mode=mode).reshape(-1).long().tolist()
         x = I.take(x, torch.tensor(idx, dtype=torch.int64, device=_aval(x).device), d)
     return x

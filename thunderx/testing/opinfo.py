@@ -19,33 +19,50 @@ from thunderx.core import is_tensor_like
 # The functions research code uses (OpInfo names), by category (the torch coverage issue's list).
 CATEGORIES = {
     "unary": "abs neg sign exp exp2 expm1 log log1p log2 log10 sqrt rsqrt reciprocal square sin cos "
-             "tan sinh cosh tanh asin acos atan asinh acosh atanh sigmoid erf erfc erfinv lgamma "
-             "digamma floor ceil round trunc frac logit sinc",
+    "tan sinh cosh tanh asin acos atan asinh acosh atanh sigmoid erf erfc erfinv lgamma "
+    "digamma floor ceil round trunc frac logit sinc",
     "binary": "add sub mul div true_divide pow float_power atan2 maximum minimum fmax fmin remainder "
-              "fmod hypot xlogy logaddexp copysign clamp clamp_min clamp_max where lerp addcmul "
-              "addcdiv eq ne lt le gt ge",
+    "fmod hypot xlogy logaddexp copysign clamp clamp_min clamp_max where lerp addcmul "
+    "addcdiv eq ne lt le gt ge",
     "reduction": "sum mean prod amax amin max min argmax argmin var std var_mean logsumexp cumsum "
-                 "cumprod norm linalg.vector_norm all any",
+    "cumprod norm linalg.vector_norm all any",
     "matmul": "matmul mm bmm mv dot outer addmm baddbmm einsum tensordot nn.functional.linear",
     "shape": "reshape view flatten unflatten squeeze unsqueeze permute transpose t mT expand "
-             "broadcast_to cat stack split chunk unbind narrow select __getitem__ flip roll repeat "
-             "tile movedim diagonal tril triu gather index_select scatter take_along_dim "
-             "nn.functional.pad",
+    "broadcast_to cat stack split chunk unbind narrow select __getitem__ flip roll repeat "
+    "tile movedim diagonal tril triu gather index_select scatter take_along_dim "
+    "nn.functional.pad",
     "nn": "nn.functional.relu nn.functional.gelu nn.functional.silu nn.functional.elu "
-          "nn.functional.leaky_relu nn.functional.softplus nn.functional.hardtanh "
-          "nn.functional.mish nn.functional.logsigmoid softmax log_softmax "
-          "nn.functional.layer_norm nn.functional.rms_norm nn.functional.group_norm "
-          "nn.functional.normalize nn.functional.conv1d nn.functional.conv2d "
-          "nn.functional.max_pool2d nn.functional.avg_pool2d nn.functional.embedding "
-          "nn.functional.scaled_dot_product_attention nn.functional.mse_loss "
-          "nn.functional.l1_loss nn.functional.smooth_l1_loss nn.functional.huber_loss "
-          "nn.functional.cross_entropy nn.functional.nll_loss nn.functional.binary_cross_entropy "
-          "nn.functional.binary_cross_entropy_with_logits nn.functional.kl_div "
-          "nn.functional.cosine_similarity",
+    "nn.functional.leaky_relu nn.functional.softplus nn.functional.hardtanh "
+    "nn.functional.mish nn.functional.logsigmoid softmax log_softmax "
+    "nn.functional.layer_norm nn.functional.rms_norm nn.functional.group_norm "
+    "nn.functional.normalize nn.functional.conv1d nn.functional.conv2d "
+    "nn.functional.max_pool2d nn.functional.avg_pool2d nn.functional.embedding "
+    "nn.functional.scaled_dot_product_attention nn.functional.mse_loss "
+    "nn.functional.l1_loss nn.functional.smooth_l1_loss nn.functional.huber_loss "
+    "nn.functional.cross_entropy nn.functional.nll_loss nn.functional.binary_cross_entropy "
+    "nn.functional.binary_cross_entropy_with_logits nn.functional.kl_div "
+    "nn.functional.cosine_similarity",
 }
 
-# Samples thunderx does not support, with the reason; matched by (op name, variant, check).
-KNOWN_FAILURES: dict[tuple, str] = {}
+# What thunderx does not support, with the reason: whole variants by (name, variant), and single
+# samples by a predicate. Their samples are not run; the report lists them.
+KNOWN_FAILURES: dict[tuple, str] = {
+    ("norm", "nuc"): "the nuclear norm needs singular values: no SVD primitive",
+    ("__getitem__", ""): "calls the unbound torch.Tensor.__getitem__, which only accepts real "
+    "Tensors; x[idx] on a traced value works (covered by the indexing tests)",
+}
+SAMPLE_XFAIL = [
+    (
+        "scatter",
+        lambda s: s.kwargs.get("reduce") == "multiply",
+        "scatter(reduce='multiply') is deprecated in torch; products by index are not supported",
+    ),
+    (
+        "nn.functional.scaled_dot_product_attention",
+        lambda s: s.kwargs.get("dropout_p", 0) > 0,
+        "randomness: attention dropout draws a mask",
+    ),
+]
 
 
 @dataclasses.dataclass
@@ -57,6 +74,7 @@ class OpResult:
     vjp_checked: int = 0
     vmap: int = 0
     errors: list = dataclasses.field(default_factory=list)
+    known: list = dataclasses.field(default_factory=list)
 
     def passed(self, check: str) -> bool:
         total = self.vjp_checked if check == "vjp" else self.samples
@@ -98,9 +116,21 @@ fn = None  # set per op (closure-free so the sampled function stays picklable)
 def check_op(op, max_samples: int | None) -> OpResult:
     global fn
     res = OpResult(op.name + (f".{op.variant_test_name}" if op.variant_test_name else ""))
+    reason = KNOWN_FAILURES.get((op.name, op.variant_test_name))
+    if reason is not None:
+        res.known.append(reason)
+        return res
     samples = list(op.sample_inputs("cpu", torch.float64, requires_grad=False))
     if max_samples is not None:
         samples = samples[:max_samples]
+    kept = []
+    for s in samples:
+        why = next((r for n, pred, r in SAMPLE_XFAIL if n == op.name and pred(s)), None)
+        if why is None:
+            kept.append(s)
+        elif why not in res.known:
+            res.known.append(why)
+    samples = kept
     for sample in samples:
         fn = op.op
         f, tensors = _split(sample)
@@ -118,16 +148,11 @@ def check_op(op, max_samples: int | None) -> OpResult:
             res.samples -= 1
             continue
         for check in ("fwd", "vjp", "vmap"):
-            key = (op.name, op.variant_test_name, check)
             try:
-                ok = globals()[f"_check_{check}"](g, tensors, want, res)
-                if ok:
+                if globals()[f"_check_{check}"](g, tensors, want, res):
                     setattr(res, check, getattr(res, check) + 1)
             except Exception as e:  # noqa: BLE001 - recorded in the report
-                if key in KNOWN_FAILURES:
-                    setattr(res, check, getattr(res, check) + 1)
-                else:
-                    res.errors.append(f"{check}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                res.errors.append(f"{check}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
     return res
 
 
@@ -174,7 +199,7 @@ def _check_vjp(g, tensors, want, res):
 def _check_vmap(g, tensors, want, res):
     if not tensors:
         return True
-    batched = [torch.stack([t, t * 1.25 if t.dtype.is_floating_point else t]) for t in tensors]
+    batched = [torch.stack([t, t * 0.999 if t.dtype.is_floating_point else t]) for t in tensors]
     got = tx.vmap(g)(*batched)
     rows = [g(*[b[k] for b in batched]) for k in range(2)]
     expect = tree.map(lambda *xs: torch.stack([torch.as_tensor(x) for x in xs]), *rows)
@@ -206,7 +231,7 @@ def report(max_samples: int | None = 8, verbose: bool = True):
     listed = [n for names in CATEGORIES.values() for n in names.split()]
     lines = ["category    listed  with-OpInfo  fwd  vjp  vmap  all-three"]
     totals = collections.Counter()
-    failures = []
+    failures, known = [], []
     for cat, names in CATEGORIES.items():
         c = collections.Counter()
         for name in names.split():
@@ -215,26 +240,38 @@ def report(max_samples: int | None = 8, verbose: bool = True):
             if not rs:
                 continue
             c["opinfo"] += 1
-            fwd = all(r.passed("fwd") for r in rs)
-            vjp = all(r.passed("vjp") or r.vjp_checked == 0 for r in rs)
-            vmap = all(r.passed("vmap") for r in rs)
+            rs_run = [r for r in rs if r.samples]
+            fwd = bool(rs_run) and all(r.passed("fwd") for r in rs_run)
+            vjp = bool(rs_run) and all(r.passed("vjp") or r.vjp_checked == 0 for r in rs_run)
+            vmap = bool(rs_run) and all(r.passed("vmap") for r in rs_run)
+            if any(r.known and not r.samples for r in rs):
+                fwd = vjp = vmap = False  # a whole variant is unsupported
             c["fwd"] += fwd
             c["vjp"] += vjp
             c["vmap"] += vmap
             c["all"] += fwd and vjp and vmap
             for r in rs:
                 failures += [f"{r.name}: {e}" for e in r.errors[:2]]
+                known += [f"{r.name}: {k}" for k in r.known]
         totals.update(c)
-        lines.append(f"{cat:<11} {c['listed']:>6} {c['opinfo']:>12} {c['fwd']:>4} {c['vjp']:>4} "
-                     f"{c['vmap']:>5} {c['all']:>10}")
-    lines.append(f"{'total':<11} {totals['listed']:>6} {totals['opinfo']:>12} {totals['fwd']:>4} "
-                 f"{totals['vjp']:>4} {totals['vmap']:>5} {totals['all']:>10}")
+        lines.append(
+            f"{cat:<11} {c['listed']:>6} {c['opinfo']:>12} {c['fwd']:>4} {c['vjp']:>4} "
+            f"{c['vmap']:>5} {c['all']:>10}"
+        )
+    lines.append(
+        f"{'total':<11} {totals['listed']:>6} {totals['opinfo']:>12} {totals['fwd']:>4} "
+        f"{totals['vjp']:>4} {totals['vmap']:>5} {totals['all']:>10}"
+    )
     missing = [n for n in listed if n not in per_name]
     text = "\n".join(lines)
     if verbose:
         print(text)
         if missing:
             print(f"no OpInfo entry: {' '.join(missing)}")
+        if known:
+            print("known failures (not run, not counted as passing unless other samples cover it):")
+            for k in known:
+                print("  " + k)
         if failures:
             print("failures:")
             for f in failures:
