@@ -11,8 +11,11 @@ OPS = opinfo.supported_ops()
 MAX_SAMPLES = None if os.environ.get("THUNDERX_HYPOTHESIS_PROFILE") == "thorough" else 6
 
 
-@pytest.mark.parametrize("op", [op for _, _, op in OPS],
-                         ids=[f"{n}.{op.variant_test_name}" if op.variant_test_name else n for _, n, op in OPS])
+@pytest.mark.parametrize(
+    "op",
+    [op for _, _, op in OPS],
+    ids=[f"{n}.{op.variant_test_name}" if op.variant_test_name else n for _, n, op in OPS],
+)
 def test_opinfo_samples(op):
     res = opinfo.check_op(op, MAX_SAMPLES)
     if not res.samples:

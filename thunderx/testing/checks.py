@@ -85,6 +85,7 @@ def check_grads(
     rtol: float = 1e-5,
     atol: float = 1e-5,
     seed: int = 0,
+    _level: int = 1,
 ) -> None:
     """Check thunderx's derivatives of `f` at `args` against central finite differences in
     float64, up to `order`: forward mode compares jvp with the difference quotient along a random
@@ -99,7 +100,9 @@ def check_grads(
     expected = numerical_jvp(f, args, tangents, eps)
     if "fwd" in modes:
         _, got = thunderx.jvp(f, args, tuple(zero_t))
-        _assert_close(got, expected, rtol, atol, f"check_grads: forward mode (order {order})")
+        _assert_close(
+            got, expected, rtol, atol, f"check_grads: forward mode, derivative of order {_level}"
+        )
     if "rev" in modes:
         out, f_vjp = thunderx.vjp(f, *args)
         ct = tree.map(
@@ -120,14 +123,14 @@ def check_grads(
             lhs,
             rtol,
             atol * max(1.0, float(lhs.abs())),
-            f"check_grads: reverse mode <vjp(ct), t> vs <ct, J t> (order {order})",
+            f"check_grads: reverse mode <vjp(ct), t> vs <ct, J t>, derivative of order {_level}",
         )
     if order > 1:
 
         def directional(*xs):
             return thunderx.jvp(f, xs, tuple(zero_t))[1]
 
-        check_grads(directional, args, order - 1, modes, eps, rtol, atol, seed + 1)
+        check_grads(directional, args, order - 1, modes, eps, rtol, atol, seed + 1, _level + 1)
 
 
 def check_vmap(f: Callable, args: Sequence, in_axes=0, out_axes=0, rtol=1e-6, atol=1e-6) -> None:
