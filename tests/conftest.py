@@ -6,3 +6,13 @@ os.environ.setdefault("THUNDERX_CHECK_TYPES", "1")
 from thunderx.testing import load_profile  # noqa: E402
 
 load_profile()
+
+
+def pytest_terminal_summary(terminalreporter):
+    from tests.test_fuzz import CHECKED
+
+    if CHECKED["programs"]:
+        terminalreporter.write_line(
+            f"random-program suite: {CHECKED['programs']} programs checked through jit, grad "
+            "(vs finite differences), vmap, jit(vmap(grad)) vs torch.func and the nvFuser lowering"
+        )
