@@ -9,5 +9,6 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     linalg,
     reductions,
     shape,
+    slicing,
     unary,
 )

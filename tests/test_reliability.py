@@ -26,7 +26,7 @@ def test_concurrent_tracing_and_running_has_no_cross_talk():
     def worker(k):
         try:
             f = fns[k % len(fns)]
-            for i in range(20):
+            for _ in range(20):
                 x = torch.randn(5, dtype=torch.float64) + k
                 g = tx.grad(f)(x)  # eager transform: traces every call
                 torch.testing.assert_close(g, tf.grad(f)(x))

@@ -62,7 +62,7 @@ class Program:
 
     def __repr__(self) -> str:
         lines = [f"Program(inputs={self.in_shapes}, seed={self.seed})"]
-        for i, (kind, name, args, params) in enumerate(self.steps):
+        for i, (_kind, name, args, params) in enumerate(self.steps):
             lines.append(
                 f"  v{len(self.in_shapes) + i} = {name}({', '.join(f'v{a}' for a in args)}"
                 f"{', ' if params else ''}{', '.join(f'{k}={v}' for k, v in params.items())})"

@@ -1,0 +1,231 @@
+"""torch.nn.functional losses: mse, l1, smooth_l1, huber, nll, cross_entropy (class indices or
+probabilities, label smoothing, weights, ignore_index), bce (with logits), kl_div, poisson_nll."""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn.functional as F
+
+from thunderx.avals import is_float
+from thunderx.errors import unsupported
+from thunderx.lang._base import convert, dtype, ndim, promote, register, shape
+from thunderx.lang.nn import log_softmax, logsigmoid
+from thunderx.primitives import binary as B
+from thunderx.primitives import indexing as I
+from thunderx.primitives import reductions as R
+from thunderx.primitives import shape as S
+from thunderx.primitives import unary as U
+
+# ---------------------------------------------------------------------------------- losses
+
+
+def _reduce(loss, reduction):
+    if reduction == "mean":
+        return B.div(
+            R.reduce_sum(loss, tuple(range(ndim(loss)))), float(max(math.prod(shape(loss)), 1))
+        )
+    if reduction == "sum":
+        return R.reduce_sum(loss, tuple(range(ndim(loss))))
+    if reduction == "none":
+        return loss
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', not {reduction!r}")
+
+
+def _pair(input, target):  # noqa: A002
+    (a, b), _ = promote(input, target)
+    return a, b
+
+
+@register(F.mse_loss)
+def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", weight=None):  # noqa: A002
+    a, b = _pair(input, target)
+    d = B.sub(a, b)
+    return _reduce(B.mul(d, d), reduction)
+
+
+@register(F.l1_loss)
+def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):  # noqa: A002
+    a, b = _pair(input, target)
+    return _reduce(U.abs(B.sub(a, b)), reduction)
+
+
+@register(F.smooth_l1_loss)
+def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):  # noqa: A002
+    a, b = _pair(input, target)
+    d = U.abs(B.sub(a, b))
+    if beta == 0:
+        return _reduce(d, reduction)
+    quad = B.div(B.mul(B.mul(d, d), 0.5), beta)
+    return _reduce(U.select(B.lt(d, beta), quad, B.sub(d, 0.5 * beta)), reduction)
+
+
+@register(F.huber_loss)
+def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):  # noqa: A002
+    a, b = _pair(input, target)
+    d = U.abs(B.sub(a, b))
+    quad = B.mul(B.mul(d, d), 0.5)
+    lin = B.mul(B.sub(d, 0.5 * delta), delta)
+    return _reduce(U.select(B.lt(d, delta), quad, lin), reduction)
+
+
+@register(F.nll_loss)
+def nll_loss(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    ignore_index=-100,
+    reduce=None,  # noqa: A002
+    reduction="mean",
+):
+    x = input
+    if ndim(x) == 1:
+        x = S.expand_dims(x, (0,))
+        target = S.expand_dims(target, (0,)) if not isinstance(target, int) else target
+    # move the class dim last: [N, d1..., C]
+    xm = S.moveaxis(x, 1, ndim(x) - 1)
+    valid = B.ne(target, ignore_index)
+    safe_t = U.select(valid, target, 0)
+    picked = S.squeeze(
+        I.gather(xm, S.expand_dims(safe_t, (ndim(xm) - 1,)), ndim(xm) - 1), (ndim(xm) - 1,)
+    )
+    w = U.convert(valid, dtype(x))
+    if weight is not None:
+        w = B.mul(w, I.take(convert(weight, dtype(x)), safe_t, 0))
+    loss = U.neg(B.mul(picked, w))
+    if ndim(input) == 1:
+        loss = S.squeeze(loss, (0,))
+        w = S.squeeze(w, (0,))
+    if reduction == "mean":
+        axes = tuple(range(ndim(loss)))
+        return B.div(R.reduce_sum(loss, axes), R.reduce_sum(w, axes))
+    return _reduce(loss, reduction)
+
+
+@register(F.cross_entropy)
+def cross_entropy(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    ignore_index=-100,
+    reduce=None,  # noqa: A002
+    reduction="mean",
+    label_smoothing=0.0,
+):
+    class_dim = 0 if ndim(input) == 1 else 1
+    logp = log_softmax(input, class_dim)
+    if is_float(dtype(target)):
+        # class probabilities
+        t = target
+        if label_smoothing:
+            c = shape(input)[class_dim]
+            t = B.add(B.mul(t, 1.0 - label_smoothing), label_smoothing / c)
+        prod = B.mul(logp, t)
+        if weight is not None:
+            shp = shape(logp)
+            prod = B.mul(prod, S.broadcast_in_dim(weight, shp, (class_dim,)))
+        return _reduce(U.neg(R.reduce_sum(prod, (class_dim,))), reduction)
+    nll = nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction)
+    if not label_smoothing:
+        return nll
+    c = shape(input)[class_dim]
+    lw = (
+        logp
+        if weight is None
+        else B.mul(logp, S.broadcast_in_dim(weight, shape(logp), (class_dim,)))
+    )
+    smooth = U.neg(R.reduce_sum(lw, (class_dim,)))
+    valid = B.ne(target, ignore_index)
+    smooth = U.select(valid, smooth, 0.0)
+    if reduction == "mean":
+        if weight is None:
+            denom = R.reduce_sum(U.convert(valid, dtype(logp)), tuple(range(ndim(valid))))
+        else:
+            safe_t = U.select(valid, target, 0)
+            wt = B.mul(I.take(weight, safe_t, 0), U.convert(valid, dtype(logp)))
+            denom = R.reduce_sum(wt, tuple(range(ndim(wt))))
+        smooth = B.div(R.reduce_sum(smooth, tuple(range(ndim(smooth)))), denom)
+    else:
+        smooth = _reduce(smooth, reduction)
+    return B.add(B.mul(nll, 1.0 - label_smoothing), B.mul(smooth, label_smoothing / c))
+
+
+@register(F.binary_cross_entropy)
+def binary_cross_entropy(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    reduce=None,  # noqa: A002
+    reduction="mean",
+):
+    a, b = _pair(input, target)
+    log_p = B.maximum(U.log(a), -100.0)
+    log_1mp = B.maximum(U.log1p(U.neg(a)), -100.0)
+    loss = U.neg(B.add(B.mul(b, log_p), B.mul(B.sub(1.0, b), log_1mp)))
+    if weight is not None:
+        (loss, w), _ = promote(loss, weight)
+        loss = B.mul(loss, w)
+    return _reduce(loss, reduction)
+
+
+@register(F.binary_cross_entropy_with_logits)
+def binary_cross_entropy_with_logits(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    reduce=None,  # noqa: A002
+    reduction="mean",
+    pos_weight=None,
+):
+    x, y = _pair(input, target)
+    log_sig = logsigmoid(x)
+    log_1msig = logsigmoid(U.neg(x))
+    if pos_weight is not None:
+        (pw, _), _ = promote(pos_weight, x)
+        pw = S.broadcast_to(pw, shape(x)) if shape(pw) != shape(x) else pw
+        loss = U.neg(B.add(B.mul(B.mul(pw, y), log_sig), B.mul(B.sub(1.0, y), log_1msig)))
+    else:
+        loss = U.neg(B.add(B.mul(y, log_sig), B.mul(B.sub(1.0, y), log_1msig)))
+    if weight is not None:
+        (loss, w), _ = promote(loss, weight)
+        loss = B.mul(loss, w)
+    return _reduce(loss, reduction)
+
+
+@register(F.kl_div)
+def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_target=False):  # noqa: A002
+    x, t = _pair(input, target)
+    if log_target:
+        loss = B.mul(U.exp(t), B.sub(t, x))
+    else:
+        from thunderx.lang.elementwise import _xlogy
+
+        loss = B.sub(_xlogy(t, t), B.mul(t, x))
+    if reduction == "batchmean":
+        return B.div(R.reduce_sum(loss, tuple(range(ndim(loss)))), float(shape(loss)[0]))
+    return _reduce(loss, reduction)
+
+
+@register(F.poisson_nll_loss)
+def _poisson_nll_loss(
+    input,
+    target,
+    log_input=True,
+    full=False,
+    size_average=None,
+    eps=1e-8,  # noqa: A002
+    reduce=None,
+    reduction="mean",
+):
+    x, t = _pair(input, target)
+    if log_input:
+        loss = B.sub(U.exp(x), B.mul(t, x))
+    else:
+        loss = B.sub(x, B.mul(t, U.log(B.add(x, eps))))
+    if full:
+        raise unsupported("poisson_nll_loss(full=True)")
+    return _reduce(loss, reduction)
