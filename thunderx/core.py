@@ -56,10 +56,15 @@ def new_primitive(name: str, multiple_results: bool = False) -> Primitive:
     return p
 
 
-def missing_rule(prim: Primitive, transform: str) -> MissingRuleError:
-    return MissingRuleError(
-        f"primitive '{prim.name}' has no {transform} rule (needed at {user_frame()})"
-    )
+# Optional: a primitive whose params name what it stands for (the opaque torch call) says so.
+describe_rules: dict[Primitive, Callable] = {}
+
+
+def missing_rule(prim: Primitive, transform: str, params: dict | None = None) -> MissingRuleError:
+    what = f"primitive '{prim.name}'"
+    if params is not None and prim in describe_rules:
+        what = describe_rules[prim](**params)
+    return MissingRuleError(f"{what} has no {transform} rule (needed at {user_frame()})")
 
 
 def bind(prim: Primitive, *args, **params):

@@ -65,7 +65,7 @@ class JVPTrace(Trace):
         out_avals = abstract_eval(prim, [get_aval(p) for p in primals], params)
         avals = out_avals if prim.multiple_results else [out_avals]
         if any(is_float(a.dtype) for a in avals):
-            raise missing_rule(prim, "jvp")
+            raise missing_rule(prim, "jvp (differentiation)", params)
         return prim.bind(*primals, **params)
 
     def lift(self, value):

@@ -46,7 +46,7 @@ def backward_pass(jaxpr: Jaxpr, residuals: list, cts_out: list) -> list:
         ]
         rule = transpose_rules.get(e.prim)
         if rule is None:
-            raise missing_rule(e.prim, "transpose")
+            raise missing_rule(e.prim, "transpose", e.params)
         if e.prim.multiple_results:
             ct = [Zero(v.aval) if c is None else c for v, c in zip(e.outputs, cts)]
         else:

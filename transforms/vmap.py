@@ -63,7 +63,7 @@ class BatchTrace(Trace):
                 return prim.bind(*vals, **params)
             rule = batch_rules.get(prim)
             if rule is None:
-                raise missing_rule(prim, "batching (vmap)")
+                raise missing_rule(prim, "batching (vmap)", params)
             out, out_dim = rule(vals, dims, **params)
         if prim.multiple_results:
             return [self.wrap(o, d) for o, d in zip(out, out_dim)]

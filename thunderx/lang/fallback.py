@@ -12,6 +12,7 @@ from thunderx.core import (
     Tracer,
     abstract_eval_rules,
     current_trace,
+    describe_rules,
     get_aval,
     impl_rules,
     new_primitive,
@@ -67,6 +68,7 @@ def _abstract_eval(*avals, func, call, tensor_pos, out_tree):
 
 impl_rules[torch_call_p] = _impl
 abstract_eval_rules[torch_call_p] = _abstract_eval
+describe_rules[torch_call_p] = lambda func, **_: f"the opaque torch function {_name(func)}"
 
 
 def opaque_call(func, args, kwargs):

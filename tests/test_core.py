@@ -1,0 +1,97 @@
+"""Core: printing, IR type checks, type promotion against torch, pytrees, the opaque fallback,
+and the package layout."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import thunderx as tx
+from thunderx import core
+from thunderx.avals import ShapedArray, result_dtype
+from thunderx.errors import MissingRuleError, UnsupportedOperationError
+from thunderx.ir import Eqn, Jaxpr, JaxprTypeError, Var, check_jaxpr
+from thunderx.primitives import unary as U
+
+
+def test_printed_jaxpr_shows_sin_and_a_sum_with_types():
+    text = str(tx.make_jaxpr(lambda x: torch.sin(x).sum())(torch.ones(3)))
+    assert "b:f32[3] = sin a" in text
+    assert "reduce_sum[axes=(0,)]" in text and "f32[]" in text
+    assert text.startswith("{ lambda ; a:f32[3]. let")
+
+
+def test_jaxprs_are_type_checked_when_built():
+    a = Var(ShapedArray((3,), torch.float32))
+    b = Var(ShapedArray((3,), torch.float32))
+    with pytest.raises(JaxprTypeError, match="used before"):
+        Jaxpr([], [a], [Eqn(U.sin_p, [b], [Var(a.aval)], {})], [a])
+    bad_out = Var(ShapedArray((4,), torch.float32))
+    j = Jaxpr([], [a], [Eqn(U.sin_p, [a], [bad_out], {})], [bad_out], check=False)
+    with pytest.raises(JaxprTypeError, match="rule says"):
+        check_jaxpr(j, full=True)
+
+
+@pytest.mark.parametrize(
+    "a,b",
+    [
+        (torch.ones(3, dtype=torch.int64), 2.5),
+        (torch.ones(3, dtype=torch.float16), 2.5),
+        (torch.ones(3, dtype=torch.int32), 2),
+        (torch.ones(3, dtype=torch.float32), torch.tensor(1.0, dtype=torch.float64)),
+        (torch.ones(3, dtype=torch.int64), torch.tensor(1.0, dtype=torch.float64)),
+        (torch.ones(3, dtype=torch.bool), 3),
+        (torch.ones(3, dtype=torch.float32), torch.ones(3, dtype=torch.float64)),
+        (torch.ones(3, dtype=torch.int8), torch.ones(3, dtype=torch.uint8)),
+    ],
+)
+def test_type_promotion_matches_torch(a, b):
+    def aval(v):
+        return tx.core.get_aval(v)
+
+    assert result_dtype(aval(a), aval(b)) == torch.result_type(a, b)
+    assert tx.jit(lambda x, y: x + y)(a, b).dtype == (a + b).dtype
+
+
+def test_custom_pytree_nodes():
+    class Pair:
+        def __init__(self, a, b):
+            self.a, self.b = a, b
+
+    tx.tree.register_node(Pair, lambda p: ((p.a, p.b), None), lambda aux, ch: Pair(*ch))
+    g = tx.grad(lambda p: (p.a * p.b).sum())(Pair(torch.ones(2), torch.full((2,), 3.0)))
+    assert isinstance(g, Pair)
+    torch.testing.assert_close(g.a, torch.full((2,), 3.0))
+
+
+def test_opaque_fallback_runs_under_jit_and_names_function_and_transform():
+    f = lambda x: torch.special.bessel_j0(x) * 2  # noqa: E731
+    x = torch.randn(5)
+    torch.testing.assert_close(tx.jit(f)(x), f(x))
+    closed = tx.make_jaxpr(f)(x)
+    assert "torch_call" in str(closed)
+    with pytest.raises(UnsupportedOperationError, match=r"bessel_j0.*differentiation"):
+        tx.grad(lambda v: f(v).sum())(x)
+    with pytest.raises(MissingRuleError, match=r"bessel_j0.*jvp"):
+        tx.grad(lambda v: tx.jit(f)(v).sum())(x)
+    with pytest.raises(UnsupportedOperationError, match=r"bessel_j0.*vmap"):
+        tx.vmap(f)(x[:, None])
+
+
+def test_bare_primitives_and_transforms_packages_are_not_importable():
+    for name in ("primitives", "transforms"):
+        r = subprocess.run([sys.executable, "-c", f"import {name}"], capture_output=True, cwd="/")
+        assert r.returncode != 0
+    assert tx.primitives.__name__ == "thunderx.primitives"
+
+
+def test_registry_size_and_module_budget():
+    assert 60 <= len(core.primitives) <= 110
+    import pathlib
+
+    root = pathlib.Path(tx.__file__).parent.parent
+    for folder in ("thunderx", "primitives", "transforms"):
+        for p in (root / folder).rglob("*.py"):
+            n = len(p.read_text().splitlines())
+            assert n <= 520, f"{p} has {n} lines (budget ~500)"
