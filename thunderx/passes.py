@@ -173,7 +173,10 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
             subst[id(out)] = repl
             changed = True
             continue
-        if ins != e.inputs:
+        folded = _fold_layout(e, ins, producers) if out is not None else None
+        if folded is not None:
+            e, changed = folded, True
+        elif ins != e.inputs:
             e = Eqn(e.prim, ins, e.outputs, e.params)
             changed = True
         for v in e.outputs:
@@ -182,6 +185,38 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
     if not changed:
         return jaxpr
     return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [get(x) for x in jaxpr.outvars], check=False)
+
+
+def _fold_layout(e, ins, producers):
+    """Compose chains of layout ops into one: broadcast∘broadcast, broadcast∘full -> full,
+    reshape∘reshape, transpose∘transpose. Exact (no arithmetic), so always NaN-safe."""
+    from thunderx.primitives import creation as C
+    from thunderx.primitives import shape as S
+
+    x = ins[0] if ins else None
+    prev = producers.get(id(x)) if isinstance(x, Var) else None
+    if prev is None:
+        return None
+    name, pname = e.prim.name, prev.prim.name
+    if name == "broadcast_in_dim" and pname == "broadcast_in_dim":
+        d2 = e.params["broadcast_dimensions"]
+        dims = tuple(d2[d] for d in prev.params["broadcast_dimensions"])
+        params = {"shape": e.params["shape"], "broadcast_dimensions": dims}
+        return Eqn(e.prim, [prev.inputs[0]], e.outputs, params)
+    if name == "broadcast_in_dim" and pname == "full":
+        params = dict(prev.params, shape=e.params["shape"])
+        return Eqn(C.full_p, [], e.outputs, params)
+    if name == "reshape" and pname == "reshape":
+        return Eqn(e.prim, [prev.inputs[0]], e.outputs, e.params)
+    if name == "transpose" and pname == "transpose":
+        p1, p2 = prev.params["permutation"], e.params["permutation"]
+        perm = tuple(p1[i] for i in p2)
+        if perm == tuple(range(len(perm))):
+            return Eqn(
+                S.reshape_p, [prev.inputs[0]], e.outputs, {"new_sizes": e.outputs[0].aval.shape}
+            )
+        return Eqn(e.prim, [prev.inputs[0]], e.outputs, {"permutation": perm})
+    return None
 
 
 def optimize(jaxpr: Jaxpr) -> Jaxpr:
