@@ -330,6 +330,21 @@ def _jac_tree(out_tree, in_tree, blocks):
     return tree.unflatten(out_tree, [tree.unflatten(in_tree, row) for row in blocks])
 
 
+def _linearize_args(fun, argnums, has_aux, name, args, kwargs):
+    """Linearize `fun` in the arguments `argnums` (flattened): (linearized, leaves, in_tree)."""
+    single, nums = _normalize_argnums(argnums, len(args), name)
+    dyn = tuple(tree.map(lambda x: _as_value(x, name), args[i]) for i in nums)
+    _check_float_args(dyn, nums, name)
+    leaves, in_tree = tree.flatten(dyn[0] if single else dyn)
+    f = _partial(fun, args, kwargs, nums)
+
+    def flat(*xs):
+        dyn_args = tree.unflatten(in_tree, xs)
+        return f(dyn_args) if single else f(*dyn_args)
+
+    return linearize_flat(flat, leaves, has_aux, name), leaves, in_tree
+
+
 def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
     """Jacobian by forward mode (vmap over a basis of input tangents): shape out + in."""
 
@@ -337,20 +352,7 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
     def wrapper(*args, **kwargs):
         from thunderx.transforms.vmap import vmap
 
-        single, nums = _normalize_argnums(argnums, len(args), "jacfwd")
-        dyn = tuple(tree.map(lambda x: _as_value(x, "jacfwd"), args[i]) for i in nums)
-        _check_float_args(dyn, nums, "jacfwd")
-        dyn_arg = dyn[0] if single else dyn
-        leaves, in_tree = tree.flatten(dyn_arg)
-        f = _partial(fun, args, kwargs, nums)
-        lin = linearize_flat(
-            lambda *xs: f(
-                *((tree.unflatten(in_tree, xs),) if single else tree.unflatten(in_tree, xs))
-            ),
-            leaves,
-            has_aux,
-            "jacfwd",
-        )
+        lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacfwd", args, kwargs)
         in_avals = [get_aval(x) for x in leaves]
         basis = _std_basis(in_avals)
         cols = vmap(lambda *ts: _apply_linearized(lin, list(ts)), in_axes=0, out_axes=-1)(*basis)
@@ -379,20 +381,7 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False):
         from thunderx.primitives import shape as S
         from thunderx.transforms.vmap import vmap
 
-        single, nums = _normalize_argnums(argnums, len(args), "jacrev")
-        dyn = tuple(tree.map(lambda x: _as_value(x, "jacrev"), args[i]) for i in nums)
-        _check_float_args(dyn, nums, "jacrev")
-        dyn_arg = dyn[0] if single else dyn
-        leaves, in_tree = tree.flatten(dyn_arg)
-        f = _partial(fun, args, kwargs, nums)
-        lin = linearize_flat(
-            lambda *xs: f(
-                *((tree.unflatten(in_tree, xs),) if single else tree.unflatten(in_tree, xs))
-            ),
-            leaves,
-            has_aux,
-            "jacrev",
-        )
+        lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacrev", args, kwargs)
         out_avals = lin.tangent_avals
         basis = _std_basis(out_avals)
         rows = vmap(lambda *cts: _transpose_linearized(lin, list(cts)), in_axes=0, out_axes=0)(
