@@ -93,6 +93,8 @@ def _max_pool(
     padding, dilation = _tuple(padding, nsp), _tuple(dilation, nsp)
     pads = _pool_pads(x, nsp, kernel, stride, padding, dilation, ceil_mode)
     lead = ndim(x) - nsp
+    if not return_indices and _tiles(kernel, stride, dilation, pads):
+        return _tiled(x, nsp, kernel, R.reduce_max)
     xp = S.pad(x, -math.inf, [(0, 0, 0)] * lead + [(lo, hi, 0) for lo, hi in pads])
     views = _windows(xp, nsp, kernel, stride, dilation)
     out = views[0]
@@ -101,6 +103,30 @@ def _max_pool(
     if not return_indices:
         return out
     return out, _max_pool_indices(x, views, nsp, kernel, stride, dilation, pads)
+
+
+def _tiles(kernel, stride, dilation, pads) -> bool:
+    """Non-overlapping windows without padding: pooling is a reshape and one reduction."""
+    return (
+        tuple(kernel) == tuple(stride)
+        and all(d == 1 for d in dilation)
+        and all(lo == 0 and hi == 0 for lo, hi in pads)
+    )
+
+
+def _tiled(x, nsp, kernel, reduce):
+    lead = ndim(x) - nsp
+    sp = shape(x)[lead:]
+    outs = [n // k for n, k in zip(sp, kernel)]
+    if any(o * k != n for o, k, n in zip(outs, kernel, sp)):  # drop the ragged edge
+        x = S.slice_(
+            x, (0,) * ndim(x), shape(x)[:lead] + tuple(o * k for o, k in zip(outs, kernel))
+        )
+    split = shape(x)[:lead]
+    for o, k in zip(outs, kernel):
+        split += (o, k)
+    r = S.reshape(x, split)
+    return reduce(r, tuple(lead + 2 * i + 1 for i in range(nsp)))
 
 
 def _max_pool_indices(x, views, nsp, kernel, stride, dilation, pads):
@@ -143,6 +169,9 @@ def _avg_pool(
     padding = _tuple(padding, nsp)
     pads = _pool_pads(x, nsp, kernel, stride, padding, (1,) * nsp, ceil_mode)
     lead = ndim(x) - nsp
+    if _tiles(kernel, stride, (1,) * nsp, pads):
+        total = _tiled(x, nsp, kernel, R.reduce_sum)
+        return B.div(total, float(divisor_override or math.prod(kernel)))
     xp = S.pad(x, 0.0, [(0, 0, 0)] * lead + [(lo, hi, 0) for lo, hi in pads])
     views = _windows(xp, nsp, kernel, stride, (1,) * nsp)
     total = views[0]
