@@ -255,15 +255,23 @@ class JitFunction:
                 try:
                     if len(args) == 1:
                         a = args[0]
-                        key = (a.shape, a.dtype, a.device)
-                    else:
-                        key = tuple([(a.shape, a.dtype, a.device) for a in args])
+                        hit = fast.get((a.shape, a.dtype, a.device))
+                        if hit is not None and state.trace.__class__ is EvalTrace:
+                            fn, fn_plain, consts, single, consts_need_grad = hit
+                            if (consts_need_grad or a.requires_grad) and grad_enabled():
+                                fn = fn_plain
+                            counts[0] += 1
+                            outs = fn(*consts, a) if consts else fn(a)
+                            return outs[0] if single is True else tree.unflatten(single, outs)
+                        return slow(args, kwargs)
+                    key = tuple([(a.shape, a.dtype, a.device) for a in args])
                 except AttributeError:  # a Python scalar or other leaf: the general path
                     return slow(args, kwargs)
                 hit = fast.get(key)
                 if hit is not None and state.trace.__class__ is EvalTrace:
-                    fn, fn_plain, consts, single = hit
-                    if grad_enabled() and _any_requires_grad(args, consts):
+                    fn, fn_plain, consts, single, consts_need_grad = hit
+                    # torch autograd through the call needs the variant without in-place reuse
+                    if grad_enabled() and (consts_need_grad or _any_requires_grad(args, ())):
                         fn = fn_plain
                     counts[0] += 1
                     outs = fn(*consts, *args) if consts else fn(*args)
@@ -305,6 +313,7 @@ class JitFunction:
                 prog.fn_plain,
                 tuple(entry.consts),
                 True if single else entry.out_tree,
+                _any_requires_grad((), entry.consts),
             )
 
     def _executor_for(self, leaves):
