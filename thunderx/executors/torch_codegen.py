@@ -152,12 +152,21 @@ def generate_source(jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = Tr
     owned: set[int] = set()  # buffers allocated by this function, safe to overwrite
     live_views: dict[int, int] = {}  # root -> number of live vars on it
 
+    relus, skipped = _relu_patterns(jaxpr)
     for i, e in enumerate(jaxpr.eqns):
+        if i in skipped:
+            continue
         args = [namer(x) for x in e.inputs]
         avals = [x.aval for x in e.inputs]
         out = e.outputs
         expr = None
-        if reuse_buffers and len(out) == 1:
+        if i in relus:
+            x = e.inputs[1]
+            reusable = reuse_buffers and _reusable(
+                x, out[0].aval, i, last_use, root, owned, live_views
+            )
+            expr = f"{args[1]}.relu_()" if reusable else f"torch.relu({args[1]})"
+        elif reuse_buffers and len(out) == 1:
             expr = _inplace(e, args, i, last_use, root, owned, live_views)
         if expr is None:
             rule = torch_codegen_rules.get(e.prim)
@@ -194,6 +203,40 @@ def generate_source(jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = Tr
     outs = ", ".join(namer(x) for x in jaxpr.outvars)
     lines.append(f"    return ({outs}{',' if len(jaxpr.outvars) == 1 else ''})")
     return "\n".join(lines) + "\n", namespace
+
+
+def _relu_patterns(jaxpr):
+    """`select(gt(x, 0), x, 0)` whose comparison has no other use is one `torch.relu(x)`:
+    one kernel and one allocation instead of two."""
+    uses: dict[int, int] = {}
+    producer: dict[int, int] = {}
+    for i, e in enumerate(jaxpr.eqns):
+        for x in e.inputs:
+            if isinstance(x, Var):
+                uses[id(x)] = uses.get(id(x), 0) + 1
+        for v in e.outputs:
+            producer[id(v)] = i
+    for x in jaxpr.outvars:
+        if isinstance(x, Var):
+            uses[id(x)] = uses.get(id(x), 0) + 1
+    relus, skipped = set(), set()
+    for i, e in enumerate(jaxpr.eqns):
+        if e.prim.name != "select" or not e.outputs[0].aval.dtype.is_floating_point:
+            continue
+        pred, x, zero = e.inputs
+        if not (isinstance(zero, Literal) and zero.val == 0 and isinstance(pred, Var)):
+            continue
+        p = producer.get(id(pred))
+        if p is None or uses.get(id(pred)) != 1:
+            continue
+        cmp = jaxpr.eqns[p]
+        if cmp.prim.name != "gt":
+            continue
+        a, b = cmp.inputs
+        if a is x and isinstance(b, Literal) and b.val == 0:
+            relus.add(i)
+            skipped.add(p)
+    return relus, skipped
 
 
 def _inplace(e, args, i, last_use, root, owned, live_views):
