@@ -261,8 +261,9 @@ class JitFunction:
                             if (consts_need_grad or a.requires_grad) and grad_enabled():
                                 fn = fn_plain
                             counts[0] += 1
-                            outs = fn(*consts, a) if consts else fn(a)
-                            return outs[0] if single is True else tree.unflatten(single, outs)
+                            if single is True:  # fn returns the one output itself
+                                return fn(*consts, a) if consts else fn(a)
+                            return tree.unflatten(single, fn(*consts, a) if consts else fn(a))
                         return slow(args, kwargs)
                     key = tuple([(a.shape, a.dtype, a.device) for a in args])
                 except AttributeError:  # a Python scalar or other leaf: the general path
@@ -275,7 +276,7 @@ class JitFunction:
                         fn = fn_plain
                     counts[0] += 1
                     outs = fn(*consts, *args) if consts else fn(*args)
-                    return outs[0] if single is True else tree.unflatten(single, outs)
+                    return outs if single is True else tree.unflatten(single, outs)
             return slow(args, kwargs)
 
         return jitted
@@ -308,11 +309,12 @@ class JitFunction:
         with self._lock:
             if len(self._fast) >= self.cache_size:
                 self._fast.clear()
+            single_fn = single and prog.fn_single is not None
             self._fast[key] = (
-                prog.fn,
-                prog.fn_plain,
+                prog.fn_single if single_fn else prog.fn,
+                prog.fn_single_plain if single_fn else prog.fn_plain,
                 tuple(entry.consts),
-                True if single else entry.out_tree,
+                True if single_fn else entry.out_tree,
                 _any_requires_grad((), entry.consts),
             )
 

@@ -270,6 +270,7 @@ def compile_nvfuser(jaxpr: Jaxpr) -> NvFuserProgram:
     # jit calls `fn` / `fn_plain`; both are the program itself.
     prog.fn = prog  # type: ignore[attr-defined]
     prog.fn_plain = prog  # type: ignore[attr-defined]
+    prog.fn_single = prog.fn_single_plain = None  # type: ignore[attr-defined]
     return prog
 
 

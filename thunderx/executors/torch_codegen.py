@@ -120,6 +120,7 @@ class CompiledProgram:
     """A generated torch function; `source` holds its Python text."""
 
     def __init__(self, fn: Callable, source: str, fn_plain: Callable, source_plain: str):
+        self.fn_single = self.fn_single_plain = None
         self.fn = fn
         self.source = source
         self.fn_plain = fn_plain
@@ -132,7 +133,9 @@ class CompiledProgram:
         return self.source
 
 
-def generate_source(jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = True):
+def generate_source(
+    jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = True, bare_return: bool = False
+):
     """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple."""
     namer = _Namer()
     namespace: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
@@ -201,7 +204,10 @@ def generate_source(jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = Tr
                 if r is not None:
                     live_views[r] -= 1
     outs = ", ".join(namer(x) for x in jaxpr.outvars)
-    lines.append(f"    return ({outs}{',' if len(jaxpr.outvars) == 1 else ''})")
+    if bare_return:
+        lines.append(f"    return {outs}")
+    else:
+        lines.append(f"    return ({outs}{',' if len(jaxpr.outvars) == 1 else ''})")
     return "\n".join(lines) + "\n", namespace
 
 
@@ -287,7 +293,12 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted") -> CompiledProgram:
     src_plain, ns_plain = generate_source(jaxpr, name, reuse_buffers=False)
     fn = _exec(src, ns, name)
     fn_plain = fn if src_plain == src else _exec(src_plain, ns_plain, name)
-    return CompiledProgram(fn, src, fn_plain, src_plain)
+    prog = CompiledProgram(fn, src, fn_plain, src_plain)
+    if len(jaxpr.outvars) == 1:
+        # jit's fast path calls these: the one output without a tuple around it
+        prog.fn_single = _exec(*generate_source(jaxpr, name, True, bare_return=True), name)
+        prog.fn_single_plain = _exec(*generate_source(jaxpr, name, False, bare_return=True), name)
+    return prog
 
 
 def _exec(src: str, namespace: dict, name: str):
