@@ -101,13 +101,13 @@ def main():
         cases.pinn_hessian,
         cases.hvp,
         cases.jit_dispatch,
-        lambda r: cases.trace_scaling(),
+        cases.trace_scaling,
         cases.jax_trace,
         cases.gpu_cases,
     ]
     rows = []
     for fn in suite:
-        name = getattr(fn, "__name__", "trace_scaling")
+        name = fn.__name__
         if args.only and args.only not in name:
             continue
         new = fn(args.rounds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from typing import Callable
 
 from thunderx.avals import ShapedArray
@@ -79,8 +80,17 @@ def trace_flat(flat_fun: Callable, in_avals) -> tuple[ClosedJaxpr, object]:
     """Trace `flat_fun(*leaves) -> (out_leaves, extra)` into a closed jaxpr; returns (jaxpr, extra)."""
     from thunderx.lang.random import RandomnessMode
 
-    with new_trace(StagingTrace) as trace:
-        in_tracers = [trace.new_arg(a) for a in in_avals]
-        with RandomnessMode(None):
-            outs, extra = flat_fun(*in_tracers)
-        return trace.finalize(in_tracers, outs), extra
+    # Tracing allocates many small objects and makes few cycles: the cyclic collector would rescan
+    # the growing heap again and again (superlinear in program size), so it pauses meanwhile.
+    pause = gc.isenabled()
+    if pause:
+        gc.disable()
+    try:
+        with new_trace(StagingTrace) as trace:
+            in_tracers = [trace.new_arg(a) for a in in_avals]
+            with RandomnessMode(None):
+                outs, extra = flat_fun(*in_tracers)
+            return trace.finalize(in_tracers, outs), extra
+    finally:
+        if pause:
+            gc.enable()
