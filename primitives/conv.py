@@ -130,6 +130,8 @@ def _conv_transpose(ct, x, w, *, window_strides, padding, lhs_dilation, rhs_dila
     x_shape, w_shape = S._shape(x), w.aval.shape
     ct_shape = S._shape(ct)
     n = len(x_shape) - 2
+    if groups == 1 and all(d == 1 for d in lhs_dilation):
+        return [None, _kernel_grad_im2col(ct, x, w_shape, window_strides, padding, rhs_dilation)]
     pads = []
     for i in range(n):
         lhs_d = _dilate(x_shape[2 + i], lhs_dilation[i])
@@ -158,6 +160,47 @@ def _conv_transpose(ct, x, w, *, window_strides, padding, lhs_dilation, rhs_dila
     if S._shape(ct_w)[2:] != tuple(w_shape[2:]):
         ct_w = S.slice_(ct_w, (0,) * len(w_shape), tuple(w_shape))
     return [None, ct_w]
+
+
+def _kernel_grad_im2col(ct, x, w_shape, window_strides, padding, rhs_dilation):
+    """The kernel's cotangent as patches-times-cotangent: gather the k1*k2*... strided windows
+    of the padded input (im2col by slicing) and contract them with ct over batch and positions.
+    Under vmap this is one batched matmul, where a convolution would need batch-sized groups."""
+    from thunderx.primitives import linalg as L
+
+    x_shape, ct_shape = S._shape(x), S._shape(ct)
+    n = len(x_shape) - 2
+    window = w_shape[2:]
+    cfg = [(0, 0, 0), (0, 0, 0)]
+    for i in range(n):
+        lo = padding[i][0]
+        needed = (window[i] - 1) * rhs_dilation[i] + (ct_shape[2 + i] - 1) * window_strides[i] + 1
+        cfg.append((lo, needed - x_shape[2 + i] - lo, 0))  # negative: crop the unused edge
+    xp = S.pad(x, 0.0, cfg)
+    patches = []
+    for offset in _offsets(window):
+        starts = [0, 0] + [o * d for o, d in zip(offset, rhs_dilation)]
+        limits = list(x_shape[:2]) + [
+            o * d + (m - 1) * s + 1
+            for o, d, m, s in zip(offset, rhs_dilation, ct_shape[2:], window_strides)
+        ]
+        view = S.slice_(xp, starts, limits, [1, 1] + list(window_strides))
+        # (N, C, *out) -> (N, *out, C, 1): positions before channels, so the contraction below
+        # reads the patches in place (batch and positions contiguous) under vmap too
+        view = S.transpose(view, (0,) + tuple(range(2, 2 + n)) + (1,))
+        patches.append(S.expand_dims(view, (n + 2,)))
+    p = S.concatenate(patches, n + 2)  # (N, *out, C, K)
+    sp = tuple(range(2, 2 + n))
+    # ct (N, O, *out) . p (N, *out, C, K) over N and *out -> (O, C, K)
+    g = L.dot_general(ct, p, (((0,) + sp, tuple(range(0, n + 1))), ((), ())))
+    return S.reshape(g, (ct_shape[1], x_shape[1]) + tuple(window))
+
+
+def _offsets(window):
+    out = [()]
+    for k in window:
+        out = [o + (i,) for o in out for i in range(k)]
+    return out
 
 
 def _conv_batch(args, dims, **params):
