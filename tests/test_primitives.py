@@ -184,7 +184,9 @@ def _stacked(a, size, axis=0):
 
 
 # primitives with array operands to batch (iota and full take none)
-BATCHED = [n for n in TESTED if core.primitives[n] in core.batch_rules and n not in ("iota", "full")]
+BATCHED = [
+    n for n in TESTED if core.primitives[n] in core.batch_rules and n not in ("iota", "full")
+]
 
 
 @pytest.mark.parametrize("name", BATCHED)
@@ -198,7 +200,8 @@ def test_vmap_matches_loop(name, data):
     if all(a is None for a in axes):
         axes[d.int(0, len(axes) - 1)] = 0
     batched = [
-        sample.args[p] if ax is None else _stacked(sample.args[p], 3, ax) for p, ax in zip(pos, axes)
+        sample.args[p] if ax is None else _stacked(sample.args[p], 3, ax)
+        for p, ax in zip(pos, axes)
     ]
     check_vmap(_bound(prim, sample, pos), batched, in_axes=tuple(axes))
 
