@@ -155,3 +155,8 @@ def test_small_cnn_per_sample_gradients_match_torch_func():
     assert set(ours) == set(theirs)
     for k in ours:
         torch.testing.assert_close(ours[k], theirs[k], rtol=1e-8, atol=1e-8)
+
+
+def test_keyword_arguments_are_batched_along_axis_0():
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    close(tx.vmap(lambda a, *, b: (a * b).sum())(x, b=y), (x * y).sum(1))

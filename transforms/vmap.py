@@ -121,8 +121,9 @@ def vmap(
                 f"vmap in_axes has {len(spec)} entries but the function got {len(args)} "
                 f"positional arguments (at {user_frame()})"
             )
-        flat_args, in_tree = tree.flatten(args)
-        axes = _axes_for(spec, args, "in_axes")
+        # keyword arguments are always batched along axis 0 (JAX's rule)
+        flat_args, in_tree = tree.flatten((args, kwargs))
+        axes = _axes_for(spec, args, "in_axes") + [0] * len(tree.leaves(kwargs))
         sizes = {}
         norm_axes = []
         for i, (x, ax) in enumerate(zip(flat_args, axes)):
@@ -169,7 +170,8 @@ def vmap(
             ]
             trace.input_ids.update(id(t) for t in ins)
             with _random_mode(trace):
-                out = fun(*tree.unflatten(in_tree, ins), **kwargs)
+                call_args, call_kwargs = tree.unflatten(in_tree, ins)
+                out = fun(*call_args, **call_kwargs)
             out_leaves, out_tree = tree.flatten(out)
             unpacked = [trace.unpack(o) for o in out_leaves]
         oaxes = _axes_for(out_axes, out, "out_axes")
