@@ -124,8 +124,9 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
 
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
-    """NaN-safe algebra: `x + 0`, `x - 0`, `x * 1`, `x / 1`, `neg(neg(x))` and no-op converts
-    vanish; `x * 0` stays (NaN and inf times 0 are NaN)."""
+    """NaN-safe algebra: `x + 0`, `x - 0`, `x * 1`, `x / 1`, `neg(neg(x))`, no-op converts and
+    stop_gradient (an identity once no transform follows) vanish; `x * 0` stays (NaN and inf
+    times 0 are NaN). Chains of layout ops are composed."""
     from thunderx.primitives import binary as B
     from thunderx.primitives import unary as U
 
@@ -165,6 +166,9 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
         elif out is not None and e.prim is U.convert_p:
             if ins[0].aval.dtype == e.params["new_dtype"] and isinstance(ins[0], Var):
                 repl = ins[0]
+        elif out is not None and e.prim.name == "stop_gradient" and isinstance(ins[0], Var):
+            # only differentiation reads it; optimized programs are for execution
+            repl = ins[0]
         if (
             repl is not None
             and repl.aval.shape == out.aval.shape
