@@ -239,35 +239,31 @@ def cumprod(x, axis: int):
 
 
 def _cumprod_jvp(primals, tangents, *, axis):
-    """dy_k = sum_{i<=k} t_i prod_{j<=k, j!=i} x_j, exact with zeros: an n x n masked product."""
+    """dy_k = sum_{i<=k} t_i L_i R_ik with L_i = prod_{j<i} x_j and R_ik = prod_{i<j<=k} x_j:
+    exact where x has zeros (no division), O(n^2) through a cumprod of an n x n matrix."""
     (x,), (t,) = primals, tangents
     y = cumprod(x, axis)
-    if type(t) is Zero:
+    if type(t) is Zero or _shape(x)[axis] == 0:
         return y, t
+    from thunderx.primitives import creation
+
     shape = _shape(x)
     n = shape[axis]
-    xm = S.moveaxis(x, axis, -1)
-    tm = S.moveaxis(t, axis, -1)
+    xm, tm = S.moveaxis(x, axis, -1), S.moveaxis(t, axis, -1)
     lead = _shape(xm)[:-1]
     r = len(lead)
     dev = get_aval(x).device
-    from thunderx.primitives import creation
-
-    k_idx = creation.iota(torch.int64, (n, n, n), 0, dev)
-    i_idx = creation.iota(torch.int64, (n, n, n), 1, dev)
-    j_idx = creation.iota(torch.int64, (n, n, n), 2, dev)
-    # factor[k, i, j] = x_j if j <= k and j != i else 1
-    use = B.and_p.bind(B.le(j_idx, k_idx), B.ne(j_idx, i_idx))
-    xb = S.broadcast_in_dim(xm, lead + (n, n, n), tuple(range(r)) + (r + 2,))
-    useb = S.broadcast_in_dim(use, lead + (n, n, n), (r, r + 1, r + 2))
-    factor = U.select(useb, xb, 1.0)
-    others = reduce_prod(factor, (r + 2,))  # [..., k, i]
-    k2 = creation.iota(torch.int64, (n, n), 0, dev)
-    i2 = creation.iota(torch.int64, (n, n), 1, dev)
-    lower = S.broadcast_in_dim(B.le(i2, k2), lead + (n, n), (r, r + 1))
-    others = U.select(lower, others, 0.0)
-    tb = S.broadcast_in_dim(tm, lead + (n, n), tuple(range(r)) + (r + 1,))
-    dy = reduce_sum(B.mul(others, tb), (r + 1,))
+    i_idx = creation.iota(torch.int64, (n, n), 0, dev)
+    j_idx = creation.iota(torch.int64, (n, n), 1, dev)
+    # M[i, j] = x_j for j > i else 1; its cumprod along j is R[i, k]
+    after = S.broadcast_in_dim(B.gt(j_idx, i_idx), lead + (n, n), (r, r + 1))
+    m = U.select(after, S.broadcast_in_dim(xm, lead + (n, n), tuple(range(r)) + (r + 1,)), 1.0)
+    right = cumprod(m, r + 1)  # [..., i, k]
+    # L: exclusive cumprod (1, x_0, x_0 x_1, ...)
+    left = S.pad(S.slice_in_dim(cumprod(xm, r), 0, n - 1, 1, r), 1.0, [(0, 0, 0)] * r + [(1, 0, 0)])
+    weight = S.broadcast_in_dim(B.mul(tm, left), lead + (n, n), tuple(range(r)) + (r,))
+    upper = S.broadcast_in_dim(B.le(i_idx, j_idx), lead + (n, n), (r, r + 1))  # i <= k
+    dy = reduce_sum(U.select(upper, B.mul(weight, right), 0.0), (r,))
     return y, S.moveaxis(dy, len(shape) - 1, axis)
 
 
