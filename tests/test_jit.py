@@ -251,3 +251,19 @@ def test_jit_equals_eager_on_research_functions(name):
     close(tx.jit(f)(*args), f(*args), 1e-12)
     close(tx.jit(f, executor="nvfuser")(*args), f(*args), 1e-10)
     close(tx.jit(tx.grad(f))(*args), tf.grad(f)(*args), 1e-10)
+
+
+def test_static_arguments_by_name_or_position():
+    calls = []
+
+    def f(x, n, *, scale=1.0):
+        calls.append(1)
+        return x * n * scale
+
+    j = tx.jit(f, static_argnames="n")
+    close(j(torch.ones(2), 3), torch.full((2,), 3.0))  # passed positionally: still static
+    close(j(torch.ones(2), n=3), torch.full((2,), 3.0))
+    j2 = tx.jit(f, static_argnums=1)
+    close(j2(torch.ones(2), n=4), torch.full((2,), 4.0))  # passed by keyword: still static
+    with pytest.raises(ValueError, match="out of range"):
+        tx.jit(lambda x: x, static_argnums=3)(torch.ones(1))

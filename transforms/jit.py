@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import inspect
 import threading
 from typing import Any, Callable
 
@@ -148,8 +149,17 @@ class JitFunction:
     def __init__(self, fun, static_argnums, static_argnames, cache_size, executor):
         functools.update_wrapper(self, fun)
         self.fun = fun
+        static_argnums, static_argnames = _complete_statics(fun, static_argnums, static_argnames)
         self.static_argnums = tuple(static_argnums)
         self.static_argnames = tuple(static_argnames)
+        try:
+            self._positional = [
+                p.name
+                for p in inspect.signature(fun).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+        except (TypeError, ValueError):
+            self._positional = []
         self.cache_size = cache_size
         self.executor = executor
         self._cache: collections.OrderedDict = collections.OrderedDict()
@@ -167,12 +177,7 @@ class JitFunction:
         n = len(args)
         statics = []
         if self.static_argnums:
-            nums = {a % n if -n <= a < n else a for a in self.static_argnums}
-            for a in self.static_argnums:
-                if not -n <= a < n:
-                    raise ValueError(
-                        f"jit: static_argnums {a} is out of range for a call with {n} arguments"
-                    )
+            nums = self._static_positions(n, kwargs)
             statics = [args[i] for i in sorted(nums)]
             args = tuple(None if i in nums else a for i, a in enumerate(args))
         if kwargs:
@@ -189,6 +194,19 @@ class JitFunction:
                 ) from None
         return args, kwargs, tuple(statics)
 
+    def _static_positions(self, n, kwargs) -> set:
+        """Static positions present in this call; one passed by keyword instead is fine."""
+        nums = set()
+        for a in self.static_argnums:
+            if -n <= a < n:
+                nums.add(a % n)
+            elif not (0 <= a < len(self._positional) and self._positional[a] in kwargs):
+                raise ValueError(
+                    f"jit: static_argnums {a} is out of range for a call with {n} positional "
+                    f"arguments (at {user_frame()})"
+                )
+        return nums
+
     def _key(self, args, kwargs):
         dyn_args, dyn_kwargs, statics = self._split(args, kwargs)
         leaves, treedef = tree.flatten((dyn_args, dyn_kwargs))
@@ -200,8 +218,7 @@ class JitFunction:
 
     # -- tracing
     def _trace(self, args, kwargs, leaves, treedef_args):
-        n = len(args)
-        static_pos = {a % n for a in self.static_argnums}
+        static_pos = self._static_positions(len(args), kwargs)
 
         def flat(*xs):
             dyn_args, dyn_kwargs = tree.unflatten(treedef_args, xs)
@@ -355,6 +372,24 @@ class JitFunction:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def _complete_statics(fun, argnums, argnames):
+    """As JAX does: a static parameter named in one list is static however it is passed, so
+    each list gains the other's entries where the signature connects them."""
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return tuple(argnums), tuple(argnames)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    nums, names = list(argnums), list(argnames)
+    for name in argnames:
+        if name in positional and positional.index(name) not in nums:
+            nums.append(positional.index(name))
+    for i in argnums:
+        if 0 <= i < len(positional) and positional[i] not in names:
+            names.append(positional[i])
+    return tuple(nums), tuple(names)
 
 
 def _any_requires_grad(args, consts) -> bool:
