@@ -73,8 +73,11 @@ def functional_call(module: torch.nn.Module, params_and_buffers: dict, args, kwa
     """Call `module` with its parameters and buffers replaced by `params_and_buffers` (tensors or
     traced values), like `torch.func.functional_call`; the module is restored afterwards.
 
-    >>> params = dict(model.named_parameters())
-    >>> thunderx.grad(lambda p: thunderx.functional_call(model, p, (x,)).sum())(params)
+    >>> model = torch.nn.Linear(3, 1)
+    >>> params = {k: v.detach() for k, v in model.named_parameters()}
+    >>> g = thunderx.grad(lambda p: thunderx.functional_call(model, p, (torch.ones(2, 3),)).sum())(params)
+    >>> g["weight"]
+    tensor([[2., 2., 2.]])
     """
     if not isinstance(args, tuple):
         args = (args,)

@@ -4,7 +4,7 @@ Example:
     >>> import thunderx.tree as tree
     >>> leaves, treedef = tree.flatten({"w": 1.0, "b": (2.0, 3.0)})
     >>> tree.unflatten(treedef, [x * 2 for x in leaves])
-    {'b': (4.0, 6.0), 'w': 2.0}
+    {'w': 2.0, 'b': (4.0, 6.0)}
 """
 
 from __future__ import annotations

@@ -176,7 +176,12 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
 
 def linearize(fun: Callable, *primals):
     """Returns `(fun(*primals), f_jvp)` where `f_jvp(*tangents)` applies the linearized map;
-    the primal computation is done once."""
+    the primal computation is done once.
+
+    >>> y, f_jvp = thunderx.linearize(torch.sin, torch.tensor(0.))
+    >>> f_jvp(torch.tensor(2.))
+    tensor(2.)
+    """
     leaves, in_tree = _flatten_args(primals, "linearize")
     lin = linearize_flat(lambda *xs: fun(*tree.unflatten(in_tree, xs)), leaves)
 
@@ -263,7 +268,11 @@ def _check_float_args(dyn, argnums, name):
 
 
 def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False):
-    """Like `grad`, returning `(value, gradient)` (or `((value, aux), gradient)`)."""
+    """Like `grad`, returning `(value, gradient)` (or `((value, aux), gradient)`).
+
+    >>> thunderx.value_and_grad(lambda x: (x ** 2).sum())(torch.tensor([3.]))
+    (tensor(9.), tensor([6.]))
+    """
 
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
@@ -346,7 +355,12 @@ def _linearize_args(fun, argnums, has_aux, name, args, kwargs):
 
 
 def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
-    """Jacobian by forward mode (vmap over a basis of input tangents): shape out + in."""
+    """Jacobian by forward mode (vmap over a basis of input tangents): shape out + in.
+
+    >>> thunderx.jacfwd(lambda x: x ** 2)(torch.tensor([1., 2.]))
+    tensor([[2., 0.],
+            [0., 4.]])
+    """
 
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
@@ -374,7 +388,11 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
 
 
 def jacrev(fun: Callable, argnums=0, has_aux: bool = False):
-    """Jacobian by reverse mode (vmap of vjp over a basis of output cotangents): shape out + in."""
+    """Jacobian by reverse mode (vmap of vjp over a basis of output cotangents): shape out + in.
+
+    >>> thunderx.jacrev(lambda x: x.sin().sum(), argnums=0)(torch.zeros(2))
+    tensor([1., 1.])
+    """
 
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
@@ -405,5 +423,10 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False):
 
 
 def hessian(fun: Callable, argnums=0, has_aux: bool = False):
-    """Hessian as forward-over-reverse: `jacfwd(jacrev(fun))`."""
+    """Hessian as forward-over-reverse: `jacfwd(jacrev(fun))`.
+
+    >>> thunderx.hessian(lambda x: (x ** 3).sum())(torch.tensor([1., 2.]))
+    tensor([[ 6.,  0.],
+            [ 0., 12.]])
+    """
     return jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux)

@@ -73,6 +73,13 @@ class custom_vjp:  # noqa: N801 - JAX's name
     """A function with a custom reverse-mode rule.
 
     `fwd(*args) -> (out, residuals)`; `bwd(residuals, ct) -> tuple of one cotangent per arg`.
+
+    >>> @thunderx.custom_vjp
+    ... def clip_gradient(x):
+    ...     return x
+    >>> clip_gradient.defvjp(lambda x: (x, None), lambda _, ct: (ct.clamp(-1, 1),))
+    >>> thunderx.grad(lambda x: 5 * clip_gradient(x))(torch.tensor(2.))
+    tensor(1.)
     """
 
     def __init__(self, fun: Callable):

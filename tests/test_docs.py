@@ -1,0 +1,36 @@
+"""The examples in the public API's docstrings run and print what they show."""
+
+import doctest
+
+import pytest
+import torch
+
+import thunderx
+import thunderx.api
+import thunderx.primitives.higher_order
+import thunderx.transforms.ad
+import thunderx.transforms.custom
+import thunderx.transforms.jit
+import thunderx.transforms.vmap
+import thunderx.tree
+
+MODULES = [
+    thunderx.api,
+    thunderx.primitives.higher_order,
+    thunderx.transforms.ad,
+    thunderx.transforms.custom,
+    thunderx.transforms.jit,
+    thunderx.transforms.vmap,
+    thunderx.tree,
+    thunderx,
+]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=[m.__name__ for m in MODULES])
+def test_docstring_examples(module):
+    result = doctest.testmod(
+        module,
+        extraglobs={"torch": torch, "thunderx": thunderx},
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+    )
+    assert result.attempted > 0 and result.failed == 0
