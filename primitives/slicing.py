@@ -9,6 +9,7 @@ from thunderx.avals import ShapedArray
 from thunderx.core import (
     abstract_eval_rules,
     batch_rules,
+    get_aval,
     impl_rules,
     new_primitive,
     nvfuser_checks,
@@ -182,10 +183,26 @@ def _sub(a, b):
 def _pad_batch(args, dims, *, padding_config):
     x, pv = args
     dx, dp = dims
-    if dp is not None:
-        raise NotImplementedError("pad with a batched padding value")
-    x = moveaxis(x, dx, 0)
-    return pad(x, pv, ((0, 0, 0),) + tuple(padding_config)), 0
+    config = ((0, 0, 0),) + tuple(padding_config)
+    if dp is None:
+        return pad(moveaxis(x, dx, 0), pv, config), 0
+    # a per-example padding value: pad with 0, then add the value where the padding is
+    from thunderx.primitives import binary, creation
+
+    size = _shape(pv)[dp]
+    x = broadcast_batch(x, size, 0) if dx is None else moveaxis(x, dx, 0)
+    aval = get_aval(x)
+    padded = pad(x, 0.0, config)
+    where_pad = pad(creation.full(aval.shape, 0.0, aval.dtype, aval.device), 1.0, config)
+    out_shape = _shape(padded)
+    value = broadcast_in_dim_batch(moveaxis(pv, dp, 0), out_shape)
+    return binary.add(padded, binary.mul(where_pad, value)), 0
+
+
+def broadcast_in_dim_batch(v, shape):
+    from thunderx.primitives.shape import broadcast_in_dim
+
+    return broadcast_in_dim(v, shape, (0,))
 
 
 def _pad_codegen(args, avals, *, padding_config):

@@ -249,3 +249,13 @@ def test_conv_transpose_in_the_kernel(data):
     sample = SAMPLES["conv"](Draw(data))
     prim = core.primitives["conv"]
     check_transpose(_bound(prim, sample, [1]), [sample.args[1]])
+
+
+@given(data=st.data())
+def test_pad_with_a_batched_padding_value(data):
+    sample = SAMPLES["pad"](Draw(data))
+    x = sample.args[0]
+    values = torch.randn(3, dtype=x.dtype)
+    f = _bound(core.primitives["pad"], sample, [0, 1])
+    check_vmap(f, [x, values], in_axes=(None, 0))
+    check_vmap(f, [_stacked(x, 3), values], in_axes=(0, 0))
