@@ -72,7 +72,6 @@ reduce_prod_p = def_reduction(
 torch_codegen_rules[reduce_prod_p] = lambda args, avals, *, axes: (
     f"_impl_reduce_prod({args[0]}, axes={axes!r})"
 )
-del nvfuser_rules[reduce_prod_p]  # nvFuser has no product reduction: it runs in torch
 
 
 def _sum_transpose(ct, x, *, axes):

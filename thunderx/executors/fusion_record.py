@@ -263,6 +263,12 @@ def record_region(eqns, inputs, outputs, name="fusion") -> FusionRecord:
 # --------------------------------------------------------------------- reference interpreter
 
 
+def _prod(x, dims):
+    for d in sorted(dims, reverse=True):
+        x = torch.prod(x, d)
+    return x
+
+
 def _bid(x, shape, broadcast_dims):
     view = [1] * len(shape)
     for i, d in enumerate(broadcast_dims):
@@ -308,6 +314,7 @@ REFERENCE_OPS = {
     "sum": lambda x, dims, keepdim=False, dtype=None: torch.sum(x, tuple(dims), keepdim),
     "max": lambda x, dims, keepdim=False, dtype=None: torch.amax(x, tuple(dims), keepdim),
     "min": lambda x, dims, keepdim=False, dtype=None: torch.amin(x, tuple(dims), keepdim),
+    "prod": lambda x, dims, keepdim=False, dtype=None: _prod(x, dims),
     "broadcast_in_dim": lambda x, shape, broadcast_dims: _bid(x, shape, broadcast_dims),
     "reshape": lambda x, new_shape: x.reshape(list(new_shape)),
     "permute": lambda x, dims: x.permute(list(dims)),
