@@ -354,7 +354,6 @@ for _name in (
     "erfc",
     "erfinv",
     "lgamma",
-    "digamma",
     "floor",
     "ceil",
     "round",
