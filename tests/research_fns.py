@@ -41,3 +41,25 @@ def data(n=5, din=6, classes=3, dtype=torch.float64, seed=1):
     return torch.randn(n, din, generator=g, dtype=dtype), torch.randint(
         0, classes, (n,), generator=g
     )
+
+
+def research_case(name, dtype=torch.float64):
+    """(scalar function, arguments) for one of the research functions."""
+    x, y = data(dtype=dtype)
+    g = torch.Generator().manual_seed(3)
+    if name == "mlp":
+        return mlp_loss, (mlp_params(dtype=dtype), x, y)
+    if name == "ln_gelu_ce":
+        p = (
+            torch.randn(6, 3, generator=g, dtype=dtype),
+            torch.ones(3, dtype=dtype),
+            torch.zeros(3, dtype=dtype),
+        )
+        return ln_gelu_ce, (p, x, y)
+    if name == "attention":
+        return attention, tuple(torch.randn(2, 4, 8, generator=g, dtype=dtype) for _ in range(3))
+    p = tuple(torch.randn(*s, generator=g, dtype=dtype) * 0.5 for s in [(4, 4), (6, 4), (4,)])
+    return (lambda p, h, x: rnn_step(p, h, x).sum()), (p, torch.randn(5, 4, dtype=dtype), x)
+
+
+RESEARCH = ["mlp", "ln_gelu_ce", "attention", "rnn"]

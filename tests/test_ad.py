@@ -9,7 +9,7 @@ import torch.func as tf
 
 import thunderx as tx
 
-from .research_fns import attention, data, ln_gelu_ce, mlp_loss, mlp_params, rnn_step
+from .research_fns import RESEARCH, research_case
 
 F64 = torch.float64
 
@@ -39,28 +39,10 @@ def test_hessian_of_pow_is_symmetric_at_zero_exponent():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, F64])
-@pytest.mark.parametrize("name", ["mlp", "ln_gelu_ce", "attention", "rnn"])
+@pytest.mark.parametrize("name", RESEARCH)
 def test_research_functions_match_torch(name, dtype):
     tol = 1e-4 if dtype == torch.float32 else 1e-8
-    x, y = data(dtype=dtype)
-    if name == "mlp":
-        f, args = mlp_loss, (mlp_params(dtype=dtype), x, y)
-    elif name == "ln_gelu_ce":
-        g = torch.Generator().manual_seed(3)
-        p = (
-            torch.randn(6, 3, generator=g, dtype=dtype),
-            torch.ones(3, dtype=dtype),
-            torch.zeros(3, dtype=dtype),
-        )
-        f, args = ln_gelu_ce, (p, x, y)
-    elif name == "attention":
-        g = torch.Generator().manual_seed(4)
-        q, k, v = (torch.randn(2, 4, 8, generator=g, dtype=dtype) for _ in range(3))
-        f, args = attention, (q, k, v)
-    else:
-        g = torch.Generator().manual_seed(5)
-        p = tuple(torch.randn(*s, generator=g, dtype=dtype) * 0.5 for s in [(4, 4), (6, 4), (4,)])
-        f, args = (lambda p, h, x: rnn_step(p, h, x).sum()), (p, torch.randn(5, 4, dtype=dtype), x)
+    f, args = research_case(name, dtype)
     close(tx.grad(f)(*args), tf.grad(f)(*args), tol)
     close(tx.grad(f, argnums=(0, 1))(*args), tf.grad(f, argnums=(0, 1))(*args), tol)
     g0 = lambda p: f(p, *args[1:])  # noqa: E731

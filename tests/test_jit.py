@@ -12,7 +12,7 @@ import thunderx as tx
 from thunderx.errors import ConcretizationError, UnexpectedTracerError
 from thunderx.passes import optimize
 
-from .research_fns import data, mlp_loss, mlp_params
+from .research_fns import RESEARCH, data, mlp_loss, mlp_params, research_case
 
 F64 = torch.float64
 
@@ -227,27 +227,9 @@ def test_jit_pinn_hessian_matches_torch_func():
     assert lap.shape == (8,) and math.isfinite(lap.sum().item())
 
 
-@pytest.mark.parametrize("name", ["mlp", "ln_gelu_ce", "attention", "rnn"])
+@pytest.mark.parametrize("name", RESEARCH)
 def test_jit_equals_eager_on_research_functions(name):
-    from .research_fns import attention, ln_gelu_ce, rnn_step
-
-    x, y = data()
-    g = torch.Generator().manual_seed(7)
-    if name == "mlp":
-        f, args = mlp_loss, (mlp_params(), x, y)
-    elif name == "ln_gelu_ce":
-        p = (
-            torch.randn(6, 3, generator=g, dtype=F64),
-            torch.ones(3, dtype=F64),
-            torch.zeros(3, dtype=F64),
-        )
-        f, args = ln_gelu_ce, (p, x, y)
-    elif name == "attention":
-        f, args = attention, tuple(torch.randn(2, 4, 8, generator=g, dtype=F64) for _ in range(3))
-    else:
-        p = tuple(torch.randn(*s, generator=g, dtype=F64) for s in [(4, 4), (6, 4), (4,)])
-        f = lambda p, h, x: rnn_step(p, h, x).sum()  # noqa: E731
-        args = (p, torch.randn(5, 4, dtype=F64), x)
+    f, args = research_case(name)
     close(tx.jit(f)(*args), f(*args), 1e-12)
     close(tx.jit(f, executor="nvfuser")(*args), f(*args), 1e-10)
     close(tx.jit(tx.grad(f))(*args), tf.grad(f)(*args), 1e-10)

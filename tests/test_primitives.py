@@ -106,6 +106,19 @@ def test_abstract_eval_matches_impl(name, data):
 
 
 DIFFERENTIABLE = [n for n in TESTED if core.primitives[n] in core.jvp_rules]
+
+
+def _differentiable(name, data):
+    """A sample of a differentiable primitive as a function of its floating operands."""
+    prim = core.primitives[name]
+    sample = SAMPLES[name](Draw(data))
+    pos = _float_positions(sample)
+    assert pos and any(is_float(a.dtype) for a in _avals_out(prim, sample)), (
+        f"{name}: its sample has nothing to differentiate"
+    )
+    return prim, sample, pos, _bound(prim, sample, pos)
+
+
 # stop_gradient's tangent is zero by definition, not the identity's derivative
 FD_CHECKED = [n for n in DIFFERENTIABLE if n != "stop_gradient"]
 
@@ -113,12 +126,7 @@ FD_CHECKED = [n for n in DIFFERENTIABLE if n != "stop_gradient"]
 @pytest.mark.parametrize("name", FD_CHECKED)
 @given(data=st.data())
 def test_jvp_matches_finite_differences(name, data):
-    prim = core.primitives[name]
-    sample = SAMPLES[name](Draw(data))
-    pos = _float_positions(sample)
-    if not pos or not any(is_float(a.dtype) for a in _avals_out(prim, sample)):
-        return
-    f = _bound(prim, sample, pos)
+    prim, sample, pos, f = _differentiable(name, data)
     check_grads(
         f,
         [sample.args[p] for p in pos],
@@ -133,12 +141,7 @@ def test_jvp_matches_finite_differences(name, data):
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
 @given(data=st.data())
 def test_vjp_is_the_transpose_of_jvp(name, data):
-    prim = core.primitives[name]
-    sample = SAMPLES[name](Draw(data))
-    pos = _float_positions(sample)
-    if not pos or not any(is_float(a.dtype) for a in _avals_out(prim, sample)):
-        return
-    f = _bound(prim, sample, pos)
+    prim, sample, pos, f = _differentiable(name, data)
     primals = [sample.args[p] for p in pos]
     gen = torch.Generator().manual_seed(0)
     ts = [torch.randn(p.shape, dtype=p.dtype, generator=gen) for p in primals]
