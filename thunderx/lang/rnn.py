@@ -1,0 +1,175 @@
+"""Recurrent cells: torch.rnn_tanh_cell, rnn_relu_cell, gru_cell and lstm_cell (what nn.RNNCell,
+nn.GRUCell and nn.LSTMCell call), as linear layers and gates."""
+
+from __future__ import annotations
+
+import torch
+
+from thunderx.lang._base import register
+from thunderx.lang.linalg import linear
+from thunderx.lang.shape_ops import _chunk
+from thunderx.primitives import binary as B
+from thunderx.primitives import unary as U
+
+
+def _gates(x, h, w_ih, w_hh, b_ih, b_hh):
+    return linear(x, w_ih, b_ih), linear(h, w_hh, b_hh)
+
+
+@register(torch.rnn_tanh_cell)
+def _rnn_tanh_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    gi, gh = _gates(x, h, w_ih, w_hh, b_ih, b_hh)
+    return U.tanh(B.add(gi, gh))
+
+
+@register(torch.rnn_relu_cell)
+def _rnn_relu_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    from thunderx.lang.nn import relu
+
+    gi, gh = _gates(x, h, w_ih, w_hh, b_ih, b_hh)
+    return relu(B.add(gi, gh))
+
+
+@register(torch.gru_cell)
+def _gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+    gi, gh = _gates(x, h, w_ih, w_hh, b_ih, b_hh)
+    i_r, i_z, i_n = _chunk(gi, 3, -1)
+    h_r, h_z, h_n = _chunk(gh, 3, -1)
+    r = U.logistic(B.add(i_r, h_r))
+    z = U.logistic(B.add(i_z, h_z))
+    n = U.tanh(B.add(i_n, B.mul(r, h_n)))
+    return B.add(n, B.mul(z, B.sub(h, n)))  # (1 - z) * n + z * h
+
+
+@register(torch.lstm_cell)
+def _lstm_cell(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+    h, c = hx
+    gi, gh = _gates(x, h, w_ih, w_hh, b_ih, b_hh)
+    i, f, g, o = _chunk(B.add(gi, gh), 4, -1)
+    c_new = B.add(B.mul(U.logistic(f), c), B.mul(U.logistic(i), U.tanh(g)))
+    return B.mul(U.logistic(o), U.tanh(c_new)), c_new
+
+
+# --------------------------------------------------------------------------- multi-head attention
+
+
+def _additive(mask, dtype):
+    """torch's convention: a bool mask is True where attention is not allowed."""
+    from thunderx.lang._base import aval
+    from thunderx.lang._base import dtype as dtype_of
+    from thunderx.primitives import creation as C
+
+    if dtype_of(mask) is torch.bool:
+        a = aval(mask)
+        return U.select(mask, float("-inf"), C.full(a.shape, 0.0, dtype, a.device))
+    return mask if dtype_of(mask) == dtype else U.convert(mask, dtype)
+
+
+@register(torch.nn.functional.multi_head_attention_forward)
+def _multi_head_attention_forward(
+    query,
+    key,
+    value,
+    embed_dim_to_check,
+    num_heads,
+    in_proj_weight,
+    in_proj_bias,
+    bias_k,
+    bias_v,
+    add_zero_attn,
+    dropout_p,
+    out_proj_weight,
+    out_proj_bias,
+    training=True,
+    key_padding_mask=None,
+    need_weights=True,
+    attn_mask=None,
+    use_separate_proj_weight=False,
+    q_proj_weight=None,
+    k_proj_weight=None,
+    v_proj_weight=None,
+    static_k=None,
+    static_v=None,
+    average_attn_weights=True,
+    is_causal=False,
+):
+    """The math of nn.MultiheadAttention ((L, N, E) or unbatched (L, E) inputs)."""
+    import math
+
+    import torch.nn.functional as F
+
+    from thunderx.errors import unsupported
+    from thunderx.lang._base import dtype, ndim, shape
+    from thunderx.lang.linalg import matmul
+    from thunderx.lang.nn import softmax
+    from thunderx.primitives import creation as C
+    from thunderx.primitives import reductions as R
+    from thunderx.primitives import shape as S
+
+    if bias_k is not None or bias_v is not None or add_zero_attn or static_k is not None:
+        raise unsupported(
+            "multi_head_attention_forward with bias_k/bias_v, add_zero_attn or static keys"
+        )
+    unbatched = ndim(query) == 2
+    if unbatched:
+        query, key, value = (S.expand_dims(t, (1,)) for t in (query, key, value))
+        if key_padding_mask is not None:
+            key_padding_mask = S.expand_dims(key_padding_mask, (0,))
+    tgt_len, bsz, embed_dim = shape(query)
+    src_len = shape(key)[0]
+    hd = embed_dim // num_heads
+    if use_separate_proj_weight:
+        w_q, w_k, w_v = q_proj_weight, k_proj_weight, v_proj_weight
+    else:
+        w_q, w_k, w_v = _chunk(in_proj_weight, 3, 0)
+    b_q = b_k = b_v = None
+    if in_proj_bias is not None:
+        b_q, b_k, b_v = _chunk(in_proj_bias, 3, 0)
+    q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
+
+    def heads(t, n):  # (n, N, E) -> (N * H, n, hd)
+        return S.transpose(S.reshape(t, (n, bsz * num_heads, hd)), (1, 0, 2))
+
+    q, k, v = heads(q, tgt_len), heads(k, src_len), heads(v, src_len)
+    mask = None
+    if attn_mask is not None:
+        mask = _additive(attn_mask, dtype(q))
+        if ndim(mask) == 2:
+            mask = S.expand_dims(mask, (0,))
+    elif is_causal:
+        r = C.iota(torch.int64, (tgt_len, src_len), 0)
+        c = C.iota(torch.int64, (tgt_len, src_len), 1)
+        mask = S.expand_dims(_additive(B.gt(c, r), dtype(q)), (0,))
+    if key_padding_mask is not None:
+        kpm = _additive(key_padding_mask, dtype(q))  # (N, S)
+        kpm = S.reshape(
+            S.broadcast_in_dim(kpm, (bsz, num_heads, 1, src_len), (0, 3)),
+            (bsz * num_heads, 1, src_len),
+        )
+        mask = (
+            kpm
+            if mask is None
+            else B.add(
+                S.broadcast_to(mask, (bsz * num_heads, tgt_len, src_len)),
+                S.broadcast_to(kpm, (bsz * num_heads, tgt_len, src_len)),
+            )
+        )
+    scores = matmul(B.mul(q, 1.0 / math.sqrt(hd)), S.transpose(k, (0, 2, 1)))
+    if mask is not None:
+        scores = B.add(scores, S.broadcast_to(mask, shape(scores)))
+    weights = softmax(scores, -1)
+    if dropout_p > 0.0 and training:
+        weights = F.dropout(weights, p=dropout_p)
+    out = matmul(weights, v)  # (N * H, L, hd)
+    out = S.reshape(S.transpose(out, (1, 0, 2)), (tgt_len * bsz, embed_dim))
+    out = S.reshape(linear(out, out_proj_weight, out_proj_bias), (tgt_len, bsz, embed_dim))
+    if unbatched:
+        out = S.squeeze(out, (1,))
+    if not need_weights:
+        return out, None
+    w = S.reshape(weights, (bsz, num_heads, tgt_len, src_len))
+    if average_attn_weights:
+        w = B.div(R.reduce_sum(w, (1,)), float(num_heads))
+    if unbatched:
+        w = S.squeeze(w, (0,))
+    return out, w
