@@ -29,7 +29,26 @@ class LSTMCellOut(nn.Module):
         return h + c
 
 
+class SequenceOut(nn.Module):
+    """nn.LSTM / nn.GRU / nn.RNN return (output, state): keep the output sequence."""
+
+    def __init__(self, rnn):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
 MODELS = {
+    "lstm_batch_first": (lambda: SequenceOut(nn.LSTM(6, 5, batch_first=True)), (3, 4, 6), {}),
+    "lstm_two_layers_bidirectional": (
+        lambda: SequenceOut(nn.LSTM(6, 5, num_layers=2, bidirectional=True)),
+        (4, 3, 6),
+        {},
+    ),
+    "gru_sequence": (lambda: SequenceOut(nn.GRU(6, 5, batch_first=True)), (3, 4, 6), {}),
+    "rnn_two_layers": (lambda: SequenceOut(nn.RNN(6, 5, num_layers=2)), (4, 3, 6), {}),
     "mlp_layernorm_gelu": (
         lambda: nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU(), nn.Linear(16, 4)),
         (5, 8),

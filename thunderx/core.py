@@ -177,7 +177,7 @@ class Tracer:
 
     # One layout for every tracer type (subclasses add no slots), so an in-place update can turn
     # a tracer into one of another trace: `x.__class__` may be reassigned between them.
-    __slots__ = ("_trace", "_var", "primal", "tangent", "val", "bdim")
+    __slots__ = ("_trace", "_var", "primal", "tangent", "val", "bdim", "__weakref__")
     # Let torch's binary operators defer to our reflected methods.
     __array_priority__ = 1000
 

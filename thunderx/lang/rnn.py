@@ -173,3 +173,110 @@ def _multi_head_attention_forward(
     if unbatched:
         w = S.squeeze(w, (0,))
     return out, w
+
+
+# ----------------------------------------------------------------- full-sequence RNN/GRU/LSTM ops
+
+
+def _run_layers(
+    cell, x, h0s, params, has_biases, num_layers, bidirectional, batch_first, train, dropout
+):
+    """Unroll `cell` over time for every layer and direction (what torch.lstm/gru/rnn_* do)."""
+    import torch.nn.functional as F
+
+    from thunderx.lang.shape_ops import _stack, _unbind
+
+    per = 4 if has_biases else 2
+    dirs = 2 if bidirectional else 1
+    if len(params) != per * num_layers * dirs:
+        from thunderx.errors import unsupported
+
+        raise unsupported("recurrent layers with projections (proj_size)")
+    steps = _unbind(x, 1 if batch_first else 0)
+    finals = []
+    for layer in range(num_layers):
+        outs_dir = []
+        for d in range(dirs):
+            k = (layer * dirs + d) * per
+            w = params[k : k + per]
+            w_ih, w_hh = w[0], w[1]
+            b_ih, b_hh = (w[2], w[3]) if has_biases else (None, None)
+            state = h0s[layer * dirs + d]
+            seq = steps if d == 0 else steps[::-1]
+            outs = []
+            for xt in seq:
+                state = cell(xt, state, w_ih, w_hh, b_ih, b_hh)
+                outs.append(state[0] if isinstance(state, tuple) else state)
+            if d == 1:
+                outs = outs[::-1]
+            outs_dir.append(outs)
+            finals.append(state)
+        steps = (
+            [o if dirs == 1 else _cat_last(o, r) for o, r in zip(*outs_dir)]
+            if dirs == 2
+            else outs_dir[0]
+        )
+        if dropout and train and layer < num_layers - 1:
+            steps = [F.dropout(s, dropout) for s in steps]
+    return _stack(steps, 1 if batch_first else 0), finals
+
+
+def _cat_last(a, b):
+    from thunderx.lang.shape_ops import _cat
+
+    return _cat([a, b], -1)
+
+
+def _layer_states(hx, count):
+    from thunderx.lang.shape_ops import _unbind
+
+    return list(_unbind(hx, 0))[:count]
+
+
+@register(torch.lstm)
+def _lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: A002
+    from thunderx.lang.shape_ops import _stack
+
+    dirs = 2 if bidirectional else 1
+    h0, c0 = hx
+    states = list(zip(_layer_states(h0, num_layers * dirs), _layer_states(c0, num_layers * dirs)))
+    out, finals = _run_layers(
+        _lstm_cell,
+        input,
+        states,
+        list(params),
+        has_biases,
+        num_layers,
+        bidirectional,
+        batch_first,
+        train,
+        dropout,
+    )
+    return out, _stack([h for h, _ in finals], 0), _stack([c for _, c in finals], 0)
+
+
+def _recurrent(cell):
+    def op(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: A002
+        from thunderx.lang.shape_ops import _stack
+
+        dirs = 2 if bidirectional else 1
+        out, finals = _run_layers(
+            cell,
+            input,
+            _layer_states(hx, num_layers * dirs),
+            list(params),
+            has_biases,
+            num_layers,
+            bidirectional,
+            batch_first,
+            train,
+            dropout,
+        )
+        return out, _stack(finals, 0)
+
+    return op
+
+
+register(torch.gru)(_recurrent(_gru_cell))
+register(torch.rnn_tanh)(_recurrent(_rnn_tanh_cell))
+register(torch.rnn_relu)(_recurrent(_rnn_relu_cell))
