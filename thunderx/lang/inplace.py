@@ -39,7 +39,7 @@ def mutate(x, new, what: str):
     # x takes new's identity: same trace (or an inner one, when x was constant to it)
     x.__class__ = new.__class__
     for slot in Tracer.__slots__:
-        if hasattr(new, slot):
+        if slot != "__weakref__" and hasattr(new, slot):
             object.__setattr__(x, slot, getattr(new, slot))
     return x
 
