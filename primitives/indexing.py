@@ -3,6 +3,8 @@ any index shape), dynamic_slice / dynamic_update_slice (traced start indices).""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from thunderx.ad_util import Zero, deflinear, instantiate, is_undefined
@@ -235,17 +237,10 @@ def _index_add_batch(args, dims, *, axis):
     xm = S.moveaxis(x, axis + 1, 1)
     xs = _shape(xm)
     flat_x = S.reshape(xm, (size * xs[1],) + xs[2:])
-    flat_idx = S.reshape(_flat_offsets(idx, xs[1], size), (_prod(_shape(idx)),))
-    flat_src = S.reshape(src_t, (_prod(_shape(idx)),) + xs[2:])
+    flat_idx = S.reshape(_flat_offsets(idx, xs[1], size), (math.prod(_shape(idx)),))
+    flat_src = S.reshape(src_t, (math.prod(_shape(idx)),) + xs[2:])
     out = index_add(flat_x, flat_idx, flat_src, 0)
     return S.moveaxis(S.reshape(out, xs), 1, axis + 1), 0
-
-
-def _prod(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 batch_rules[take_p] = _take_batch

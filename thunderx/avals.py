@@ -30,10 +30,6 @@ def is_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point or dtype.is_complex
 
 
-def is_integer(dtype: torch.dtype) -> bool:
-    return not is_float(dtype) and dtype is not torch.bool
-
-
 def category(dtype: torch.dtype) -> int:
     """0 bool, 1 integer, 2 floating, 3 complex: torch promotes across categories upward."""
     if dtype is torch.bool:

@@ -205,14 +205,6 @@ def is_tensor_like(x) -> bool:
 # ----------------------------------------------------------------------- registration helpers
 
 
-def def_impl(prim: Primitive, fn: Callable) -> None:
-    impl_rules[prim] = fn
-
-
-def def_abstract_eval(prim: Primitive, fn: Callable) -> None:
-    abstract_eval_rules[prim] = fn
-
-
 def abstract_eval(prim: Primitive, avals, params) -> Any:
     try:
         rule = abstract_eval_rules[prim]

@@ -180,7 +180,3 @@ def eval_jaxpr(jaxpr: Jaxpr, consts, *args) -> list:
         else:
             env[id(eqn.outputs[0])] = out
     return [read(x) for x in jaxpr.outvars]
-
-
-def eval_closed(closed: ClosedJaxpr, *args) -> list:
-    return eval_jaxpr(closed.jaxpr, closed.consts, *args)

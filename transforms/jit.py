@@ -289,7 +289,7 @@ class JitFunction:
                 if hit is not None and state.trace.__class__ is EvalTrace:
                     fn, fn_plain, consts, single, consts_need_grad = hit
                     # torch autograd through the call needs the variant without in-place reuse
-                    if grad_enabled() and (consts_need_grad or _any_requires_grad(args, ())):
+                    if grad_enabled() and (consts_need_grad or _any_requires_grad(args)):
                         fn = fn_plain
                     counts[0] += 1
                     outs = fn(*consts, *args) if consts else fn(*args)
@@ -332,7 +332,7 @@ class JitFunction:
                 prog.fn_single_plain if single_fn else prog.fn_plain,
                 tuple(entry.consts),
                 True if single_fn else entry.out_tree,
-                _any_requires_grad((), entry.consts),
+                _any_requires_grad(entry.consts),
             )
 
     def _executor_for(self, leaves):
@@ -392,26 +392,13 @@ def _complete_statics(fun, argnums, argnames):
     return tuple(nums), tuple(names)
 
 
-def _any_requires_grad(args, consts) -> bool:
-    for a in args:
-        if a.requires_grad:
-            return True
-    for c in consts:
-        if isinstance(c, torch.Tensor) and c.requires_grad:
-            return True
-    return False
+def _any_requires_grad(*groups) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for g in groups for t in g)
 
 
 def _needs_autograd(leaves, consts) -> bool:
-    if not torch.is_grad_enabled():
-        return False
-    for x in leaves:
-        if type(x) is torch.Tensor and x.requires_grad:
-            return True
-    for c in consts:
-        if isinstance(c, torch.Tensor) and c.requires_grad:
-            return True
-    return False
+    """torch autograd through a call needs the program variant without in-place reuse."""
+    return torch.is_grad_enabled() and _any_requires_grad(leaves, consts)
 
 
 def jit(

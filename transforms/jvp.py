@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from thunderx.ad_util import Zero, instantiate, tangent_aval
+from thunderx.ad_util import Zero, tangent_aval
 from thunderx.avals import ShapedArray, is_float
 from thunderx.core import (
     Trace,
@@ -95,7 +95,3 @@ def jvp_flat(flat_fun, primals, tangents):
             primal_outs.append(p)
             tangent_outs.append(Zero(get_aval(p).strip_weak()) if t is None else t)
     return primal_outs, tangent_outs
-
-
-def instantiate_all(ts):
-    return [instantiate(t) for t in ts]

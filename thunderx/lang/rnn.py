@@ -179,12 +179,13 @@ def _multi_head_attention_forward(
 
 
 def _run_layers(
-    cell, x, h0s, params, has_biases, num_layers, bidirectional, batch_first, train, dropout
+    cell, x, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
 ):
-    """Unroll `cell` over time for every layer and direction (what torch.lstm/gru/rnn_* do)."""
+    """Unroll `cell` over time for every layer and direction (what torch.lstm/gru/rnn_* do);
+    `states` holds one initial state per layer and direction. Returns (output, final states)."""
     import torch.nn.functional as F
 
-    from thunderx.lang.shape_ops import _stack, _unbind
+    from thunderx.lang.shape_ops import _cat, _stack, _unbind
 
     per = 4 if has_biases else 2
     dirs = 2 if bidirectional else 1
@@ -198,80 +199,35 @@ def _run_layers(
         outs_dir = []
         for d in range(dirs):
             k = (layer * dirs + d) * per
-            w = params[k : k + per]
-            w_ih, w_hh = w[0], w[1]
-            b_ih, b_hh = (w[2], w[3]) if has_biases else (None, None)
-            state = h0s[layer * dirs + d]
-            seq = steps if d == 0 else steps[::-1]
+            w_ih, w_hh, *biases = params[k : k + per]
+            b_ih, b_hh = biases if has_biases else (None, None)
+            state = states[layer * dirs + d]
             outs = []
-            for xt in seq:
+            for xt in steps if d == 0 else steps[::-1]:
                 state = cell(xt, state, w_ih, w_hh, b_ih, b_hh)
                 outs.append(state[0] if isinstance(state, tuple) else state)
-            if d == 1:
-                outs = outs[::-1]
-            outs_dir.append(outs)
+            outs_dir.append(outs if d == 0 else outs[::-1])
             finals.append(state)
-        steps = (
-            [o if dirs == 1 else _cat_last(o, r) for o, r in zip(*outs_dir)]
-            if dirs == 2
-            else outs_dir[0]
-        )
+        steps = outs_dir[0] if dirs == 1 else [_cat([f, r], -1) for f, r in zip(*outs_dir)]
         if dropout and train and layer < num_layers - 1:
             steps = [F.dropout(s, dropout) for s in steps]
     return _stack(steps, 1 if batch_first else 0), finals
 
 
-def _cat_last(a, b):
-    from thunderx.lang.shape_ops import _cat
-
-    return _cat([a, b], -1)
-
-
-def _layer_states(hx, count):
-    from thunderx.lang.shape_ops import _unbind
-
-    return list(_unbind(hx, 0))[:count]
-
-
 @register(torch.lstm)
-def _lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: A002
-    from thunderx.lang.shape_ops import _stack
+def _lstm(input, hx, params, *flags):  # noqa: A002 - torch's names
+    from thunderx.lang.shape_ops import _stack, _unbind
 
-    dirs = 2 if bidirectional else 1
-    h0, c0 = hx
-    states = list(zip(_layer_states(h0, num_layers * dirs), _layer_states(c0, num_layers * dirs)))
-    out, finals = _run_layers(
-        _lstm_cell,
-        input,
-        states,
-        list(params),
-        has_biases,
-        num_layers,
-        bidirectional,
-        batch_first,
-        train,
-        dropout,
-    )
+    states = list(zip(_unbind(hx[0], 0), _unbind(hx[1], 0)))
+    out, finals = _run_layers(_lstm_cell, input, states, list(params), *flags)
     return out, _stack([h for h, _ in finals], 0), _stack([c for _, c in finals], 0)
 
 
 def _recurrent(cell):
-    def op(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: A002
-        from thunderx.lang.shape_ops import _stack
+    def op(input, hx, params, *flags):  # noqa: A002 - torch's names
+        from thunderx.lang.shape_ops import _stack, _unbind
 
-        dirs = 2 if bidirectional else 1
-        out, finals = _run_layers(
-            cell,
-            input,
-            _layer_states(hx, num_layers * dirs),
-            list(params),
-            has_biases,
-            num_layers,
-            bidirectional,
-            batch_first,
-            train,
-            dropout,
-        )
+        out, finals = _run_layers(cell, input, list(_unbind(hx, 0)), list(params), *flags)
         return out, _stack(finals, 0)
 
     return op
