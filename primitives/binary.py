@@ -9,18 +9,7 @@ import operator
 import torch
 
 from thunderx.ad_util import Zero, add_tangents, instantiate, is_undefined
-from thunderx.core import (
-    abstract_eval_rules,
-    batch_rules,
-    get_aval,
-    impl_rules,
-    jvp_rules,
-    linear_primitives,
-    new_primitive,
-    nvfuser_rules,
-    torch_codegen_rules,
-    transpose_rules,
-)
+from thunderx.core import declare, get_aval
 from thunderx.primitives._elementwise import (
     elementwise_batch,
     is_scalar,
@@ -43,30 +32,50 @@ def _tensor_args(fn):
     return impl
 
 
-def def_binary(name, impl, codegen, nvf_op, out_bool=False):
-    """Register a binary elementwise primitive: impl, abstract eval, batching, codegen, nvFuser."""
-    prim = new_primitive(name)
-    impl_rules[prim] = impl
+def def_binary(name, impl, codegen, nvf_op, out_bool=False, partials=None, **declared):
+    """Declare a binary elementwise primitive: impl, abstract eval, batching, codegen, nvFuser;
+    `partials` (one function per operand, see `jvp_from_partials`) give its jvp; other keywords
+    (jvp, linearity, transpose, in-place form) go to `declare`."""
     out_dtype = torch.bool if out_bool else None
-    abstract_eval_rules[prim] = lambda x, y: nary_abstract_eval(name, x, y, out_dtype=out_dtype)
-    batch_rules[prim] = lambda args, dims: elementwise_batch(prim, args, dims)
-    torch_codegen_rules[prim] = codegen
-    nvfuser_rules[prim] = lambda fd, x, y: getattr(fd.ops, nvf_op)(x, y)
+    if partials is not None:
+        declared["jvp"] = lambda primals, tangents: jvp_from_partials(
+            prim, partials, primals, tangents
+        )
+    prim = declare(
+        name,
+        impl=impl,
+        abstract_eval=lambda x, y: nary_abstract_eval(name, x, y, out_dtype=out_dtype),
+        batch=lambda args, dims: elementwise_batch(prim, args, dims),
+        torch_codegen=codegen,
+        nvfuser=lambda fd, x, y: getattr(fd.ops, nvf_op)(x, y),
+        elementwise=True,
+        **declared,
+    )
     return prim
 
 
-def defjvp(prim, *partials):
+def jvp_from_partials(prim, partials, primals, tangents):
     """jvp from one function per operand: `partial(t, x, y, out) -> contribution to t_out`."""
+    out = prim.bind(*primals)
+    t_out = Zero(get_aval(out).strip_weak())
+    for t, partial in zip(tangents, partials):
+        if type(t) is not Zero and partial is not None:
+            t_out = add_tangents(t_out, partial(t, *primals, out))
+    return out, t_out
 
-    def rule(primals, tangents):
-        out = prim.bind(*primals)
-        t_out = Zero(get_aval(out).strip_weak())
-        for t, partial in zip(tangents, partials):
-            if type(t) is not Zero and partial is not None:
-                t_out = add_tangents(t_out, partial(t, *primals, out))
-        return out, t_out
 
-    jvp_rules[prim] = rule
+def _transpose(name, ct_x, ct_y, bilinear=False):
+    """`ct_x(ct, y)` is the cotangent of x, `ct_y(ct, x)` that of y (None: not linear in y).
+    A bilinear op (mul, div) is linear in one operand at a time."""
+
+    def rule(ct, x, y):
+        if bilinear and is_undefined(x) and is_undefined(y):
+            raise TypeError(f"{name} is not linear in both operands at once")
+        if ct_y is None and is_undefined(y):
+            raise TypeError(f"{name} is linear only in its numerator")
+        return [ct_x(ct, y) if is_undefined(x) else None, ct_y(ct, x) if is_undefined(y) else None]
+
+    return rule
 
 
 def _fmt(op):
@@ -83,28 +92,149 @@ def _call(fn, name):
     return rule
 
 
-add_p = def_binary("add", operator.add, _fmt("+"), "add")
-sub_p = def_binary("sub", operator.sub, _fmt("-"), "sub")
-mul_p = def_binary("mul", operator.mul, _fmt("*"), "mul")
+def _pow_dx(t, x, y, out):
+    # d/dx x**y = y * x**(y-1), written without a select on y so that its own derivative in y
+    # stays right (the Hessian of x**y at (4, 0) is symmetric).
+    if is_scalar(y):
+        return Zero(get_aval(out).strip_weak()) if y == 0 else mul(t, mul(y, pow(x, y - 1)))
+    from thunderx.primitives import unary
+
+    jac = mul(y, pow(x, sub(y, 1)))
+    # 0 * 0**-1 would be nan where x == 0 and y == 0; the derivative there is 0.
+    both_zero = and_p.bind(eq(x, 0), eq(y, 0)) if not is_scalar(x) else eq(y, 0)
+    jac = unary.select(both_zero, 0.0, jac)
+    return mul(t, jac)
+
+
+def _pow_dy(t, x, y, out):
+    if is_scalar(x):
+        log_x = math.log(x) if x > 0 else (0.0 if x == 0 else math.nan)
+        return mul(t, mul(out, log_x))
+    from thunderx.primitives import unary
+
+    safe_x = unary.select(eq(x, 0), 1.0, x)
+    return mul(t, mul(out, unary.log(safe_x)))
+
+
+def _minmax_jvp(prim, pick_x, primals, tangents):
+    """Where operands tie, each gets half the tangent (JAX's convention; symmetric)."""
+    from thunderx.primitives import unary
+
+    x, y = primals
+    out = prim.bind(x, y)
+    tx, ty = tangents
+    if type(tx) is Zero and type(ty) is Zero:
+        return out, tx if not is_scalar(x) else ty
+    aval = get_aval(out).strip_weak()
+    tx = instantiate(tx) if type(tx) is not Zero else instantiate(Zero(aval))
+    ty = instantiate(ty) if type(ty) is not Zero else instantiate(Zero(aval))
+    half = mul(add(tx, ty), 0.5)
+    t = unary.select(pick_x(x, y), tx, unary.select(pick_x(y, x), ty, half))
+    return out, t
+
+
+def neg(x):
+    from thunderx.primitives import unary
+
+    return unary.neg(x)
+
+
+def _trunc(x):
+    from thunderx.primitives import unary
+
+    return unary.trunc(x)
+
+
+def _div_impl(x, y):
+    if not get_aval(x if not is_scalar(x) else y).dtype.is_floating_point:
+        return torch.div(x, y, rounding_mode="trunc")
+    return x / y
+
+
+def _div_codegen(args, avals):
+    if any(a.dtype.is_floating_point for a in avals if not a.weak_type):
+        return f"({args[0]} / {args[1]})"
+    return f"torch.div({args[0]}, {args[1]}, rounding_mode='trunc')"
+
+
+add_p = def_binary(
+    "add",
+    operator.add,
+    _fmt("+"),
+    "add",
+    partials=(lambda t, x, y, out: t, lambda t, x, y, out: t),
+    linear=True,
+    transpose=_transpose("add", lambda ct, y: ct, lambda ct, x: ct),
+    inplace="add_",
+    commutative=True,
+)
+sub_p = def_binary(
+    "sub",
+    operator.sub,
+    _fmt("-"),
+    "sub",
+    partials=(lambda t, x, y, out: t, lambda t, x, y, out: neg(t)),
+    linear=True,
+    transpose=_transpose("sub", lambda ct, y: ct, lambda ct, x: neg(ct)),
+    inplace="sub_",
+)
+mul_p = def_binary(
+    "mul",
+    operator.mul,
+    _fmt("*"),
+    "mul",
+    partials=(lambda t, x, y, out: mul(t, y), lambda t, x, y, out: mul(x, t)),
+    linear=True,
+    transpose=_transpose("mul", lambda ct, y: mul(ct, y), lambda ct, x: mul(x, ct), True),
+    inplace="mul_",
+    commutative=True,
+)
 div_p = def_binary(
     "div",
-    lambda x, y: (
-        torch.div(x, y, rounding_mode="trunc")
-        if not get_aval(x if not is_scalar(x) else y).dtype.is_floating_point
-        else x / y
-    ),
-    lambda args, avals: (
-        f"({args[0]} / {args[1]})"
-        if any(a.dtype.is_floating_point for a in avals if not a.weak_type)
-        else f"torch.div({args[0]}, {args[1]}, rounding_mode='trunc')"
-    ),
+    _div_impl,
+    _div_codegen,
     "div",
+    partials=(lambda t, x, y, out: div(t, y), lambda t, x, y, out: neg(mul(t, div(out, y)))),
+    linear=True,
+    transpose=_transpose("div", lambda ct, y: div(ct, y), None, True),
+    inplace="div_",
+    inplace_floating_only=True,  # Tensor.div_ divides exactly; integer div truncates
 )
-pow_p = def_binary("pow", operator.pow, _fmt("**"), "pow")
-max_p = def_binary("max", _tensor_args(torch.maximum), _call("torch.maximum", "max"), "maximum")
-min_p = def_binary("min", _tensor_args(torch.minimum), _call("torch.minimum", "min"), "minimum")
-atan2_p = def_binary("atan2", _tensor_args(torch.atan2), _call("torch.atan2", "atan2"), "atan2")
-rem_p = def_binary("rem", _tensor_args(torch.fmod), _call("torch.fmod", "rem"), "fmod")
+pow_p = def_binary(
+    "pow", operator.pow, _fmt("**"), "pow", partials=(_pow_dx, _pow_dy), inplace="pow_"
+)
+max_p = def_binary(
+    "max",
+    _tensor_args(torch.maximum),
+    _call("torch.maximum", "max"),
+    "maximum",
+    jvp=lambda primals, tangents: _minmax_jvp(max_p, gt, primals, tangents),
+)
+min_p = def_binary(
+    "min",
+    _tensor_args(torch.minimum),
+    _call("torch.minimum", "min"),
+    "minimum",
+    jvp=lambda primals, tangents: _minmax_jvp(min_p, lt, primals, tangents),
+)
+atan2_p = def_binary(
+    "atan2",
+    _tensor_args(torch.atan2),
+    _call("torch.atan2", "atan2"),
+    "atan2",
+    partials=(
+        lambda t, x, y, out: mul(t, div(y, add(mul(x, x), mul(y, y)))),
+        lambda t, x, y, out: mul(t, div(neg(x), add(mul(x, x), mul(y, y)))),
+    ),
+)
+rem_p = def_binary(
+    "rem",
+    _tensor_args(torch.fmod),
+    _call("torch.fmod", "rem"),
+    "fmod",
+    partials=(lambda t, x, y, out: t, lambda t, x, y, out: mul(t, neg(_trunc(div(x, y))))),
+    inplace="fmod_",
+)
 eq_p = def_binary("eq", operator.eq, _fmt("=="), "eq", out_bool=True)
 ne_p = def_binary("ne", operator.ne, _fmt("!="), "ne", out_bool=True)
 lt_p = def_binary("lt", operator.lt, _fmt("<"), "lt", out_bool=True)
@@ -191,115 +321,3 @@ def ge(x, y):
     if is_scalar(x) and is_scalar(y):
         return x >= y
     return ge_p.bind(x, y)
-
-
-def neg(x):
-    from thunderx.primitives import unary
-
-    return unary.neg(x)
-
-
-# ------------------------------------------------------------------------------ jvp and transpose
-
-defjvp(add_p, lambda t, x, y, out: t, lambda t, x, y, out: t)
-defjvp(sub_p, lambda t, x, y, out: t, lambda t, x, y, out: neg(t))
-defjvp(mul_p, lambda t, x, y, out: mul(t, y), lambda t, x, y, out: mul(x, t))
-defjvp(div_p, lambda t, x, y, out: div(t, y), lambda t, x, y, out: neg(mul(t, div(out, y))))
-defjvp(
-    atan2_p,
-    lambda t, x, y, out: mul(t, div(y, add(mul(x, x), mul(y, y)))),
-    lambda t, x, y, out: mul(t, div(neg(x), add(mul(x, x), mul(y, y)))),
-)
-
-
-def _trunc(x):
-    from thunderx.primitives import unary
-
-    return unary.trunc(x)
-
-
-defjvp(rem_p, lambda t, x, y, out: t, lambda t, x, y, out: mul(t, neg(_trunc(div(x, y)))))
-
-
-def _pow_dx(t, x, y, out):
-    # d/dx x**y = y * x**(y-1), written without a select on y so that its own derivative in y
-    # stays right (the Hessian of x**y at (4, 0) is symmetric).
-    if is_scalar(y):
-        return Zero(get_aval(out).strip_weak()) if y == 0 else mul(t, mul(y, pow(x, y - 1)))
-    from thunderx.primitives import unary
-
-    jac = mul(y, pow(x, sub(y, 1)))
-    # 0 * 0**-1 would be nan where x == 0 and y == 0; the derivative there is 0.
-    both_zero = and_p.bind(eq(x, 0), eq(y, 0)) if not is_scalar(x) else eq(y, 0)
-    jac = unary.select(both_zero, 0.0, jac)
-    return mul(t, jac)
-
-
-def _pow_dy(t, x, y, out):
-    if is_scalar(x):
-        log_x = math.log(x) if x > 0 else (0.0 if x == 0 else math.nan)
-        return mul(t, mul(out, log_x))
-    from thunderx.primitives import unary
-
-    safe_x = unary.select(eq(x, 0), 1.0, x)
-    return mul(t, mul(out, unary.log(safe_x)))
-
-
-defjvp(pow_p, _pow_dx, _pow_dy)
-
-
-def _minmax_jvp(prim, pick_x):
-    """Where operands tie, each gets half the tangent (JAX's convention; symmetric)."""
-
-    def rule(primals, tangents):
-        from thunderx.primitives import unary
-
-        x, y = primals
-        out = prim.bind(x, y)
-        tx, ty = tangents
-        if type(tx) is Zero and type(ty) is Zero:
-            return out, tx if not is_scalar(x) else ty
-        aval = get_aval(out).strip_weak()
-        tx = instantiate(tx) if type(tx) is not Zero else instantiate(Zero(aval))
-        ty = instantiate(ty) if type(ty) is not Zero else instantiate(Zero(aval))
-        half = mul(add(tx, ty), 0.5)
-        t = unary.select(pick_x(x, y), tx, unary.select(pick_x(y, x), ty, half))
-        return out, t
-
-    jvp_rules[prim] = rule
-
-
-_minmax_jvp(max_p, gt)
-_minmax_jvp(min_p, lt)
-
-
-def _linear_transpose(prim, ct_x, ct_y):
-    linear_primitives.add(prim)
-
-    def rule(ct, x, y):
-        return [ct_x(ct, y) if is_undefined(x) else None, ct_y(ct, x) if is_undefined(y) else None]
-
-    transpose_rules[prim] = rule
-
-
-_linear_transpose(add_p, lambda ct, y: ct, lambda ct, x: ct)
-_linear_transpose(sub_p, lambda ct, y: ct, lambda ct, x: neg(ct))
-_linear_transpose(mul_p, lambda ct, y: mul(ct, y), lambda ct, x: mul(x, ct))
-_linear_transpose(div_p, lambda ct, y: div(ct, y), None)
-
-
-def _check_bilinear(prim):
-    inner = transpose_rules[prim]
-
-    def rule(ct, x, y):
-        if is_undefined(x) and is_undefined(y):
-            raise TypeError(f"{prim.name} is not linear in both operands at once")
-        if prim is div_p and is_undefined(y):
-            raise TypeError("div is linear only in its numerator")
-        return inner(ct, x, y)
-
-    transpose_rules[prim] = rule
-
-
-_check_bilinear(mul_p)
-_check_bilinear(div_p)

@@ -8,19 +8,8 @@ import torch.nn.functional as F
 
 from thunderx.ad_util import Zero, add_tangents, is_undefined
 from thunderx.avals import ShapedArray
-from thunderx.core import (
-    abstract_eval_rules,
-    batch_rules,
-    get_aval,
-    impl_rules,
-    jvp_rules,
-    linear_primitives,
-    new_primitive,
-    transpose_rules,
-)
+from thunderx.core import declare, get_aval
 from thunderx.primitives import shape as S
-
-conv_p = new_primitive("conv")
 
 
 def _dilate(n, d):
@@ -233,9 +222,12 @@ def _conv_batch(args, dims, **params):
     return S.reshape(out, (os_[0], b, o) + os_[2:]), 1
 
 
-impl_rules[conv_p] = _conv_impl
-abstract_eval_rules[conv_p] = _conv_abstract_eval
-jvp_rules[conv_p] = _conv_jvp
-transpose_rules[conv_p] = _conv_transpose
-batch_rules[conv_p] = _conv_batch
-linear_primitives.add(conv_p)
+conv_p = declare(
+    "conv",
+    impl=_conv_impl,
+    abstract_eval=_conv_abstract_eval,
+    jvp=_conv_jvp,
+    linear=True,
+    transpose=_conv_transpose,
+    batch=_conv_batch,
+)

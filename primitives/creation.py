@@ -5,14 +5,7 @@ from __future__ import annotations
 import torch
 
 from thunderx.avals import CPU, ShapedArray
-from thunderx.core import (
-    abstract_eval_rules,
-    impl_rules,
-    new_primitive,
-    not_differentiable,
-    nvfuser_rules,
-    torch_codegen_rules,
-)
+from thunderx.core import declare
 
 
 def _fmt_shape(shape) -> str:
@@ -23,21 +16,11 @@ def _dev(device) -> str:
     return repr(str(device))
 
 
-iota_p = new_primitive("iota")
-full_p = new_primitive("full")
-
-
 def _iota_impl(*, dtype, shape, dimension, device):
     r = torch.arange(shape[dimension], dtype=dtype, device=device)
     view = [1] * len(shape)
     view[dimension] = shape[dimension]
     return r.reshape(view).expand(shape)
-
-
-impl_rules[iota_p] = _iota_impl
-abstract_eval_rules[iota_p] = lambda *, dtype, shape, dimension, device: ShapedArray(
-    shape, dtype, device
-)
 
 
 def _iota_codegen(args, avals, *, dtype, shape, dimension, device):
@@ -49,19 +32,27 @@ def _iota_codegen(args, avals, *, dtype, shape, dimension, device):
     )
 
 
-torch_codegen_rules[iota_p] = _iota_codegen
-
-impl_rules[full_p] = lambda *, shape, fill_value, dtype, device: torch.full(
-    shape, fill_value, dtype=dtype, device=device
+iota_p = declare(
+    "iota",
+    impl=_iota_impl,
+    abstract_eval=lambda *, dtype, shape, dimension, device: ShapedArray(shape, dtype, device),
+    torch_codegen=_iota_codegen,
+    not_differentiable="no operands",
+    overlapping=True,  # an expanded arange
 )
-abstract_eval_rules[full_p] = lambda *, shape, fill_value, dtype, device: ShapedArray(
-    shape, dtype, device
-)
-torch_codegen_rules[full_p] = lambda args, avals, *, shape, fill_value, dtype, device: (
-    f"torch.full({_fmt_shape(shape)}, {fill_value!r}, dtype={dtype}, device={_dev(device)})"
-)
-nvfuser_rules[full_p] = lambda fd, *, shape, fill_value, dtype, device: fd.ops.full(
-    list(shape), fd.define_scalar(fill_value, fd.dtype_of(dtype)), fd.dtype_of(dtype)
+full_p = declare(
+    "full",
+    impl=lambda *, shape, fill_value, dtype, device: torch.full(
+        shape, fill_value, dtype=dtype, device=device
+    ),
+    abstract_eval=lambda *, shape, fill_value, dtype, device: ShapedArray(shape, dtype, device),
+    torch_codegen=lambda args, avals, *, shape, fill_value, dtype, device: (
+        f"torch.full({_fmt_shape(shape)}, {fill_value!r}, dtype={dtype}, device={_dev(device)})"
+    ),
+    nvfuser=lambda fd, *, shape, fill_value, dtype, device: fd.ops.full(
+        list(shape), fd.define_scalar(fill_value, fd.dtype_of(dtype)), fd.dtype_of(dtype)
+    ),
+    not_differentiable="no operands",
 )
 
 
@@ -75,21 +66,23 @@ def full(shape, fill_value, dtype, device=CPU):
 
 # Random draws: effectful, so jit runs them on each call; vmap handles them through its
 # `randomness` setting in the language layer (they have no operands to batch).
-random_uniform_p = new_primitive("random_uniform")
-random_normal_p = new_primitive("random_normal")
-for _p, _fn in ((random_uniform_p, "rand"), (random_normal_p, "randn")):
-    impl_rules[_p] = (
-        lambda fn: lambda *, shape, dtype, device: fn(shape, dtype=dtype, device=device)
-    )(getattr(torch, _fn))
-    abstract_eval_rules[_p] = lambda *, shape, dtype, device: ShapedArray(shape, dtype, device)
-    torch_codegen_rules[_p] = (
-        lambda fn: (
-            lambda args, avals, *, shape, dtype, device: (
-                f"torch.{fn}({_fmt_shape(shape)}, dtype={dtype}, device={_dev(device)})"
-            )
-        )
-    )(_fn)
-    not_differentiable[_p] = "a random draw has no operands"
+def def_random(name: str, torch_name: str):
+    """A draw from torch's default generator: effectful, so never removed or merged."""
+    fn = getattr(torch, torch_name)
+    return declare(
+        name,
+        impl=lambda *, shape, dtype, device: fn(shape, dtype=dtype, device=device),
+        abstract_eval=lambda *, shape, dtype, device: ShapedArray(shape, dtype, device),
+        torch_codegen=lambda args, avals, *, shape, dtype, device: (
+            f"torch.{torch_name}({_fmt_shape(shape)}, dtype={dtype}, device={_dev(device)})"
+        ),
+        not_differentiable="a random draw has no operands",
+        effects=("rng",),
+    )
+
+
+random_uniform_p = def_random("random_uniform", "rand")
+random_normal_p = def_random("random_normal", "randn")
 
 
 def random_uniform(shape, dtype, device):
@@ -98,7 +91,3 @@ def random_uniform(shape, dtype, device):
 
 def random_normal(shape, dtype, device):
     return random_normal_p.bind(shape=tuple(shape), dtype=dtype, device=device)
-
-
-for _p in (iota_p, full_p):
-    not_differentiable[_p] = "no operands"

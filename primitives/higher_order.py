@@ -7,30 +7,11 @@ Sub-jaxprs sit in params["jaxpr"] with no constvars: their consts are passed as 
 from __future__ import annotations
 
 from thunderx.ad_util import Zero, instantiate
-from thunderx.core import (
-    abstract_eval_rules,
-    batch_rules,
-    get_aval,
-    impl_rules,
-    jvp_rules,
-    linear_primitives,
-    new_primitive,
-    not_differentiable,
-    nvfuser_rules,
-    torch_codegen_rules,
-    transpose_rules,
-)
+from thunderx.core import ALL_OPERANDS, declare, get_aval
 from thunderx.ir import eval_jaxpr
 from thunderx.passes import call_primitives
 
 # --------------------------------------------------------------------------------- stop_gradient
-
-stop_gradient_p = new_primitive("stop_gradient")
-impl_rules[stop_gradient_p] = lambda x: x
-abstract_eval_rules[stop_gradient_p] = lambda x: x.strip_weak()
-torch_codegen_rules[stop_gradient_p] = lambda args, avals: args[0]
-nvfuser_rules[stop_gradient_p] = lambda fd, x: x
-batch_rules[stop_gradient_p] = lambda args, dims: (stop_gradient_p.bind(args[0]), dims[0])
 
 
 def _stop_gradient_jvp(primals, tangents):
@@ -38,7 +19,17 @@ def _stop_gradient_jvp(primals, tangents):
     return out, Zero(get_aval(out))
 
 
-jvp_rules[stop_gradient_p] = _stop_gradient_jvp
+stop_gradient_p = declare(
+    "stop_gradient",
+    impl=lambda x: x,
+    abstract_eval=lambda x: x.strip_weak(),
+    jvp=_stop_gradient_jvp,
+    batch=lambda args, dims: (stop_gradient_p.bind(args[0]), dims[0]),
+    torch_codegen=lambda args, avals: args[0],
+    nvfuser=lambda fd, x: x,
+    aliases=(0,),  # the identity: its operand itself
+    elementwise=True,
+)
 
 
 def stop_gradient(x):
@@ -54,9 +45,6 @@ def stop_gradient(x):
 
 
 # -------------------------------------------------------------------------------------- jit_call
-
-jit_call_p = new_primitive("jit_call", multiple_results=True)
-call_primitives.add(jit_call_p)
 
 
 def _call_abstract_eval(*avals, jaxpr, **params):
@@ -94,17 +82,19 @@ def _jit_call_batch(args, dims, *, jaxpr, name):
     return outs, list(out_dims)
 
 
-impl_rules[jit_call_p] = _jit_call_impl
-abstract_eval_rules[jit_call_p] = _call_abstract_eval
-jvp_rules[jit_call_p] = _jit_call_jvp
-batch_rules[jit_call_p] = _jit_call_batch
+# A called program may return its inputs (or views of them) as outputs.
+jit_call_p = declare(
+    "jit_call",
+    multiple_results=True,
+    impl=_jit_call_impl,
+    abstract_eval=_call_abstract_eval,
+    jvp=_jit_call_jvp,
+    batch=_jit_call_batch,
+    aliases=ALL_OPERANDS,
+)
+call_primitives.add(jit_call_p)
 
 # ------------------------------------------------------------------------------- custom_jvp_call
-
-custom_jvp_call_p = new_primitive("custom_jvp_call", multiple_results=True)
-custom_vjp_call_p = new_primitive("custom_vjp_call", multiple_results=True)
-custom_lin_p = new_primitive("custom_lin", multiple_results=True)
-call_primitives.update({custom_jvp_call_p, custom_vjp_call_p})
 
 
 def _inline_impl(*args, jaxpr, **params):
@@ -162,11 +152,15 @@ def _custom_jvp_batch(args, dims, *, jaxpr, jvp, num_consts, in_tree, out_tree):
     return outs, list(out_dims)
 
 
-for _p in (custom_jvp_call_p, custom_vjp_call_p):
-    impl_rules[_p] = _inline_impl
-    abstract_eval_rules[_p] = _call_abstract_eval
-jvp_rules[custom_jvp_call_p] = _custom_jvp_jvp
-batch_rules[custom_jvp_call_p] = _custom_jvp_batch
+custom_jvp_call_p = declare(
+    "custom_jvp_call",
+    multiple_results=True,
+    impl=_inline_impl,
+    abstract_eval=_call_abstract_eval,
+    jvp=_custom_jvp_jvp,
+    batch=_custom_jvp_batch,
+    aliases=ALL_OPERANDS,
+)
 
 # ------------------------------------------------------------------------------- custom_vjp_call
 
@@ -224,8 +218,16 @@ def _custom_vjp_batch(args, dims, *, jaxpr, fwd, bwd, num_consts, in_tree, out_t
     return outs, list(out_dims)
 
 
-jvp_rules[custom_vjp_call_p] = _custom_vjp_jvp
-batch_rules[custom_vjp_call_p] = _custom_vjp_batch
+custom_vjp_call_p = declare(
+    "custom_vjp_call",
+    multiple_results=True,
+    impl=_inline_impl,
+    abstract_eval=_call_abstract_eval,
+    jvp=_custom_vjp_jvp,
+    batch=_custom_vjp_batch,
+    aliases=ALL_OPERANDS,
+)
+call_primitives.update({custom_jvp_call_p, custom_vjp_call_p})
 
 
 def _custom_lin_impl(*args, **params):
@@ -283,9 +285,14 @@ def _custom_lin_batch(args, dims, *, bwd, num_res, res_tree, in_tree, out_tree, 
     return outs, [0] * len(outs)
 
 
-impl_rules[custom_lin_p] = _custom_lin_impl
-abstract_eval_rules[custom_lin_p] = lambda *avals, out_avals, **params: list(out_avals)
-transpose_rules[custom_lin_p] = _custom_lin_transpose
-batch_rules[custom_lin_p] = _custom_lin_batch
-linear_primitives.add(custom_lin_p)
-not_differentiable[custom_lin_p] = "the linear half of a custom_vjp: only its transpose exists"
+custom_lin_p = declare(
+    "custom_lin",
+    multiple_results=True,
+    impl=_custom_lin_impl,
+    abstract_eval=lambda *avals, out_avals, **params: list(out_avals),
+    jvp=None,
+    linear=True,
+    transpose=_custom_lin_transpose,
+    batch=_custom_lin_batch,
+    not_differentiable="the linear half of a custom_vjp: only its transpose exists",
+)

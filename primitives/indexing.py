@@ -7,16 +7,9 @@ import math
 
 import torch
 
-from thunderx.ad_util import Zero, deflinear, instantiate, is_undefined
+from thunderx.ad_util import Zero, instantiate, is_undefined
 from thunderx.avals import ShapedArray, is_float
-from thunderx.core import (
-    abstract_eval_rules,
-    batch_rules,
-    get_aval,
-    impl_rules,
-    new_primitive,
-    torch_codegen_rules,
-)
+from thunderx.core import declare, get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import creation as C
 from thunderx.primitives import shape as S
@@ -44,9 +37,6 @@ def _batch_size(args, dims):
 
 
 # ---------------------------------------------------------------------------- gather / scatter_add
-
-gather_p = new_primitive("gather")
-scatter_add_p = new_primitive("scatter_add")
 
 
 def _gather_abstract_eval(x, idx, *, axis):
@@ -76,35 +66,6 @@ def scatter_add(x, idx, src, axis: int):
     return scatter_add_p.bind(x, idx, src, axis=axis)
 
 
-impl_rules[gather_p] = lambda x, idx, *, axis: torch.gather(x, axis, idx)
-impl_rules[scatter_add_p] = lambda x, idx, src, *, axis: torch.scatter_add(x, axis, idx, src)
-abstract_eval_rules[gather_p] = _gather_abstract_eval
-abstract_eval_rules[scatter_add_p] = _scatter_add_abstract_eval
-torch_codegen_rules[gather_p] = lambda args, avals, *, axis: (
-    f"torch.gather({args[0]}, {axis}, {args[1]})"
-)
-torch_codegen_rules[scatter_add_p] = lambda args, avals, *, axis: (
-    f"torch.scatter_add({args[0]}, {axis}, {args[1]}, {args[2]})"
-)
-deflinear(
-    gather_p,
-    nonlinear=(1,),
-    transpose=lambda ct, x, idx, *, axis: [
-        scatter_add(_zeros_like_aval(x.aval), idx, ct, axis),
-        None,
-    ],
-)
-deflinear(
-    scatter_add_p,
-    nonlinear=(1,),
-    transpose=lambda ct, x, idx, src, *, axis: [
-        ct if is_undefined(x) else None,
-        None,
-        gather(ct, idx, axis) if is_undefined(src) else None,
-    ],
-)
-
-
 def _gather_batch(args, dims, *, axis):
     size = _batch_size(args, dims)
     x, idx = (_to_front(a, d, size) for a, d in zip(args, dims))
@@ -117,13 +78,37 @@ def _scatter_add_batch(args, dims, *, axis):
     return scatter_add(x, idx, src, axis + 1), 0
 
 
-batch_rules[gather_p] = _gather_batch
-batch_rules[scatter_add_p] = _scatter_add_batch
+gather_p = declare(
+    "gather",
+    impl=lambda x, idx, *, axis: torch.gather(x, axis, idx),
+    abstract_eval=_gather_abstract_eval,
+    linear=True,
+    nonlinear=(1,),
+    transpose=lambda ct, x, idx, *, axis: [
+        scatter_add(_zeros_like_aval(x.aval), idx, ct, axis),
+        None,
+    ],
+    batch=_gather_batch,
+    torch_codegen=lambda args, avals, *, axis: f"torch.gather({args[0]}, {axis}, {args[1]})",
+)
+scatter_add_p = declare(
+    "scatter_add",
+    impl=lambda x, idx, src, *, axis: torch.scatter_add(x, axis, idx, src),
+    abstract_eval=_scatter_add_abstract_eval,
+    linear=True,
+    nonlinear=(1,),
+    transpose=lambda ct, x, idx, src, *, axis: [
+        ct if is_undefined(x) else None,
+        None,
+        gather(ct, idx, axis) if is_undefined(src) else None,
+    ],
+    batch=_scatter_add_batch,
+    torch_codegen=lambda args, avals, *, axis: (
+        f"torch.scatter_add({args[0]}, {axis}, {args[1]}, {args[2]})"
+    ),
+)
 
 # ------------------------------------------------------------------------------ take / index_add
-
-take_p = new_primitive("take")
-index_add_p = new_primitive("index_add")
 
 
 def _take_shape(xs, idxs, axis):
@@ -161,29 +146,6 @@ def take(x, idx, axis: int):
 
 def index_add(x, idx, src, axis: int):
     return index_add_p.bind(x, idx, src, axis=axis)
-
-
-impl_rules[take_p] = _take_impl
-impl_rules[index_add_p] = _index_add_impl
-abstract_eval_rules[take_p] = _take_abstract_eval
-abstract_eval_rules[index_add_p] = _index_add_abstract_eval
-deflinear(
-    take_p,
-    nonlinear=(1,),
-    transpose=lambda ct, x, idx, *, axis: [
-        index_add(_zeros_like_aval(x.aval), idx, ct, axis),
-        None,
-    ],
-)
-deflinear(
-    index_add_p,
-    nonlinear=(1,),
-    transpose=lambda ct, x, idx, src, *, axis: [
-        ct if is_undefined(x) else None,
-        None,
-        take(ct, idx, axis) if is_undefined(src) else None,
-    ],
-)
 
 
 def _flat_offsets(idx, n, size):
@@ -243,17 +205,37 @@ def _index_add_batch(args, dims, *, axis):
     return S.moveaxis(S.reshape(out, xs), 1, axis + 1), 0
 
 
-batch_rules[take_p] = _take_batch
-batch_rules[index_add_p] = _index_add_batch
-torch_codegen_rules[take_p] = lambda args, avals, *, axis: (
-    f"torch.index_select({args[0]}, {axis}, {args[1]}.reshape(-1))"
-    f".reshape({_take_shape(avals[0].shape, avals[1].shape, axis)!r})"
+take_p = declare(
+    "take",
+    impl=_take_impl,
+    abstract_eval=_take_abstract_eval,
+    linear=True,
+    nonlinear=(1,),
+    transpose=lambda ct, x, idx, *, axis: [
+        index_add(_zeros_like_aval(x.aval), idx, ct, axis),
+        None,
+    ],
+    batch=_take_batch,
+    torch_codegen=lambda args, avals, *, axis: (
+        f"torch.index_select({args[0]}, {axis}, {args[1]}.reshape(-1))"
+        f".reshape({_take_shape(avals[0].shape, avals[1].shape, axis)!r})"
+    ),
+)
+index_add_p = declare(
+    "index_add",
+    impl=_index_add_impl,
+    abstract_eval=_index_add_abstract_eval,
+    linear=True,
+    nonlinear=(1,),
+    transpose=lambda ct, x, idx, src, *, axis: [
+        ct if is_undefined(x) else None,
+        None,
+        take(ct, idx, axis) if is_undefined(src) else None,
+    ],
+    batch=_index_add_batch,
 )
 
 # ---------------------------------------------------------------- dynamic_slice / update_slice
-
-dynamic_slice_p = new_primitive("dynamic_slice")
-dynamic_update_slice_p = new_primitive("dynamic_update_slice")
 
 
 def _clamped_starts(starts, shape, sizes):
@@ -295,12 +277,6 @@ def dynamic_update_slice(x, update, starts):
     return dynamic_update_slice_p.bind(x, update, *starts)
 
 
-impl_rules[dynamic_slice_p] = _dynamic_slice_impl
-impl_rules[dynamic_update_slice_p] = _dynamic_update_slice_impl
-abstract_eval_rules[dynamic_slice_p] = _dynamic_slice_abstract_eval
-abstract_eval_rules[dynamic_update_slice_p] = _dynamic_update_slice_abstract_eval
-
-
 def _ds_transpose(ct, x, *starts, sizes):
     zeros = _zeros_like_aval(x.aval)
     return [dynamic_update_slice(zeros, ct, starts)] + [None] * len(starts)
@@ -314,10 +290,6 @@ def _dus_transpose(ct, x, update, *starts):
     if is_undefined(update):
         ct_u = dynamic_slice(ct, starts, uaval.shape)
     return [ct_x, ct_u] + [None] * len(starts)
-
-
-deflinear(dynamic_slice_p, transpose=_ds_transpose, nonlinear=lambda i: i >= 1)
-deflinear(dynamic_update_slice_p, transpose=_dus_transpose, nonlinear=lambda i: i >= 2)
 
 
 def _index_vectors(starts, sdims, shape, sizes, size):
@@ -376,5 +348,22 @@ def _dus_batch(args, dims):
     return U.select(B.gt(mask, 0.5), placed, x), 0
 
 
-batch_rules[dynamic_slice_p] = _ds_batch
-batch_rules[dynamic_update_slice_p] = _dus_batch
+dynamic_slice_p = declare(
+    "dynamic_slice",
+    impl=_dynamic_slice_impl,
+    abstract_eval=_dynamic_slice_abstract_eval,
+    linear=True,
+    nonlinear=lambda i: i >= 1,
+    transpose=_ds_transpose,
+    batch=_ds_batch,
+    aliases=(0,),  # basic indexing: a view of the operand
+)
+dynamic_update_slice_p = declare(
+    "dynamic_update_slice",
+    impl=_dynamic_update_slice_impl,
+    abstract_eval=_dynamic_update_slice_abstract_eval,
+    linear=True,
+    nonlinear=lambda i: i >= 2,
+    transpose=_dus_transpose,
+    batch=_dus_batch,
+)

@@ -8,20 +8,8 @@ import torch
 
 from thunderx.ad_util import Zero, add_tangents, is_undefined
 from thunderx.avals import ShapedArray
-from thunderx.core import (
-    abstract_eval_rules,
-    batch_rules,
-    get_aval,
-    impl_rules,
-    jvp_rules,
-    linear_primitives,
-    new_primitive,
-    torch_codegen_rules,
-    transpose_rules,
-)
+from thunderx.core import declare, get_aval
 from thunderx.primitives import shape as S
-
-dot_general_p = new_primitive("dot_general")
 
 
 def _free(n, contract, batch):
@@ -182,11 +170,14 @@ def _dot_batch(args, dims, *, dimension_numbers):
     ) + free.index(dy)
 
 
-impl_rules[dot_general_p] = _dot_impl
-abstract_eval_rules[dot_general_p] = _dot_abstract_eval
-torch_codegen_rules[dot_general_p] = _dot_codegen
-jvp_rules[dot_general_p] = _dot_jvp
-transpose_rules[dot_general_p] = _dot_transpose
-batch_rules[dot_general_p] = _dot_batch
-linear_primitives.add(dot_general_p)
 # No nvFuser rule: matmul runs through the torch executor (cuBLAS).
+dot_general_p = declare(
+    "dot_general",
+    impl=_dot_impl,
+    abstract_eval=_dot_abstract_eval,
+    jvp=_dot_jvp,
+    linear=True,
+    transpose=_dot_transpose,
+    batch=_dot_batch,
+    torch_codegen=_dot_codegen,
+)

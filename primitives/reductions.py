@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.ad_util import Zero, deflinear
+from thunderx.ad_util import Zero
 from thunderx.avals import ShapedArray
-from thunderx.core import (
-    abstract_eval_rules,
-    batch_rules,
-    get_aval,
-    impl_rules,
-    jvp_rules,
-    new_primitive,
-    nvfuser_rules,
-    torch_codegen_rules,
-)
+from thunderx.core import declare, get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
@@ -33,21 +24,23 @@ def _reduced(x: ShapedArray, axes, dtype=None) -> ShapedArray:
     return ShapedArray(shape, x.dtype if dtype is None else dtype, x.device)
 
 
-def _reduce_batch(prim):
-    def rule(args, dims, *, axes):
-        x = S.moveaxis(args[0], dims[0], 0)
-        return prim.bind(x, axes=tuple(a + 1 for a in axes)), 0
-
-    return rule
+def _reduce_batch(prim, args, dims, axes):
+    x = S.moveaxis(args[0], dims[0], 0)
+    return prim.bind(x, axes=tuple(a + 1 for a in axes)), 0
 
 
-def def_reduction(name, torch_fn, codegen_fn, nvf_op):
-    prim = new_primitive(name)
-    impl_rules[prim] = torch_fn
-    abstract_eval_rules[prim] = lambda x, *, axes: _reduced(x, axes)
-    batch_rules[prim] = _reduce_batch(prim)
-    torch_codegen_rules[prim] = lambda args, avals, *, axes: f"{codegen_fn}({args[0]}, {axes!r})"
-    nvfuser_rules[prim] = lambda fd, x, *, axes: getattr(fd.ops, nvf_op)(x, list(axes))
+def def_reduction(name, torch_fn, codegen, nvf_op, **declared):
+    """Declare a reduction over `axes`; `codegen(arg, axes)` is its torch source, other
+    keywords (jvp, linearity) go to `declare`."""
+    prim = declare(
+        name,
+        impl=torch_fn,
+        abstract_eval=lambda x, *, axes: _reduced(x, axes),
+        batch=lambda args, dims, *, axes: _reduce_batch(prim, args, dims, axes),
+        torch_codegen=lambda args, avals, *, axes: codegen(args[0], axes),
+        nvfuser=lambda fd, x, *, axes: getattr(fd.ops, nvf_op)(x, list(axes)),
+        **declared,
+    )
     return prim
 
 
@@ -57,30 +50,41 @@ def _prod_impl(x, axes):
     return x
 
 
-reduce_sum_p = def_reduction(
-    "reduce_sum", lambda x, *, axes: torch.sum(x, axes), "torch.sum", "sum"
-)
-reduce_max_p = def_reduction(
-    "reduce_max", lambda x, *, axes: torch.amax(x, axes), "torch.amax", "max"
-)
-reduce_min_p = def_reduction(
-    "reduce_min", lambda x, *, axes: torch.amin(x, axes), "torch.amin", "min"
-)
-reduce_prod_p = def_reduction(
-    "reduce_prod", lambda x, *, axes: _prod_impl(x, axes), "_impl_reduce_prod", "prod"
-)
-torch_codegen_rules[reduce_prod_p] = lambda args, avals, *, axes: (
-    f"_impl_reduce_prod({args[0]}, axes={axes!r})"
-)
-
-
 def _sum_transpose(ct, x, *, axes):
     shape = x.aval.shape
     kept = tuple(i for i in range(len(shape)) if i not in axes)
     return [S.broadcast_in_dim(ct, shape, kept)]
 
 
-deflinear(reduce_sum_p, transpose=_sum_transpose)
+reduce_sum_p = def_reduction(
+    "reduce_sum",
+    lambda x, *, axes: torch.sum(x, axes),
+    lambda x, axes: f"torch.sum({x}, {axes!r})",
+    "sum",
+    linear=True,
+    transpose=_sum_transpose,
+)
+reduce_max_p = def_reduction(
+    "reduce_max",
+    lambda x, *, axes: torch.amax(x, axes),
+    lambda x, axes: f"torch.amax({x}, {axes!r})",
+    "max",
+    jvp=lambda primals, tangents, *, axes: _extremum_jvp(reduce_max_p, primals, tangents, axes),
+)
+reduce_min_p = def_reduction(
+    "reduce_min",
+    lambda x, *, axes: torch.amin(x, axes),
+    lambda x, axes: f"torch.amin({x}, {axes!r})",
+    "min",
+    jvp=lambda primals, tangents, *, axes: _extremum_jvp(reduce_min_p, primals, tangents, axes),
+)
+reduce_prod_p = def_reduction(
+    "reduce_prod",
+    lambda x, *, axes: _prod_impl(x, axes),
+    lambda x, axes: f"_impl_reduce_prod({x}, axes={axes!r})",
+    "prod",
+    jvp=lambda primals, tangents, *, axes: _prod_jvp(primals, tangents, axes=axes),
+)
 
 
 def reduce_sum(x, axes, keepdims: bool = False):
@@ -110,26 +114,16 @@ def _kept(shape, axes):
     return tuple(i for i in range(len(shape)) if i not in axes)
 
 
-def _extremum_jvp(prim):
+def _extremum_jvp(prim, primals, tangents, axes):
     """Tangent is the mean of the tangents at the locations attaining the extremum (JAX's rule)."""
-
-    def rule(primals, tangents, *, axes):
-        (x,), (t,) = primals, tangents
-        y = prim.bind(x, axes=axes)
-        if type(t) is Zero:
-            return y, Zero(get_aval(y))
-        shape = _shape(x)
-        loc = U.convert(
-            B.eq(x, S.broadcast_in_dim(y, shape, _kept(shape, axes))), get_aval(x).dtype
-        )
-        count = reduce_sum(loc, axes)
-        return y, B.div(reduce_sum(B.mul(t, loc), axes), count)
-
-    jvp_rules[prim] = rule
-
-
-_extremum_jvp(reduce_max_p)
-_extremum_jvp(reduce_min_p)
+    (x,), (t,) = primals, tangents
+    y = prim.bind(x, axes=axes)
+    if type(t) is Zero:
+        return y, Zero(get_aval(y))
+    shape = _shape(x)
+    loc = U.convert(B.eq(x, S.broadcast_in_dim(y, shape, _kept(shape, axes))), get_aval(x).dtype)
+    count = reduce_sum(loc, axes)
+    return y, B.div(reduce_sum(B.mul(t, loc), axes), count)
 
 
 def _prod_jvp(primals, tangents, *, axes):
@@ -154,25 +148,24 @@ def _prod_jvp(primals, tangents, *, axes):
     return y, reduce_sum(B.mul(t, others), axes)
 
 
-jvp_rules[reduce_prod_p] = _prod_jvp
-
 # ---------------------------------------------------------------------------- argmax / argmin
 
 
 def def_arg_reduction(name, torch_fn):
-    prim = new_primitive(name)
-    impl_rules[prim] = lambda x, *, axis, index_dtype: torch_fn(x, axis).to(index_dtype)
-    abstract_eval_rules[prim] = lambda x, *, axis, index_dtype: _reduced(x, (axis,), index_dtype)
-    torch_codegen_rules[prim] = lambda args, avals, *, axis, index_dtype: (
-        f"torch.{torch_fn.__name__}({args[0]}, {axis})"
-        + ("" if index_dtype == torch.int64 else f".to({index_dtype})")
-    )
-
     def batch(args, dims, *, axis, index_dtype):
         x = S.moveaxis(args[0], dims[0], 0)
         return prim.bind(x, axis=axis + 1, index_dtype=index_dtype), 0
 
-    batch_rules[prim] = batch
+    prim = declare(
+        name,
+        impl=lambda x, *, axis, index_dtype: torch_fn(x, axis).to(index_dtype),
+        abstract_eval=lambda x, *, axis, index_dtype: _reduced(x, (axis,), index_dtype),
+        batch=batch,
+        torch_codegen=lambda args, avals, *, axis, index_dtype: (
+            f"torch.{torch_fn.__name__}({args[0]}, {axis})"
+            + ("" if index_dtype == torch.int64 else f".to({index_dtype})")
+        ),
+    )
     return prim
 
 
@@ -189,8 +182,6 @@ def argmin(x, axis: int, index_dtype=torch.int64):
 
 
 # -------------------------------------------------------------------------------------- cumsum
-
-cumsum_p = new_primitive("cumsum")
 
 
 def _cumsum_impl(x, *, axis, reverse):
@@ -210,11 +201,15 @@ def _cumsum_batch(args, dims, *, axis, reverse):
     return cumsum(x, axis + 1, reverse), 0
 
 
-impl_rules[cumsum_p] = _cumsum_impl
-abstract_eval_rules[cumsum_p] = lambda x, *, axis, reverse: x.strip_weak()
-torch_codegen_rules[cumsum_p] = _cumsum_codegen
-batch_rules[cumsum_p] = _cumsum_batch
-deflinear(cumsum_p, transpose=lambda ct, x, *, axis, reverse: [cumsum(ct, axis, not reverse)])
+cumsum_p = declare(
+    "cumsum",
+    impl=_cumsum_impl,
+    abstract_eval=lambda x, *, axis, reverse: x.strip_weak(),
+    linear=True,
+    transpose=lambda ct, x, *, axis, reverse: [cumsum(ct, axis, not reverse)],
+    batch=_cumsum_batch,
+    torch_codegen=_cumsum_codegen,
+)
 
 
 def cumsum(x, axis: int, reverse: bool = False):
@@ -222,15 +217,6 @@ def cumsum(x, axis: int, reverse: bool = False):
 
 
 # ------------------------------------------------------------------------------------- cumprod
-
-cumprod_p = new_primitive("cumprod")
-impl_rules[cumprod_p] = lambda x, *, axis: torch.cumprod(x, axis)
-abstract_eval_rules[cumprod_p] = lambda x, *, axis: x.strip_weak()
-torch_codegen_rules[cumprod_p] = lambda args, avals, *, axis: f"torch.cumprod({args[0]}, {axis})"
-batch_rules[cumprod_p] = lambda args, dims, *, axis: (
-    cumprod(S.moveaxis(args[0], dims[0], 0), axis + 1),
-    0,
-)
 
 
 def cumprod(x, axis: int):
@@ -266,4 +252,11 @@ def _cumprod_jvp(primals, tangents, *, axis):
     return y, S.moveaxis(dy, len(shape) - 1, axis)
 
 
-jvp_rules[cumprod_p] = _cumprod_jvp
+cumprod_p = declare(
+    "cumprod",
+    impl=lambda x, *, axis: torch.cumprod(x, axis),
+    abstract_eval=lambda x, *, axis: x.strip_weak(),
+    jvp=_cumprod_jvp,
+    batch=lambda args, dims, *, axis: (cumprod(S.moveaxis(args[0], dims[0], 0), axis + 1), 0),
+    torch_codegen=lambda args, avals, *, axis: f"torch.cumprod({args[0]}, {axis})",
+)

@@ -4,17 +4,8 @@ the batch dimension."""
 
 from __future__ import annotations
 
-from thunderx.ad_util import deflinear
 from thunderx.avals import ShapedArray
-from thunderx.core import (
-    abstract_eval_rules,
-    batch_rules,
-    get_aval,
-    impl_rules,
-    new_primitive,
-    nvfuser_rules,
-    torch_codegen_rules,
-)
+from thunderx.core import declare, get_aval
 
 
 def _t(shape) -> str:
@@ -26,8 +17,6 @@ def _shape(x) -> tuple:
 
 
 # ----------------------------------------------------------------------------- broadcast_in_dim
-
-broadcast_in_dim_p = new_primitive("broadcast_in_dim")
 
 
 def _bid_view(in_shape, shape, broadcast_dimensions):
@@ -85,13 +74,19 @@ def _bid_batch(args, dims, *, shape, broadcast_dimensions):
     return broadcast_in_dim(x, (size,) + tuple(shape), new_dims), 0
 
 
-impl_rules[broadcast_in_dim_p] = _bid_impl
-torch_codegen_rules[broadcast_in_dim_p] = _bid_codegen
-abstract_eval_rules[broadcast_in_dim_p] = _bid_abstract_eval
-batch_rules[broadcast_in_dim_p] = _bid_batch
-deflinear(broadcast_in_dim_p, transpose=_bid_transpose)
-nvfuser_rules[broadcast_in_dim_p] = lambda fd, x, *, shape, broadcast_dimensions: (
-    fd.ops.broadcast_in_dim(x, shape=list(shape), broadcast_dims=list(broadcast_dimensions))
+broadcast_in_dim_p = declare(
+    "broadcast_in_dim",
+    impl=_bid_impl,
+    abstract_eval=_bid_abstract_eval,
+    linear=True,
+    transpose=_bid_transpose,
+    batch=_bid_batch,
+    torch_codegen=_bid_codegen,
+    nvfuser=lambda fd, x, *, shape, broadcast_dimensions: fd.ops.broadcast_in_dim(
+        x, shape=list(shape), broadcast_dims=list(broadcast_dimensions)
+    ),
+    aliases=(0,),  # an expanded view
+    overlapping=True,
 )
 
 
@@ -119,9 +114,6 @@ def broadcast_batch(x, size: int, d: int):
 
 # ---------------------------------------------------------------------------------------- reshape
 
-reshape_p = new_primitive("reshape")
-impl_rules[reshape_p] = lambda x, *, new_sizes: x.reshape(new_sizes)
-
 
 def _reshape_abstract_eval(x, *, new_sizes):
     n = 1
@@ -132,20 +124,22 @@ def _reshape_abstract_eval(x, *, new_sizes):
     return ShapedArray(new_sizes, x.dtype, x.device)
 
 
-abstract_eval_rules[reshape_p] = _reshape_abstract_eval
-torch_codegen_rules[reshape_p] = lambda args, avals, *, new_sizes: (
-    f"{args[0]}.reshape({_t(new_sizes)})"
-)
-nvfuser_rules[reshape_p] = lambda fd, x, *, new_sizes: fd.ops.reshape(x, list(new_sizes))
-deflinear(reshape_p, transpose=lambda ct, x, *, new_sizes: [reshape(ct, x.aval.shape)])
-
-
 def _reshape_batch(args, dims, *, new_sizes):
     x = moveaxis(args[0], dims[0], 0)
     return reshape(x, (_shape(x)[0],) + tuple(new_sizes)), 0
 
 
-batch_rules[reshape_p] = _reshape_batch
+reshape_p = declare(
+    "reshape",
+    impl=lambda x, *, new_sizes: x.reshape(new_sizes),
+    abstract_eval=_reshape_abstract_eval,
+    linear=True,
+    transpose=lambda ct, x, *, new_sizes: [reshape(ct, x.aval.shape)],
+    batch=_reshape_batch,
+    torch_codegen=lambda args, avals, *, new_sizes: f"{args[0]}.reshape({_t(new_sizes)})",
+    nvfuser=lambda fd, x, *, new_sizes: fd.ops.reshape(x, list(new_sizes)),
+    aliases=(0,),  # a view where the strides allow one
+)
 
 
 def reshape(x, new_sizes):
@@ -156,9 +150,6 @@ def reshape(x, new_sizes):
 
 
 # -------------------------------------------------------------------------------------- transpose
-
-transpose_p = new_primitive("transpose")
-impl_rules[transpose_p] = lambda x, *, permutation: x.permute(permutation)
 
 
 def _transpose_abstract_eval(x, *, permutation):
@@ -174,23 +165,23 @@ def _inverse(perm):
     return tuple(inv)
 
 
-abstract_eval_rules[transpose_p] = _transpose_abstract_eval
-torch_codegen_rules[transpose_p] = lambda args, avals, *, permutation: (
-    f"{args[0]}.permute{_t(permutation)}"
-)
-nvfuser_rules[transpose_p] = lambda fd, x, *, permutation: fd.ops.permute(x, list(permutation))
-deflinear(
-    transpose_p, transpose=lambda ct, x, *, permutation: [transpose(ct, _inverse(permutation))]
-)
-
-
 def _transpose_batch(args, dims, *, permutation):
     x, d = args[0], dims[0]
     x = moveaxis(x, d, 0)
     return transpose(x, (0,) + tuple(p + 1 for p in permutation)), 0
 
 
-batch_rules[transpose_p] = _transpose_batch
+transpose_p = declare(
+    "transpose",
+    impl=lambda x, *, permutation: x.permute(permutation),
+    abstract_eval=_transpose_abstract_eval,
+    linear=True,
+    transpose=lambda ct, x, *, permutation: [transpose(ct, _inverse(permutation))],
+    batch=_transpose_batch,
+    torch_codegen=lambda args, avals, *, permutation: f"{args[0]}.permute{_t(permutation)}",
+    nvfuser=lambda fd, x, *, permutation: fd.ops.permute(x, list(permutation)),
+    aliases=(0,),
+)
 
 
 def transpose(x, permutation):
@@ -212,9 +203,6 @@ def moveaxis(x, src: int, dst: int):
 
 # ------------------------------------------------------------------------- squeeze / expand_dims
 
-squeeze_p = new_primitive("squeeze")
-expand_dims_p = new_primitive("expand_dims")
-
 
 def _squeeze_abstract_eval(x, *, dimensions):
     for d in dimensions:
@@ -231,34 +219,37 @@ def _expand_dims_shape(shape, dimensions):
     return tuple(out)
 
 
-impl_rules[squeeze_p] = lambda x, *, dimensions: x.squeeze(dimensions)
-abstract_eval_rules[squeeze_p] = _squeeze_abstract_eval
-torch_codegen_rules[squeeze_p] = lambda args, avals, *, dimensions: (
-    f"{args[0]}.squeeze({_t(dimensions)})"
+squeeze_p = declare(
+    "squeeze",
+    impl=lambda x, *, dimensions: x.squeeze(dimensions),
+    abstract_eval=_squeeze_abstract_eval,
+    linear=True,
+    transpose=lambda ct, x, *, dimensions: [reshape(ct, x.aval.shape)],
+    batch=lambda args, dims, *, dimensions: (
+        squeeze(moveaxis(args[0], dims[0], 0), tuple(d + 1 for d in dimensions)),
+        0,
+    ),
+    torch_codegen=lambda args, avals, *, dimensions: f"{args[0]}.squeeze({_t(dimensions)})",
+    nvfuser=lambda fd, x, *, dimensions: fd.ops.squeeze(x, list(dimensions)),
+    aliases=(0,),
 )
-nvfuser_rules[squeeze_p] = lambda fd, x, *, dimensions: fd.ops.squeeze(x, list(dimensions))
-deflinear(squeeze_p, transpose=lambda ct, x, *, dimensions: [reshape(ct, x.aval.shape)])
-batch_rules[squeeze_p] = lambda args, dims, *, dimensions: (
-    squeeze(moveaxis(args[0], dims[0], 0), tuple(d + 1 for d in dimensions)),
-    0,
-)
-
-impl_rules[expand_dims_p] = lambda x, *, dimensions: x.reshape(
-    _expand_dims_shape(x.shape, dimensions)
-)
-abstract_eval_rules[expand_dims_p] = lambda x, *, dimensions: ShapedArray(
-    _expand_dims_shape(x.shape, dimensions), x.dtype, x.device
-)
-torch_codegen_rules[expand_dims_p] = lambda args, avals, *, dimensions: (
-    f"{args[0]}.reshape({_t(_expand_dims_shape(avals[0].shape, dimensions))})"
-)
-nvfuser_rules[expand_dims_p] = lambda fd, x, *, dimensions: fd.ops.reshape(
-    x, list(fd.out_avals[0].shape)
-)
-deflinear(expand_dims_p, transpose=lambda ct, x, *, dimensions: [reshape(ct, x.aval.shape)])
-batch_rules[expand_dims_p] = lambda args, dims, *, dimensions: (
-    expand_dims(moveaxis(args[0], dims[0], 0), tuple(d + 1 for d in dimensions)),
-    0,
+expand_dims_p = declare(
+    "expand_dims",
+    impl=lambda x, *, dimensions: x.reshape(_expand_dims_shape(x.shape, dimensions)),
+    abstract_eval=lambda x, *, dimensions: ShapedArray(
+        _expand_dims_shape(x.shape, dimensions), x.dtype, x.device
+    ),
+    linear=True,
+    transpose=lambda ct, x, *, dimensions: [reshape(ct, x.aval.shape)],
+    batch=lambda args, dims, *, dimensions: (
+        expand_dims(moveaxis(args[0], dims[0], 0), tuple(d + 1 for d in dimensions)),
+        0,
+    ),
+    torch_codegen=lambda args, avals, *, dimensions: (
+        f"{args[0]}.reshape({_t(_expand_dims_shape(avals[0].shape, dimensions))})"
+    ),
+    nvfuser=lambda fd, x, *, dimensions: fd.ops.reshape(x, list(fd.out_avals[0].shape)),
+    aliases=(0,),
 )
 
 

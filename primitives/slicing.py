@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.ad_util import deflinear, is_undefined
+from thunderx.ad_util import is_undefined
 from thunderx.avals import ShapedArray
-from thunderx.core import (
-    abstract_eval_rules,
-    batch_rules,
-    get_aval,
-    impl_rules,
-    new_primitive,
-    nvfuser_checks,
-    nvfuser_rules,
-    torch_codegen_rules,
-)
+from thunderx.core import declare, get_aval
 from thunderx.ir import Literal
 from thunderx.primitives.shape import _shape, _t, broadcast_batch, moveaxis, reshape  # noqa: F401
 
 # ------------------------------------------------------------------------------------------ slice
-
-slice_p = new_primitive("slice")
 
 
 def _slice_impl(x, *, start_indices, limit_indices, strides):
@@ -72,13 +61,18 @@ def _slice_batch(args, dims, *, start_indices, limit_indices, strides):
     )
 
 
-impl_rules[slice_p] = _slice_impl
-abstract_eval_rules[slice_p] = _slice_abstract_eval
-torch_codegen_rules[slice_p] = _slice_codegen
-batch_rules[slice_p] = _slice_batch
-deflinear(slice_p, transpose=_slice_transpose)
-nvfuser_rules[slice_p] = lambda fd, x, *, start_indices, limit_indices, strides: fd.ops.slice(
-    x, list(start_indices), list(limit_indices), list(strides)
+slice_p = declare(
+    "slice",
+    impl=_slice_impl,
+    abstract_eval=_slice_abstract_eval,
+    linear=True,
+    transpose=_slice_transpose,
+    batch=_slice_batch,
+    torch_codegen=_slice_codegen,
+    nvfuser=lambda fd, x, *, start_indices, limit_indices, strides: fd.ops.slice(
+        x, list(start_indices), list(limit_indices), list(strides)
+    ),
+    aliases=(0,),
 )
 
 
@@ -109,8 +103,6 @@ def slice_in_dim(x, start: int, limit: int, stride: int = 1, axis: int = 0):
 
 
 # -------------------------------------------------------------------------------------------- pad
-
-pad_p = new_primitive("pad")
 
 
 def _pad_shape(shape, config):
@@ -214,18 +206,22 @@ def _pad_codegen(args, avals, *, padding_config):
     return f"_impl_pad({args[0]}, {args[1]}, padding_config={padding_config!r})"
 
 
-impl_rules[pad_p] = _pad_impl
-abstract_eval_rules[pad_p] = _pad_abstract_eval
-torch_codegen_rules[pad_p] = _pad_codegen
-batch_rules[pad_p] = _pad_batch
-deflinear(pad_p, transpose=_pad_transpose)
-nvfuser_rules[pad_p] = lambda fd, x, pv, *, padding_config: fd.ops.pad(
-    x, [v for lo, hi, _ in reversed(padding_config) for v in (lo, hi)], pv
-)
-# nvFuser pads with a scalar, without interior padding or cropping
-nvfuser_checks[pad_p] = lambda eqn: (
-    isinstance(eqn.inputs[1], Literal)
-    and all(i == 0 and lo >= 0 and hi >= 0 for lo, hi, i in eqn.params["padding_config"])
+pad_p = declare(
+    "pad",
+    impl=_pad_impl,
+    abstract_eval=_pad_abstract_eval,
+    linear=True,
+    transpose=_pad_transpose,
+    batch=_pad_batch,
+    torch_codegen=_pad_codegen,
+    nvfuser=lambda fd, x, pv, *, padding_config: fd.ops.pad(
+        x, [v for lo, hi, _ in reversed(padding_config) for v in (lo, hi)], pv
+    ),
+    # nvFuser pads with a scalar, without interior padding or cropping
+    nvfuser_check=lambda eqn: (
+        isinstance(eqn.inputs[1], Literal)
+        and all(i == 0 and lo >= 0 and hi >= 0 for lo, hi, i in eqn.params["padding_config"])
+    ),
 )
 
 
@@ -237,8 +233,6 @@ def pad(x, padding_value, padding_config):
 
 
 # ------------------------------------------------------------------------------------ concatenate
-
-concatenate_p = new_primitive("concatenate")
 
 
 def _concat_abstract_eval(*xs, dimension):
@@ -277,14 +271,16 @@ def _concat_batch(args, dims, *, dimension):
     return concatenate(xs, dimension + 1), 0
 
 
-impl_rules[concatenate_p] = lambda *xs, dimension: torch.cat(xs, dimension)
-abstract_eval_rules[concatenate_p] = _concat_abstract_eval
-torch_codegen_rules[concatenate_p] = lambda args, avals, *, dimension: (
-    f"torch.cat([{', '.join(args)}], {dimension})"
+concatenate_p = declare(
+    "concatenate",
+    impl=lambda *xs, dimension: torch.cat(xs, dimension),
+    abstract_eval=_concat_abstract_eval,
+    linear=True,
+    transpose=_concat_transpose,
+    batch=_concat_batch,
+    torch_codegen=lambda args, avals, *, dimension: f"torch.cat([{', '.join(args)}], {dimension})",
+    nvfuser=lambda fd, *xs, dimension: fd.ops.cat(list(xs), dimension),
 )
-batch_rules[concatenate_p] = _concat_batch
-deflinear(concatenate_p, transpose=_concat_transpose)
-nvfuser_rules[concatenate_p] = lambda fd, *xs, dimension: fd.ops.cat(list(xs), dimension)
 
 
 def concatenate(xs, dimension: int):
@@ -296,16 +292,17 @@ def concatenate(xs, dimension: int):
 
 # -------------------------------------------------------------------------------------------- rev
 
-rev_p = new_primitive("rev")
-impl_rules[rev_p] = lambda x, *, dimensions: torch.flip(x, dimensions)
-abstract_eval_rules[rev_p] = lambda x, *, dimensions: x.strip_weak()
-torch_codegen_rules[rev_p] = lambda args, avals, *, dimensions: (
-    f"torch.flip({args[0]}, {dimensions!r})"
-)
-deflinear(rev_p, transpose=lambda ct, x, *, dimensions: [rev(ct, dimensions)])
-batch_rules[rev_p] = lambda args, dims, *, dimensions: (
-    rev(moveaxis(args[0], dims[0], 0), tuple(d + 1 for d in dimensions)),
-    0,
+rev_p = declare(
+    "rev",
+    impl=lambda x, *, dimensions: torch.flip(x, dimensions),
+    abstract_eval=lambda x, *, dimensions: x.strip_weak(),
+    linear=True,
+    transpose=lambda ct, x, *, dimensions: [rev(ct, dimensions)],
+    batch=lambda args, dims, *, dimensions: (
+        rev(moveaxis(args[0], dims[0], 0), tuple(d + 1 for d in dimensions)),
+        0,
+    ),
+    torch_codegen=lambda args, avals, *, dimensions: f"torch.flip({args[0]}, {dimensions!r})",
 )
 
 

@@ -8,18 +8,7 @@ import torch
 
 from thunderx.ad_util import Zero, is_undefined
 from thunderx.avals import ShapedArray, is_float
-from thunderx.core import (
-    abstract_eval_rules,
-    batch_rules,
-    get_aval,
-    impl_rules,
-    jvp_rules,
-    linear_primitives,
-    new_primitive,
-    nvfuser_rules,
-    torch_codegen_rules,
-    transpose_rules,
-)
+from thunderx.core import declare, get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives._elementwise import elementwise_batch, nary_abstract_eval
 
@@ -35,33 +24,48 @@ def _bool_out(x: ShapedArray) -> ShapedArray:
     return ShapedArray(x.shape, torch.bool, x.device)
 
 
-def def_unary(name, torch_fn, nvf_op, derivative, domain="real", out=_same, float_only=True):
-    """Register a unary elementwise primitive from a table row."""
-    prim = new_primitive(name)
-    impl_rules[prim] = torch_fn
+def def_unary(
+    name,
+    torch_fn,
+    nvf_op,
+    derivative,
+    domain="real",
+    out=_same,
+    float_only=True,
+    inplace=None,
+    **declared,
+):
+    """Declare a unary elementwise primitive from a table row: `nvf_op=None` leaves it to torch
+    under nvFuser; `derivative=None` means it has no jvp rule (a bool output); `inplace` names
+    its in-place Tensor method; other keywords go to `declare` (a jvp or transpose of its own)."""
 
     def abstract_eval(x):
         if float_only and not is_float(x.dtype):
             raise TypeError(f"{name} needs a floating operand, got {x.str_short()}")
         return out(x)
 
-    abstract_eval_rules[prim] = abstract_eval
-    batch_rules[prim] = lambda args, dims: elementwise_batch(prim, args, dims)
+    def jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        y = prim.bind(x)
+        if type(t) is Zero:
+            return y, t
+        d = derivative(x, y)
+        return y, (Zero(get_aval(y)) if d is None else B.mul(t, d))
+
     qual = f"torch.{torch_fn.__name__}"
-    torch_codegen_rules[prim] = lambda args, avals: f"{qual}({args[0]})"
-    nvfuser_rules[prim] = lambda fd, x: getattr(fd.ops, nvf_op)(x)
+    declared.setdefault("jvp", jvp if derivative is not None else None)
+    prim = declare(
+        name,
+        impl=torch_fn,
+        abstract_eval=abstract_eval,
+        batch=lambda args, dims: elementwise_batch(prim, args, dims),
+        torch_codegen=lambda args, avals: f"{qual}({args[0]})",
+        nvfuser=(lambda fd, x: getattr(fd.ops, nvf_op)(x)) if nvf_op is not None else None,
+        elementwise=True,
+        inplace=inplace,
+        **declared,
+    )
     prim_domains[prim] = domain
-    if derivative is not None:
-
-        def jvp(primals, tangents):
-            (x,), (t,) = primals, tangents
-            y = prim.bind(x)
-            if type(t) is Zero:
-                return y, t
-            d = derivative(x, y)
-            return y, (Zero(get_aval(y)) if d is None else B.mul(t, d))
-
-        jvp_rules[prim] = jvp
     return prim
 
 
@@ -75,37 +79,101 @@ def _zero(x, y):
 
 mul, add, sub, div = B.mul, B.add, B.sub, B.div
 
-neg_p = def_unary("neg", torch.neg, "neg", lambda x, y: -1.0, float_only=False)
-abs_p = def_unary("abs", torch.abs, "abs", lambda x, y: sign(x), float_only=False)
-sign_p = def_unary("sign", torch.sign, "sign", _zero, float_only=False)
-exp_p = def_unary("exp", torch.exp, "exp", lambda x, y: y)
-expm1_p = def_unary("expm1", torch.expm1, "expm1", lambda x, y: add(y, 1.0))
-log_p = def_unary("log", torch.log, "log", lambda x, y: reciprocal(x), "positive")
-log1p_p = def_unary("log1p", torch.log1p, "log1p", lambda x, y: reciprocal(add(x, 1.0)), "positive")
-sqrt_p = def_unary("sqrt", torch.sqrt, "sqrt", lambda x, y: div(0.5, y), "positive")
-rsqrt_p = def_unary("rsqrt", torch.rsqrt, "rsqrt", lambda x, y: mul(div(y, x), -0.5), "positive")
+
+def _neg_jvp(primals, tangents):
+    y = neg(primals[0])
+    return y, tangents[0] if type(tangents[0]) is Zero else neg(tangents[0])
+
+
+neg_p = def_unary(
+    "neg",
+    torch.neg,
+    "neg",
+    None,
+    float_only=False,
+    inplace="neg_",
+    jvp=_neg_jvp,
+    linear=True,
+    transpose=lambda ct, x: [neg(ct)],
+)
+abs_p = def_unary("abs", torch.abs, "abs", lambda x, y: sign(x), float_only=False, inplace="abs_")
+sign_p = def_unary("sign", torch.sign, "sign", _zero, float_only=False, inplace="sign_")
+exp_p = def_unary("exp", torch.exp, "exp", lambda x, y: y, inplace="exp_")
+expm1_p = def_unary("expm1", torch.expm1, "expm1", lambda x, y: add(y, 1.0), inplace="expm1_")
+log_p = def_unary("log", torch.log, "log", lambda x, y: reciprocal(x), "positive", inplace="log_")
+log1p_p = def_unary(
+    "log1p",
+    torch.log1p,
+    "log1p",
+    lambda x, y: reciprocal(add(x, 1.0)),
+    "positive",
+    inplace="log1p_",
+)
+sqrt_p = def_unary(
+    "sqrt", torch.sqrt, "sqrt", lambda x, y: div(0.5, y), "positive", inplace="sqrt_"
+)
+rsqrt_p = def_unary(
+    "rsqrt", torch.rsqrt, "rsqrt", lambda x, y: mul(div(y, x), -0.5), "positive", inplace="rsqrt_"
+)
 reciprocal_p = def_unary(
-    "reciprocal", torch.reciprocal, "reciprocal", lambda x, y: neg(mul(y, y)), "nonzero"
+    "reciprocal",
+    torch.reciprocal,
+    "reciprocal",
+    lambda x, y: neg(mul(y, y)),
+    "nonzero",
+    inplace="reciprocal_",
 )
-sin_p = def_unary("sin", torch.sin, "sin", lambda x, y: cos(x))
-cos_p = def_unary("cos", torch.cos, "cos", lambda x, y: neg(sin(x)))
-tan_p = def_unary("tan", torch.tan, "tan", lambda x, y: add(mul(y, y), 1.0), "unit")
-sinh_p = def_unary("sinh", torch.sinh, "sinh", lambda x, y: cosh(x))
-cosh_p = def_unary("cosh", torch.cosh, "cosh", lambda x, y: sinh(x))
-tanh_p = def_unary("tanh", torch.tanh, "tanh", lambda x, y: sub(1.0, mul(y, y)))
-asin_p = def_unary("asin", torch.asin, "asin", lambda x, y: rsqrt(sub(1.0, mul(x, x))), "unit")
-acos_p = def_unary("acos", torch.acos, "acos", lambda x, y: neg(rsqrt(sub(1.0, mul(x, x)))), "unit")
-atan_p = def_unary("atan", torch.atan, "atan", lambda x, y: reciprocal(add(mul(x, x), 1.0)))
-asinh_p = def_unary("asinh", torch.asinh, "asinh", lambda x, y: rsqrt(add(mul(x, x), 1.0)))
-acosh_p = def_unary("acosh", torch.acosh, "acosh", lambda x, y: rsqrt(sub(mul(x, x), 1.0)), "gt1")
+sin_p = def_unary("sin", torch.sin, "sin", lambda x, y: cos(x), inplace="sin_")
+cos_p = def_unary("cos", torch.cos, "cos", lambda x, y: neg(sin(x)), inplace="cos_")
+tan_p = def_unary("tan", torch.tan, "tan", lambda x, y: add(mul(y, y), 1.0), "unit", inplace="tan_")
+sinh_p = def_unary("sinh", torch.sinh, "sinh", lambda x, y: cosh(x), inplace="sinh_")
+cosh_p = def_unary("cosh", torch.cosh, "cosh", lambda x, y: sinh(x), inplace="cosh_")
+tanh_p = def_unary("tanh", torch.tanh, "tanh", lambda x, y: sub(1.0, mul(y, y)), inplace="tanh_")
+asin_p = def_unary(
+    "asin", torch.asin, "asin", lambda x, y: rsqrt(sub(1.0, mul(x, x))), "unit", inplace="asin_"
+)
+acos_p = def_unary(
+    "acos",
+    torch.acos,
+    "acos",
+    lambda x, y: neg(rsqrt(sub(1.0, mul(x, x)))),
+    "unit",
+    inplace="acos_",
+)
+atan_p = def_unary(
+    "atan", torch.atan, "atan", lambda x, y: reciprocal(add(mul(x, x), 1.0)), inplace="atan_"
+)
+asinh_p = def_unary(
+    "asinh", torch.asinh, "asinh", lambda x, y: rsqrt(add(mul(x, x), 1.0)), inplace="asinh_"
+)
+acosh_p = def_unary(
+    "acosh", torch.acosh, "acosh", lambda x, y: rsqrt(sub(mul(x, x), 1.0)), "gt1", inplace="acosh_"
+)
 atanh_p = def_unary(
-    "atanh", torch.atanh, "atanh", lambda x, y: reciprocal(sub(1.0, mul(x, x))), "unit"
+    "atanh",
+    torch.atanh,
+    "atanh",
+    lambda x, y: reciprocal(sub(1.0, mul(x, x))),
+    "unit",
+    inplace="atanh_",
 )
-logistic_p = def_unary("logistic", torch.sigmoid, "sigmoid", lambda x, y: mul(y, sub(1.0, y)))
+logistic_p = def_unary(
+    "logistic", torch.sigmoid, "sigmoid", lambda x, y: mul(y, sub(1.0, y)), inplace="sigmoid_"
+)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
-erf_p = def_unary("erf", torch.erf, "erf", lambda x, y: mul(exp(neg(mul(x, x))), _TWO_OVER_SQRT_PI))
+erf_p = def_unary(
+    "erf",
+    torch.erf,
+    "erf",
+    lambda x, y: mul(exp(neg(mul(x, x))), _TWO_OVER_SQRT_PI),
+    inplace="erf_",
+)
 erfc_p = def_unary(
-    "erfc", torch.erfc, "erfc", lambda x, y: mul(exp(neg(mul(x, x))), -_TWO_OVER_SQRT_PI)
+    "erfc",
+    torch.erfc,
+    "erfc",
+    lambda x, y: mul(exp(neg(mul(x, x))), -_TWO_OVER_SQRT_PI),
+    inplace="erfc_",
 )
 erfinv_p = def_unary(
     "erfinv",
@@ -113,13 +181,18 @@ erfinv_p = def_unary(
     "erfinv",
     lambda x, y: mul(exp(mul(y, y)), math.sqrt(math.pi) / 2),
     "unit",
+    inplace="erfinv_",
 )
-lgamma_p = def_unary("lgamma", torch.lgamma, "lgamma", lambda x, y: digamma(x), "positive")
-digamma_p = def_unary("digamma", torch.digamma, "digamma", lambda x, y: polygamma(x, 1), "positive")
-floor_p = def_unary("floor", torch.floor, "floor", _zero)
-ceil_p = def_unary("ceil", torch.ceil, "ceil", _zero)
-round_p = def_unary("round", torch.round, "round", _zero)
-trunc_p = def_unary("trunc", torch.trunc, "trunc", _zero)
+lgamma_p = def_unary(
+    "lgamma", torch.lgamma, "lgamma", lambda x, y: digamma(x), "positive", inplace="lgamma_"
+)
+digamma_p = def_unary(
+    "digamma", torch.digamma, None, lambda x, y: polygamma(x, 1), "positive", inplace="digamma_"
+)
+floor_p = def_unary("floor", torch.floor, "floor", _zero, inplace="floor_")
+ceil_p = def_unary("ceil", torch.ceil, "ceil", _zero, inplace="ceil_")
+round_p = def_unary("round", torch.round, "round", _zero, inplace="round_")
+trunc_p = def_unary("trunc", torch.trunc, "trunc", _zero, inplace="trunc_")
 logical_not_p = def_unary(
     "logical_not", torch.logical_not, "logical_not", None, out=_bool_out, float_only=False
 )
@@ -127,20 +200,7 @@ isfinite_p = def_unary(
     "isfinite", torch.isfinite, "isfinite", None, out=_bool_out, float_only=False
 )
 # The integer-valued elementwise ops round; their derivative is zero almost everywhere.
-
-# nvfuser_direct has no digamma (checked against its op bindings): it runs through torch
-del nvfuser_rules[digamma_p]
-
-linear_primitives.add(neg_p)
-transpose_rules[neg_p] = lambda ct, x: [neg(ct)]
-
-
-def _neg_jvp(primals, tangents):
-    y = neg(primals[0])
-    return y, tangents[0] if type(tangents[0]) is Zero else neg(tangents[0])
-
-
-jvp_rules[neg_p] = _neg_jvp
+# nvfuser_direct has no digamma (checked against its op bindings): it runs through torch.
 
 
 def _unary_fn(prim):
@@ -172,13 +232,6 @@ round, trunc, logical_not, isfinite = map(  # noqa: A001
 
 # ------------------------------------------------------------------------------------ polygamma
 
-polygamma_p = new_primitive("polygamma")
-impl_rules[polygamma_p] = lambda x, *, n: torch.polygamma(n, x)
-abstract_eval_rules[polygamma_p] = lambda x, *, n: x.strip_weak()
-batch_rules[polygamma_p] = lambda args, dims, *, n: elementwise_batch(polygamma_p, args, dims, n=n)
-torch_codegen_rules[polygamma_p] = lambda args, avals, *, n: f"torch.polygamma({n}, {args[0]})"
-prim_domains[polygamma_p] = "positive"
-
 
 def polygamma(x, n: int):
     return polygamma_p.bind(x, n=n)
@@ -190,16 +243,18 @@ def _polygamma_jvp(primals, tangents, *, n):
     return y, (t if type(t) is Zero else mul(t, polygamma(x, n + 1)))
 
 
-jvp_rules[polygamma_p] = _polygamma_jvp
+polygamma_p = declare(
+    "polygamma",
+    impl=lambda x, *, n: torch.polygamma(n, x),
+    abstract_eval=lambda x, *, n: x.strip_weak(),
+    jvp=_polygamma_jvp,
+    batch=lambda args, dims, *, n: elementwise_batch(polygamma_p, args, dims, n=n),
+    torch_codegen=lambda args, avals, *, n: f"torch.polygamma({n}, {args[0]})",
+    elementwise=True,
+)
+prim_domains[polygamma_p] = "positive"
 
 # ------------------------------------------------------------------------------ select (where)
-
-select_p = new_primitive("select")
-impl_rules[select_p] = torch.where
-torch_codegen_rules[select_p] = lambda args, avals: f"torch.where({args[0]}, {args[1]}, {args[2]})"
-nvfuser_rules[select_p] = lambda fd, p, a, b: fd.ops.where(p, a, b)
-batch_rules[select_p] = lambda args, dims: elementwise_batch(select_p, args, dims)
-linear_primitives.add(select_p)
 
 
 def _select_abstract_eval(pred, on_true, on_false):
@@ -209,9 +264,6 @@ def _select_abstract_eval(pred, on_true, on_false):
     if pred.shape != out.shape:
         raise TypeError(f"select: predicate {pred.str_short()} vs operands {out.str_short()}")
     return out
-
-
-abstract_eval_rules[select_p] = _select_abstract_eval
 
 
 def select(pred, on_true, on_false):
@@ -229,9 +281,6 @@ def _select_jvp(primals, tangents):
     return out, select(pred, ta, tb)
 
 
-jvp_rules[select_p] = _select_jvp
-
-
 def _select_transpose(ct, pred, a, b):
     if is_undefined(pred):
         raise TypeError("select is not linear in its predicate")
@@ -242,20 +291,20 @@ def _select_transpose(ct, pred, a, b):
     ]
 
 
-transpose_rules[select_p] = _select_transpose
+select_p = declare(
+    "select",
+    impl=torch.where,
+    abstract_eval=_select_abstract_eval,
+    jvp=_select_jvp,
+    linear=True,
+    transpose=_select_transpose,
+    batch=lambda args, dims: elementwise_batch(select_p, args, dims),
+    torch_codegen=lambda args, avals: f"torch.where({args[0]}, {args[1]}, {args[2]})",
+    nvfuser=lambda fd, p, a, b: fd.ops.where(p, a, b),
+    elementwise=True,
+)
 
 # ------------------------------------------------------------------------ convert_element_type
-
-convert_p = new_primitive("convert_element_type")
-impl_rules[convert_p] = lambda x, *, new_dtype: x.to(new_dtype)
-abstract_eval_rules[convert_p] = lambda x, *, new_dtype: ShapedArray(x.shape, new_dtype, x.device)
-torch_codegen_rules[convert_p] = lambda args, avals, *, new_dtype: f"{args[0]}.to({new_dtype})"
-nvfuser_rules[convert_p] = lambda fd, x, *, new_dtype: fd.ops.cast(x, fd.dtype_of(new_dtype))
-batch_rules[convert_p] = lambda args, dims, *, new_dtype: (
-    convert(args[0], new_dtype),
-    dims[0],
-)
-linear_primitives.add(convert_p)
 
 
 def convert(x, new_dtype: torch.dtype):
@@ -270,5 +319,16 @@ def _convert_jvp(primals, tangents, *, new_dtype):
     return y, convert(t, new_dtype)
 
 
-jvp_rules[convert_p] = _convert_jvp
-transpose_rules[convert_p] = lambda ct, x, *, new_dtype: [convert(ct, x.aval.dtype)]
+convert_p = declare(
+    "convert_element_type",
+    impl=lambda x, *, new_dtype: x.to(new_dtype),
+    abstract_eval=lambda x, *, new_dtype: ShapedArray(x.shape, new_dtype, x.device),
+    jvp=_convert_jvp,
+    linear=True,
+    transpose=lambda ct, x, *, new_dtype: [convert(ct, x.aval.dtype)],
+    batch=lambda args, dims, *, new_dtype: (convert(args[0], new_dtype), dims[0]),
+    torch_codegen=lambda args, avals, *, new_dtype: f"{args[0]}.to({new_dtype})",
+    nvfuser=lambda fd, x, *, new_dtype: fd.ops.cast(x, fd.dtype_of(new_dtype)),
+    elementwise=True,
+    aliases=(0,),  # `x.to(dtype)` is `x` itself when the dtype already matches
+)

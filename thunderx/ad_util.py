@@ -59,22 +59,11 @@ def tangent_aval(aval: ShapedArray) -> ShapedArray | None:
 
 
 def deflinear(prim, *, transpose=None, nonlinear=()) -> None:
-    """A primitive linear in its array operands (except the positions in `nonlinear`, such as
-    indices, which pass their primal): its jvp applies it to the tangents."""
-    from thunderx.core import get_aval, jvp_rules, linear_primitives, transpose_rules
+    """Low-level: mark an existing primitive linear (see `core.declare(linear=True)`, which
+    new primitives use instead)."""
+    from thunderx.core import jvp_rules, linear_jvp, linear_primitives, transpose_rules
 
-    skip = nonlinear if callable(nonlinear) else (lambda i: i in nonlinear)
-
-    def jvp(primals, tangents, **params):
-        out = prim.bind(*primals, **params)
-        if all(type(t) is Zero for i, t in enumerate(tangents) if not skip(i)):
-            if prim.multiple_results:
-                return out, [Zero(get_aval(o)) for o in out]
-            return out, Zero(get_aval(out))
-        args = [p if skip(i) else instantiate(t) for i, (p, t) in enumerate(zip(primals, tangents))]
-        return out, prim.bind(*args, **params)
-
-    jvp_rules[prim] = jvp
+    jvp_rules[prim] = linear_jvp(prim, nonlinear)
     linear_primitives.add(prim)
     if transpose is not None:
         transpose_rules[prim] = transpose

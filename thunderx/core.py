@@ -7,23 +7,63 @@ this one. Rules run with the parent as the current trace, so nesting needs no le
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Callable
 
 import torch
 
+from thunderx.ad_util import Zero, instantiate
 from thunderx.avals import ShapedArray, aval_of_concrete
 from thunderx.errors import MissingRuleError, UnexpectedTracerError, user_frame
+
+# `aliases=ALL_OPERANDS`: an output may be any operand or a view of one (a called program).
+ALL_OPERANDS = "all"
+
+
+@dataclasses.dataclass(frozen=True)
+class Properties:
+    """What executors and passes may assume about a primitive's outputs, proved against its
+    implementation by tests/test_properties.py (as torch's `Tensor(a)` annotations are)."""
+
+    # Operand positions whose storage an output may share (a view of them), or ALL_OPERANDS.
+    aliases: tuple[int, ...] | str = ()
+    # A torch Tensor method computing the result in place into operand 0 (`exp_`), or None.
+    inplace: str | None = None
+    # The in-place method is right only for floating outputs (`div_` does not truncate ints).
+    inplace_floating_only: bool = False
+    # A binary op whose in-place form may also write into operand 1 (operands swap).
+    commutative: bool = False
+    # "rng": reads and advances torch's random state, so it is never removed, merged or reused.
+    effects: frozenset[str] = frozenset()
+    # Each output element depends only on the operand elements at the same index.
+    elementwise: bool = False
+    # A fresh output whose elements may share memory (an expanded tensor): never written.
+    overlapping: bool = False
+    # False only for the conservative stand-in of a primitive that never declared its properties.
+    declared: bool = True
+
+    def alias_positions(self, num_operands: int) -> tuple[int, ...]:
+        """The operand positions an output may share storage with, for an equation's arity."""
+        if self.aliases == ALL_OPERANDS:
+            return tuple(range(num_operands))
+        return self.aliases
+
+
+# A primitive made by `new_primitive` alone: assumed to alias operand 0, with effects, so that
+# executors and passes stay safe; tests/test_properties.py fails until it is declared.
+UNDECLARED = Properties(aliases=ALL_OPERANDS, effects=frozenset({"undeclared"}), declared=False)
 
 
 class Primitive:
     """A named operation. Arrays are positional, params keyword-only and hashable."""
 
-    __slots__ = ("name", "multiple_results")
+    __slots__ = ("name", "multiple_results", "props")
 
     def __init__(self, name: str, multiple_results: bool = False):
         self.name = name
         self.multiple_results = multiple_results
+        self.props: Properties = UNDECLARED
 
     def bind(self, *args, **params):
         return _state.trace.process_primitive(self, args, params)
@@ -45,10 +85,19 @@ nvfuser_rules: dict[Primitive, Callable] = {}
 nvfuser_checks: dict[Primitive, Callable] = {}
 # Why a primitive has no jvp / transpose rule: checked by the coverage tests.
 not_differentiable: dict[Primitive, str] = {}
+_not_differentiable_table = (
+    not_differentiable  # reachable inside `declare`, whose keyword shadows it
+)
 linear_primitives: set[Primitive] = set()
 
 
+# Optional: a primitive whose params name what it stands for (the opaque torch call) says so.
+describe_rules: dict[Primitive, Callable] = {}
+
+
 def new_primitive(name: str, multiple_results: bool = False) -> Primitive:
+    """The low-level registration `declare` builds on: a name with no rules and undeclared
+    properties. Prefer `declare`."""
     if name in primitives:
         raise ValueError(f"primitive {name!r} is already registered")
     p = Primitive(name, multiple_results)
@@ -56,8 +105,92 @@ def new_primitive(name: str, multiple_results: bool = False) -> Primitive:
     return p
 
 
-# Optional: a primitive whose params name what it stands for (the opaque torch call) says so.
-describe_rules: dict[Primitive, Callable] = {}
+def declare(
+    name: str,
+    *,
+    abstract_eval: Callable,
+    impl: Callable,
+    jvp: Callable | None = None,
+    transpose: Callable | None = None,
+    linear: bool = False,
+    nonlinear: tuple[int, ...] | Callable[[int], bool] = (),
+    batch: Callable | None = None,
+    torch_codegen: Callable | None = None,
+    nvfuser: Callable | None = None,
+    nvfuser_check: Callable | None = None,
+    not_differentiable: str | None = None,
+    describe: Callable | None = None,
+    multiple_results: bool = False,
+    aliases: tuple[int, ...] | str = (),
+    inplace: str | None = None,
+    inplace_floating_only: bool = False,
+    commutative: bool = False,
+    effects: tuple[str, ...] = (),
+    elementwise: bool = False,
+    overlapping: bool = False,
+) -> Primitive:
+    """Everything the system knows about one primitive, in one call: its rules (stored in the
+    per-interpretation tables each transform reads) and its properties (`prim.props`).
+
+    Rule signatures: `impl(*arrays, **params)`; `abstract_eval(*avals, **params)`;
+    `jvp(primals, tangents, **params) -> (out, tangent_out)`; `transpose(ct, *args, **params)
+    -> [ct per operand]`; `batch(args, dims, **params) -> (out, out_dim)`;
+    `torch_codegen(arg_sources, avals, **params) -> expression source`;
+    `nvfuser(fd, *operands, **params)`, `nvfuser_check(eqn) -> bool`.
+    `linear=True` puts it in `linear_primitives`; without a `jvp` its jvp applies it to the
+    tangents (operands at `nonlinear` positions, such as indices, pass their primal).
+
+    >>> twice_p = declare("twice", abstract_eval=lambda x: x, impl=lambda x: 2 * x,
+    ...                   elementwise=True)  # doctest: +SKIP
+    """
+    prim = new_primitive(name, multiple_results)
+    prim.props = Properties(
+        aliases=aliases if aliases == ALL_OPERANDS else tuple(aliases),
+        inplace=inplace,
+        inplace_floating_only=inplace_floating_only,
+        commutative=commutative,
+        effects=frozenset(effects),
+        elementwise=elementwise,
+        overlapping=overlapping,
+    )
+    impl_rules[prim] = impl
+    abstract_eval_rules[prim] = abstract_eval
+    if linear:
+        linear_primitives.add(prim)
+        if jvp is None and not_differentiable is None:
+            jvp = linear_jvp(prim, nonlinear)
+    rules = (
+        (jvp_rules, jvp),
+        (transpose_rules, transpose),
+        (batch_rules, batch),
+        (torch_codegen_rules, torch_codegen),
+        (nvfuser_rules, nvfuser),
+        (nvfuser_checks, nvfuser_check),
+        (describe_rules, describe),
+        (_not_differentiable_table, not_differentiable),
+    )
+    for table, rule in rules:
+        if rule is not None:
+            table[prim] = rule
+    return prim
+
+
+def linear_jvp(prim: Primitive, nonlinear=()) -> Callable:
+    """The jvp of a primitive linear in its array operands except those at `nonlinear`
+    positions (a tuple, or a predicate on the position): it applies the primitive to the
+    tangents, the nonlinear operands passing their primals."""
+    skip = nonlinear if callable(nonlinear) else (lambda i: i in nonlinear)
+
+    def jvp(primals, tangents, **params):
+        out = prim.bind(*primals, **params)
+        if all(type(t) is Zero for i, t in enumerate(tangents) if not skip(i)):
+            if prim.multiple_results:
+                return out, [Zero(get_aval(o)) for o in out]
+            return out, Zero(get_aval(out))
+        args = [p if skip(i) else instantiate(t) for i, (p, t) in enumerate(zip(primals, tangents))]
+        return out, prim.bind(*args, **params)
+
+    return jvp
 
 
 def missing_rule(prim: Primitive, transform: str, params: dict | None = None) -> MissingRuleError:

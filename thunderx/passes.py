@@ -8,8 +8,11 @@ from thunderx.ir import Eqn, Jaxpr, Literal, Var
 
 # Primitives holding a sub-jaxpr in params["jaxpr"] whose invars match the equation's inputs.
 call_primitives: set[Primitive] = set()
-# Primitives with effects (random draws): never removed or merged.
-effectful_primitives: set[Primitive] = set()
+
+
+def has_effects(prim: Primitive) -> bool:
+    """A primitive with declared effects (a random draw) is never removed or merged."""
+    return bool(prim.props.effects)
 
 
 def closure_convert(jaxpr: Jaxpr) -> Jaxpr:
@@ -67,7 +70,7 @@ def dce(jaxpr: Jaxpr, used_outputs: list[bool] | None = None) -> Jaxpr:
     live = {id(v) for v in outvars if isinstance(v, Var)}
     kept = []
     for e in reversed(jaxpr.eqns):
-        if e.prim in effectful_primitives or any(id(v) in live for v in e.outputs):
+        if has_effects(e.prim) or any(id(v) in live for v in e.outputs):
             kept.append(e)
             for x in e.inputs:
                 if isinstance(x, Var):
@@ -104,7 +107,7 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
 
     for e in jaxpr.eqns:
         ins = [get(x) for x in e.inputs]
-        pkey = None if e.prim in effectful_primitives else _param_key(e.params)
+        pkey = None if has_effects(e.prim) else _param_key(e.params)
         if pkey is not None:
             key = (e.prim, tuple(atom_key(x) for x in ins), pkey)
             prev = seen.get(key)
@@ -129,6 +132,7 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
     times 0 are NaN). Chains of layout ops are composed."""
     from thunderx.primitives import binary as B
     from thunderx.primitives import unary as U
+    from thunderx.primitives.higher_order import stop_gradient_p
 
     subst: dict[int, object] = {}
     producers: dict[int, Eqn] = {}
@@ -166,7 +170,7 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
         elif out is not None and e.prim is U.convert_p:
             if ins[0].aval.dtype == e.params["new_dtype"] and isinstance(ins[0], Var):
                 repl = ins[0]
-        elif out is not None and e.prim.name == "stop_gradient" and isinstance(ins[0], Var):
+        elif out is not None and e.prim is stop_gradient_p and isinstance(ins[0], Var):
             # only differentiation reads it; optimized programs are for execution
             repl = ins[0]
         if (
@@ -201,18 +205,18 @@ def _fold_layout(e, ins, producers):
     prev = producers.get(id(x)) if isinstance(x, Var) else None
     if prev is None:
         return None
-    name, pname = e.prim.name, prev.prim.name
-    if name == "broadcast_in_dim" and pname == "broadcast_in_dim":
+    prim, pprim = e.prim, prev.prim
+    if prim is S.broadcast_in_dim_p and pprim is S.broadcast_in_dim_p:
         d2 = e.params["broadcast_dimensions"]
         dims = tuple(d2[d] for d in prev.params["broadcast_dimensions"])
         params = {"shape": e.params["shape"], "broadcast_dimensions": dims}
         return Eqn(e.prim, [prev.inputs[0]], e.outputs, params)
-    if name == "broadcast_in_dim" and pname == "full":
+    if prim is S.broadcast_in_dim_p and pprim is C.full_p:
         params = dict(prev.params, shape=e.params["shape"])
         return Eqn(C.full_p, [], e.outputs, params)
-    if name == "reshape" and pname == "reshape":
+    if prim is S.reshape_p and pprim is S.reshape_p:
         return Eqn(e.prim, [prev.inputs[0]], e.outputs, e.params)
-    if name == "transpose" and pname == "transpose":
+    if prim is S.transpose_p and pprim is S.transpose_p:
         p1, p2 = prev.params["permutation"], e.params["permutation"]
         perm = tuple(p1[i] for i in p2)
         if perm == tuple(range(len(perm))):

@@ -2,6 +2,8 @@
 
 Intermediates that die at an elementwise equation are reused in place when nothing else aliases
 them (never a function input, a constant or a view), which saves allocations on small tensors.
+Which outputs are views and which ops have an in-place form is read from each primitive's
+declared properties (`prim.props`), proved against its implementation by the property tests.
 """
 
 from __future__ import annotations
@@ -15,50 +17,9 @@ import torch
 
 from thunderx.core import impl_rules, missing_rule, torch_codegen_rules
 from thunderx.ir import Jaxpr, Literal, Var
+from thunderx.primitives.binary import gt_p
+from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
-
-# Elementwise primitives with an in-place Tensor method, by primitive name.
-_INPLACE_UNARY = {
-    "neg": "neg_",
-    "abs": "abs_",
-    "exp": "exp_",
-    "expm1": "expm1_",
-    "log": "log_",
-    "log1p": "log1p_",
-    "sqrt": "sqrt_",
-    "rsqrt": "rsqrt_",
-    "reciprocal": "reciprocal_",
-    "sin": "sin_",
-    "cos": "cos_",
-    "tan": "tan_",
-    "sinh": "sinh_",
-    "cosh": "cosh_",
-    "tanh": "tanh_",
-    "asin": "asin_",
-    "acos": "acos_",
-    "atan": "atan_",
-    "logistic": "sigmoid_",
-    "erf": "erf_",
-    "erfc": "erfc_",
-    "floor": "floor_",
-    "ceil": "ceil_",
-    "trunc": "trunc_",
-}
-_INPLACE_BINARY = {"add": "add_", "sub": "sub_", "mul": "mul_", "div": "div_"}
-_COMMUTATIVE = {"add", "mul"}
-# Primitives whose output may share storage with their first operand.
-_VIEWS = {
-    "reshape",
-    "transpose",
-    "squeeze",
-    "expand_dims",
-    "broadcast_in_dim",
-    "slice",
-    "stop_gradient",
-    "convert_element_type",
-}
-# Fresh outputs that must not be written in place (iota is an expanded arange).
-_NOT_WRITABLE = {"iota"}
 
 _RESERVED = {"torch", "math", "inf", "nan", "device"}
 _counter = [0]
@@ -171,31 +132,29 @@ def generate_source(
             expr = f"{args[1]}.relu_()" if reusable else f"torch.relu({args[1]})"
         elif reuse_buffers and len(out) == 1:
             expr = _inplace(e, args, i, last_use, root, owned, live_views)
+        aliases: tuple = ()
         if expr is None:
             rule = torch_codegen_rules.get(e.prim)
             if rule is not None:
                 expr = rule(args, avals, **e.params)
             else:
                 expr = _default_codegen(e.prim, args, e.params, namespace)
-            fresh = e.prim.name not in _VIEWS
-        else:
-            fresh = True
+            aliases = e.prim.props.alias_positions(len(e.inputs))
         lhs = ", ".join(namer(v) for v in out)
         if e.prim.multiple_results:
             lhs += "," if len(out) == 1 else ""
         lines.append(f"    {lhs} = {expr}")
+        aliased = [root.get(id(e.inputs[k]), id(e.inputs[k])) for k in aliases]
+        aliased = [r for k, r in zip(aliases, aliased) if isinstance(e.inputs[k], Var)]
         for v in out:
-            if fresh:
+            if not aliases:
                 root[id(v)] = id(v)
-                if e.prim.name not in _NOT_WRITABLE:
+                if not e.prim.props.overlapping:
                     owned.add(id(v))
             else:
-                r = (
-                    root.get(id(e.inputs[0]), id(e.inputs[0]))
-                    if isinstance(e.inputs[0], Var)
-                    else id(v)
-                )
-                root[id(v)] = r
+                root[id(v)] = aliased[0] if aliased else id(v)
+                # a view of several buffers: the others are never overwritten from now on
+                owned.difference_update(aliased[1:])
             r = root[id(v)]
             live_views[r] = live_views.get(r, 0) + 1
         for x in e.inputs:
@@ -227,7 +186,7 @@ def _relu_patterns(jaxpr):
             uses[id(x)] = uses.get(id(x), 0) + 1
     relus, skipped = set(), set()
     for i, e in enumerate(jaxpr.eqns):
-        if e.prim.name != "select" or not e.outputs[0].aval.dtype.is_floating_point:
+        if e.prim is not select_p or not e.outputs[0].aval.dtype.is_floating_point:
             continue
         pred, x, zero = e.inputs
         if not (isinstance(zero, Literal) and zero.val == 0 and isinstance(pred, Var)):
@@ -236,7 +195,7 @@ def _relu_patterns(jaxpr):
         if p is None or uses.get(id(pred)) != 1:
             continue
         cmp = jaxpr.eqns[p]
-        if cmp.prim.name != "gt":
+        if cmp.prim is not gt_p:
             continue
         a, b = cmp.inputs
         if a is x and isinstance(b, Literal) and b.val == 0:
@@ -246,18 +205,17 @@ def _relu_patterns(jaxpr):
 
 
 def _inplace(e, args, i, last_use, root, owned, live_views):
-    name = e.prim.name
+    props = e.prim.props
+    method = props.inplace
     out_aval = e.outputs[0].aval
-    if name in _INPLACE_UNARY:
-        method = _INPLACE_UNARY[name]
+    if method is None or props.inplace_floating_only and not out_aval.dtype.is_floating_point:
+        return None
+    if len(e.inputs) == 1:
         x = e.inputs[0]
         if _reusable(x, out_aval, i, last_use, root, owned, live_views):
             return f"{args[0]}.{method}()"
         return None
-    if name in _INPLACE_BINARY:
-        if name == "div" and not out_aval.dtype.is_floating_point:
-            return None  # Tensor.div_ divides exactly; integer div truncates
-        method = _INPLACE_BINARY[name]
+    if len(e.inputs) == 2:
         x, y = e.inputs
         if (
             isinstance(x, Var)
@@ -266,7 +224,7 @@ def _inplace(e, args, i, last_use, root, owned, live_views):
         ):
             return f"{args[0]}.{method}({args[1]})"
         if (
-            name in _COMMUTATIVE
+            props.commutative
             and isinstance(y, Var)
             and x is not y
             and _reusable(y, out_aval, i, last_use, root, owned, live_views)

@@ -8,20 +8,8 @@ import torch
 
 from thunderx import tree
 from thunderx.avals import ShapedArray
-from thunderx.core import (
-    Tracer,
-    abstract_eval_rules,
-    current_trace,
-    describe_rules,
-    get_aval,
-    impl_rules,
-    new_primitive,
-    not_differentiable,
-)
+from thunderx.core import ALL_OPERANDS, Tracer, current_trace, declare, get_aval
 from thunderx.errors import unsupported
-
-torch_call_p = new_primitive("torch_call", multiple_results=True)
-not_differentiable[torch_call_p] = "an opaque torch function: no derivative rule is known"
 
 
 def _name(func) -> str:
@@ -66,9 +54,18 @@ def _abstract_eval(*avals, func, call, tensor_pos, out_tree):
     return [ShapedArray(o.shape, o.dtype, device) for o in tree.leaves(out)]
 
 
-impl_rules[torch_call_p] = _impl
-abstract_eval_rules[torch_call_p] = _abstract_eval
-describe_rules[torch_call_p] = lambda func, **_: f"the opaque torch function {_name(func)}"
+# Nothing is known about an opaque function: it may return views of its inputs and may draw
+# random numbers (or have other effects), so it is never removed, merged or written into.
+torch_call_p = declare(
+    "torch_call",
+    multiple_results=True,
+    impl=_impl,
+    abstract_eval=_abstract_eval,
+    describe=lambda func, **_: f"the opaque torch function {_name(func)}",
+    not_differentiable="an opaque torch function: no derivative rule is known",
+    aliases=ALL_OPERANDS,
+    effects=("opaque",),
+)
 
 
 def opaque_call(func, args, kwargs):
