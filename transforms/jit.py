@@ -241,15 +241,13 @@ class JitFunction:
 
     def _lookup(self, args, kwargs):
         key, leaves, dyn_args, dyn_kwargs = self._key(args, kwargs)
-        entry = self._cache.get(key)
-        if entry is not None:
-            self.hits += 1
-            self._cache.move_to_end(key)
-            return entry, leaves
+        # One lock around lookup, reordering and eviction: another thread's eviction between
+        # `get` and `move_to_end` would raise KeyError.
         with self._lock:
             entry = self._cache.get(key)
             if entry is not None:
                 self.hits += 1
+                self._cache.move_to_end(key)
                 return entry, leaves
             self.misses += 1
             _, treedef = tree.flatten((dyn_args, dyn_kwargs))

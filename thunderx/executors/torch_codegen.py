@@ -8,9 +8,11 @@ declared properties (`prim.props`), proved against its implementation by the pro
 
 from __future__ import annotations
 
+import itertools
 import keyword
 import linecache
 import math
+import weakref
 from typing import Callable
 
 import torch
@@ -22,7 +24,10 @@ from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
 
 _RESERVED = {"torch", "math", "inf", "nan", "device"}
-_counter = [0]
+# Numbers of generated files; those of collected programs are reused, because CPython keeps
+# every distinct code filename it has compiled (about 60 bytes each, for good).
+_file_numbers = itertools.count(1)
+_free_numbers: list[int] = []
 
 
 class _Namer:
@@ -260,9 +265,20 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted") -> CompiledProgram:
 
 
 def _exec(src: str, namespace: dict, name: str):
-    _counter[0] += 1
-    filename = f"<thunderx-generated-{_counter[0]}>"
-    # Register the source so tracebacks and inspect show the generated lines.
+    try:
+        number = _free_numbers.pop()  # list.pop and next(count) are atomic: no lock, which a
+    except IndexError:  # finalizer run by the garbage collector could deadlock on
+        number = next(_file_numbers)
+    filename = f"<thunderx-generated-{number}>"
+    # Register the source so tracebacks and inspect show the generated lines, for as long as the
+    # function lives: long runs compile many programs and must not keep every source.
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-    return namespace[name]
+    fn = namespace[name]
+    weakref.finalize(fn, _forget_source, filename, number)
+    return fn
+
+
+def _forget_source(filename: str, number: int) -> None:
+    linecache.cache.pop(filename, None)
+    _free_numbers.append(number)
