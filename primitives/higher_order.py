@@ -7,9 +7,8 @@ Sub-jaxprs sit in params["jaxpr"] with no constvars: their consts are passed as 
 from __future__ import annotations
 
 from thunderx.ad_util import Zero, instantiate
-from thunderx.core import ALL_OPERANDS, declare, get_aval
+from thunderx.core import ALL_OPERANDS, call_primitives, declare, get_aval
 from thunderx.ir import eval_jaxpr
-from thunderx.passes import call_primitives
 
 # --------------------------------------------------------------------------------- stop_gradient
 

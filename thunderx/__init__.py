@@ -9,8 +9,10 @@ tensor([1., 1., 1.])
 from __future__ import annotations
 
 from thunderx import errors, tree  # noqa: F401
+from thunderx import html as _html  # noqa: F401  (attaches _repr_html_ to the IR and programs)
 from thunderx import lang as _lang  # noqa: F401  (installs the language layer)
 from thunderx import primitives as _primitives  # noqa: F401  (registers the primitive set)
+from thunderx import printing as _printing  # noqa: F401  (attaches the IR's text form)
 from thunderx.api import functional_call, make_jaxpr
 from thunderx.explain import explain
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr

@@ -91,6 +91,9 @@ _not_differentiable_table = (
 linear_primitives: set[Primitive] = set()
 
 
+# Primitives holding a sub-jaxpr in params["jaxpr"] whose invars match the equation's inputs
+# (inlined by thunderx.passes.inline_calls).
+call_primitives: set[Primitive] = set()
 # Optional: a primitive whose params name what it stands for (the opaque torch call) says so.
 describe_rules: dict[Primitive, Callable] = {}
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 import collections
 import html
 
+from thunderx.executors.fusion_record import FusionRecord
+from thunderx.executors.nvfuser_exec import NvFuserProgram, partition
+from thunderx.ir import ClosedJaxpr, Jaxpr, Literal
+from thunderx.lowering import Lowered
 from thunderx.printing import Namer, format_param
 
 STYLE = """<style>
@@ -41,16 +45,12 @@ def _typed(namer, v) -> str:
 
 
 def _atom(namer, x) -> str:
-    from thunderx.ir import Literal
-
     if isinstance(x, Literal):
         return f'<span class="lit">{esc(repr(x.val))}</span>'
     return f'<span class="var">{esc(namer(x))}</span>'
 
 
 def _params_html(eqn, namer) -> tuple[str, list[str]]:
-    from thunderx.ir import ClosedJaxpr, Jaxpr
-
     inline, subs = [], []
     for k, v in eqn.params.items():
         if k.startswith("_"):
@@ -125,11 +125,20 @@ def lowered_html(lowered) -> str:
     parts = [f'{STYLE}<div class="tx"><h4>{esc(lowered.name)}: optimized jaxpr</h4>']
     regions = None
     if lowered.executor == "nvfuser":
-        from thunderx.executors.nvfuser_exec import partition
-
         regions = partition(lowered.optimized)
     parts.append(counts_html(lowered.optimized))
     parts.append(jaxpr_body(lowered.optimized, Namer(), regions))
     parts.append(f"<h4>execution program ({esc(lowered.executor)} executor)</h4>")
     parts.append(f"<pre>{esc(lowered.program_text())}</pre></div>")
     return "".join(parts)
+
+
+# Presentation attaches itself to the objects it shows, so the IR and the executors never
+# import it.
+Jaxpr._repr_html_ = jaxpr_html
+ClosedJaxpr._repr_html_ = lambda self: jaxpr_html(self.jaxpr)
+FusionRecord._repr_html_ = lambda self: code_html(f"FusionDefinition {self.name}", self.as_python())
+NvFuserProgram._repr_html_ = lambda self: code_html(
+    f"nvFuser program: {len(self.regions)} fusion regions", self.as_text()
+)
+Lowered._repr_html_ = lowered_html

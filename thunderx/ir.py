@@ -75,17 +75,8 @@ class Jaxpr:
     def out_avals(self):
         return [v.aval for v in self.outvars]
 
-    def __str__(self) -> str:
-        from thunderx.printing import pp_jaxpr
-
-        return pp_jaxpr(self)
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        from thunderx.html import jaxpr_html
-
-        return jaxpr_html(self)
+    # __str__/__repr__ come from thunderx.printing and _repr_html_ from thunderx.html, which
+    # attach them: presentation sits above the IR, never imported by it.
 
 
 class ClosedJaxpr:
@@ -114,9 +105,6 @@ class ClosedJaxpr:
         return str(self.jaxpr)
 
     __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        return self.jaxpr._repr_html_()
 
 
 _CHECK_TYPES = os.environ.get("THUNDERX_CHECK_TYPES", "") not in ("", "0")

@@ -44,8 +44,3 @@ class Lowered:
 
     def __repr__(self) -> str:
         return self.as_text()
-
-    def _repr_html_(self) -> str:
-        from thunderx.html import lowered_html
-
-        return lowered_html(self)

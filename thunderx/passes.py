@@ -3,11 +3,15 @@ elimination, and NaN-safe simplification (`x * 0` is not folded: NaN * 0 is NaN)
 
 from __future__ import annotations
 
-from thunderx.core import Primitive
+from thunderx.core import Primitive, call_primitives
 from thunderx.ir import Eqn, Jaxpr, Literal, Var
+from thunderx.primitives import binary as B
+from thunderx.primitives import creation as C
+from thunderx.primitives import shape as S
+from thunderx.primitives import unary as U
+from thunderx.primitives.higher_order import stop_gradient_p
 
-# Primitives holding a sub-jaxpr in params["jaxpr"] whose invars match the equation's inputs.
-call_primitives: set[Primitive] = set()
+__all__ = ["call_primitives", "closure_convert", "cse", "dce", "inline_calls", "optimize"]
 
 
 def has_effects(prim: Primitive) -> bool:
@@ -130,10 +134,6 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
     """NaN-safe algebra: `x + 0`, `x - 0`, `x * 1`, `x / 1`, `neg(neg(x))`, no-op converts and
     stop_gradient (an identity once no transform follows) vanish; `x * 0` stays (NaN and inf
     times 0 are NaN). Chains of layout ops are composed."""
-    from thunderx.primitives import binary as B
-    from thunderx.primitives import unary as U
-    from thunderx.primitives.higher_order import stop_gradient_p
-
     subst: dict[int, object] = {}
     producers: dict[int, Eqn] = {}
     eqns = []
@@ -198,9 +198,6 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
 def _fold_layout(e, ins, producers):
     """Compose chains of layout ops into one: broadcast∘broadcast, broadcast∘full -> full,
     reshape∘reshape, transpose∘transpose. Exact (no arithmetic), so always NaN-safe."""
-    from thunderx.primitives import creation as C
-    from thunderx.primitives import shape as S
-
     x = ins[0] if ins else None
     prev = producers.get(id(x)) if isinstance(x, Var) else None
     if prev is None:

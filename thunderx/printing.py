@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from thunderx.avals import short_dtype
+from thunderx.ir import ClosedJaxpr, Jaxpr, Literal
 
 
 def _names():
@@ -27,8 +28,6 @@ class Namer:
         self.gen = _names()
 
     def __call__(self, v) -> str:
-        from thunderx.ir import Literal
-
         if isinstance(v, Literal):
             return repr(v.val)
         key = id(v)
@@ -41,8 +40,6 @@ class Namer:
 
 
 def format_param(value, indent: int, namer: Namer) -> str:
-    from thunderx.ir import ClosedJaxpr, Jaxpr
-
     if isinstance(value, ClosedJaxpr):
         value = value.jaxpr
     if isinstance(value, Jaxpr):
@@ -83,3 +80,10 @@ def pp_jaxpr(jaxpr, indent: int = 0, namer: Namer | None = None) -> str:
     comma = "," if len(jaxpr.outvars) == 1 else ""
     lines.append(pad + f"  in ({outs}{comma}) }}")
     return "\n".join(lines)
+
+
+def _jaxpr_str(self) -> str:
+    return pp_jaxpr(self)
+
+
+Jaxpr.__str__ = Jaxpr.__repr__ = _jaxpr_str

@@ -125,11 +125,6 @@ class FusionRecord:
     def __repr__(self) -> str:
         return self.as_python()
 
-    def _repr_html_(self) -> str:
-        from thunderx.html import code_html
-
-        return code_html(f"FusionDefinition {self.name}", self.as_python())
-
     # -- reference interpreter
     def interpret(self, ins):
         env: dict[int, object] = {}

@@ -216,11 +216,6 @@ class NvFuserProgram:
             lines.append(u.record.as_python())
         return "\n".join(lines)
 
-    def _repr_html_(self) -> str:
-        from thunderx.html import code_html
-
-        return code_html(f"nvFuser program: {len(self.regions)} fusion regions", self.as_text())
-
     def __call__(self, *args):
         env: dict[int, object] = {}
         for v, a in zip(self.jaxpr.constvars + self.jaxpr.invars, args):
