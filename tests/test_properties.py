@@ -1,0 +1,294 @@
+"""Generated tests that make each primitive's declared properties true (as torch's OpInfo
+aliasing checks read `native_functions.yaml`): run the implementation and the generated torch
+code on samples and compare storage sharing, in-place forms, random-state effects and
+elementwise behaviour with what the primitive declares. Then the executor's buffer reuse, now
+driven by the declarations, against eager torch on programs that reuse buffers."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import thunderx as tx
+from thunderx import core
+from thunderx.core import ALL_OPERANDS
+from thunderx.executors.torch_codegen import compile_jaxpr
+from thunderx.passes import closure_convert
+
+from .samples import EXCLUDED, SAMPLES, Draw, Sample
+
+ALL = sorted(core.primitives)
+RUNS = 20  # samples per primitive for the aliasing and overlap observations
+
+
+def _random_sample(d: Draw) -> Sample:
+    return Sample(
+        [], {"shape": d.shape(min_rank=1), "dtype": torch.float64, "device": torch.device("cpu")}
+    )
+
+
+# Random draws are left out of the rule samples (their values are random); their properties
+# are still checked here.
+PROPERTY_SAMPLES = dict(SAMPLES, random_uniform=_random_sample, random_normal=_random_sample)
+CHECKED = [n for n in ALL if n in PROPERTY_SAMPLES]
+
+
+def undeclared(registry) -> list:
+    return sorted(n for n, p in registry.items() if not p.props.declared)
+
+
+def test_every_primitive_declares_its_properties():
+    missing = undeclared(core.primitives)
+    assert not missing, (
+        f"primitives made with new_primitive but never declared: {missing}; create them with "
+        "core.declare(name, ..., aliases=, inplace=, effects=, elementwise=)"
+    )
+
+
+def test_a_primitive_without_declared_properties_is_caught():
+    prim = core.new_primitive("_undeclared_probe")
+    try:
+        assert undeclared(core.primitives) == ["_undeclared_probe"]
+        # until declared, executors and passes treat it conservatively
+        assert prim.props.alias_positions(2) == (0, 1) and prim.props.effects
+    finally:
+        del core.primitives["_undeclared_probe"]
+
+
+def test_every_primitive_is_checked_here_or_has_a_reason():
+    unchecked = [n for n in ALL if n not in PROPERTY_SAMPLES and n not in EXCLUDED]
+    assert not unchecked, f"primitives without samples for the property tests: {unchecked}"
+    for name in EXCLUDED:
+        if name in core.primitives and name not in PROPERTY_SAMPLES:
+            # a call or opaque primitive: whatever it runs may alias its operands
+            assert core.primitives[name].props.aliases == ALL_OPERANDS or name == "custom_lin", (
+                f"{name} is not sampled, so it must declare the conservative aliases=ALL_OPERANDS"
+            )
+
+
+def _samples(name, n=RUNS):
+    out = []
+
+    @settings(max_examples=n, derandomize=True, database=None)
+    @given(st.data())
+    def draw(data):
+        out.append(PROPERTY_SAMPLES[name](Draw(data)))
+
+    draw()
+    return out
+
+
+def _outputs(prim, out):
+    return list(out) if prim.multiple_results else [out]
+
+
+def _shares(a, b) -> bool:
+    """Whether two tensors share storage (empty ones own no memory)."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def _overlaps_itself(t) -> bool:
+    return any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape))
+
+
+def _generated(prim, sample):
+    """The primitive alone as a program of the torch executor, without buffer reuse; returns
+    (program, tensor operands)."""
+    pos = [i for i, a in enumerate(sample.args) if isinstance(a, torch.Tensor)]
+
+    def f(*xs):
+        args = list(sample.args)
+        for p, x in zip(pos, xs):
+            args[p] = x
+        return prim.bind(*args, **sample.params)
+
+    tensors = [sample.args[p] for p in pos]
+    closed = tx.make_jaxpr(f)(*tensors)
+    prog = compile_jaxpr(closure_convert(closed.jaxpr))
+    return (lambda *xs: prog.fn_plain(*closed.consts, *xs)), tensors, pos
+
+
+def _observe(name):
+    """For each sample: which operand positions each output shares storage with (impl and
+    generated code), and whether a fresh output overlaps itself."""
+    prim = core.primitives[name]
+    seen_alias, seen_overlap, problems = set(), False, []
+    declared = prim.props.alias_positions(99)
+    for sample in _samples(name):
+        outs = _outputs(prim, core.impl_rules[prim](*sample.args, **sample.params))
+        fn, tensors, pos = _generated(prim, sample)
+        gen_outs = list(fn(*tensors))
+        for where, results, operands in (
+            ("impl", outs, list(enumerate(sample.args))),
+            ("generated code", gen_outs, list(zip(pos, tensors))),
+        ):
+            for k, o in enumerate(results):
+                shared = {i for i, a in operands if _shares(o, a)}
+                seen_alias |= shared
+                undeclared = shared - set(declared)
+                if undeclared:
+                    problems.append(
+                        f"{where}: output {k} shares storage with operand(s) {sorted(undeclared)} "
+                        f"but {name} declares aliases={prim.props.aliases!r} (params "
+                        f"{sample.params})"
+                    )
+                if not shared and isinstance(o, torch.Tensor) and _overlaps_itself(o):
+                    seen_overlap = True
+                    if not prim.props.overlapping:
+                        problems.append(
+                            f"{where}: output {k} is fresh but its elements overlap (an expand); "
+                            f"{name} must declare overlapping=True"
+                        )
+    return seen_alias, seen_overlap, problems
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_declared_aliases_match_the_implementation(name):
+    prim = core.primitives[name]
+    seen_alias, seen_overlap, problems = _observe(name)
+    assert not problems, "\n".join(problems[:5])
+    # the reverse: a declared view that never is one costs buffer reuse for nothing
+    if prim.props.aliases != ALL_OPERANDS:
+        never = set(prim.props.aliases) - seen_alias
+        assert not never, (
+            f"{name} declares aliases={prim.props.aliases} but operand(s) {sorted(never)} never "
+            f"shared storage with an output in {RUNS} samples"
+        )
+    if prim.props.overlapping and not prim.props.aliases:
+        assert seen_overlap, f"{name} declares overlapping=True but no output ever overlapped"
+
+
+INPLACE = [n for n in CHECKED if core.primitives[n].props.inplace]
+
+
+@pytest.mark.parametrize("name", INPLACE)
+def test_inplace_form_exists_and_computes_the_same(name):
+    prim = core.primitives[name]
+    method = prim.props.inplace
+    assert hasattr(torch.Tensor, method), f"{name}: torch.Tensor has no method {method}"
+    checked = 0
+    for sample in _samples(name, 10):
+        x = sample.args[0]
+        if not isinstance(x, torch.Tensor):
+            continue  # the in-place form writes into operand 0, which must be a tensor
+        want = core.impl_rules[prim](*sample.args, **sample.params)
+        if want.dtype != x.dtype or want.shape != x.shape:
+            continue  # the executor only writes into a buffer of the output's shape and dtype
+        buf = x.clone()
+        got = getattr(buf, method)(*sample.args[1:], **sample.params)
+        assert got is buf, f"{name}: {method} should return the tensor it wrote into"
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+        checked += 1
+    assert checked, f"{name}: no sample let the in-place form run"
+
+
+def test_integer_division_is_never_written_in_place():
+    # Tensor.div_ divides exactly (and refuses integer tensors) where the primitive truncates
+    div = core.primitives["div"]
+    assert div.props.inplace_floating_only
+
+    def f(x, y):
+        return div.bind(x + 1, y)  # x + 1 dies at the division: a candidate for reuse
+
+    x, y = torch.tensor([6, -8]), torch.tensor([2, 2])
+    jitted = tx.jit(f)
+    assert torch.equal(jitted(x, y), torch.tensor([3, -3]))
+    assert "div_" not in jitted.lower(x, y).as_text()
+    # while a floating division does reuse the dead buffer
+    assert "div_" in jitted.lower(x.double(), y.double()).as_text()
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_effects_match_the_random_state(name):
+    prim = core.primitives[name]
+    reads_rng = "rng" in prim.props.effects
+    for sample in _samples(name, 4):
+        state = torch.get_rng_state()
+        core.impl_rules[prim](*sample.args, **sample.params)
+        changed = not torch.equal(state, torch.get_rng_state())
+        if reads_rng:
+            assert changed, f"{name} declares effects=('rng') but left torch's random state alone"
+            return
+        assert not changed, f"{name} changed torch's random state without declaring effects"
+
+
+ELEMENTWISE = [n for n in CHECKED if core.primitives[n].props.elementwise]
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_elementwise_commutes_with_indexing(name):
+    prim = core.primitives[name]
+    impl = core.impl_rules[prim]
+    for sample in _samples(name, 8):
+        tensors = [a for a in sample.args if isinstance(a, torch.Tensor)]
+        shape = tensors[0].shape
+        assert all(t.shape == shape for t in tensors), f"{name}: operands differ in shape"
+        out = impl(*sample.args, **sample.params)
+        assert out.shape == shape, f"{name}: output {tuple(out.shape)}, operands {tuple(shape)}"
+        if not shape or 0 in shape:
+            continue
+        # f(x)[::-1, ...] == f(x[::-1, ...]): each element depends on its own index only (up to
+        # an ulp: vectorized and scalar loops may round differently)
+        flip = [a.flip(0) if isinstance(a, torch.Tensor) else a for a in sample.args]
+        torch.testing.assert_close(
+            impl(*flip, **sample.params), out.flip(0), rtol=1e-12, atol=1e-300, equal_nan=True
+        )
+
+
+# ---------------------------------------------------------- buffer reuse against eager torch
+
+
+def test_narrow_with_a_tensor_index_under_jit_gives_eagers_answer():
+    # issue 19's first example: exp_ was written into a view (dynamic_slice) of h
+    def f(x, i):
+        h = x * 2
+        w = torch.narrow(h, 0, i, 3)
+        return w.exp().sum() + h.sum()
+
+    x = torch.tensor([0.1, -0.4, 0.3, 0.2, 0.5, -0.2])
+    want = f(x, 2)
+    torch.testing.assert_close(tx.jit(f)(x, torch.tensor(2)), want)
+    torch.testing.assert_close(tx.jit(f)(x, torch.tensor(2)), want)  # the cached program too
+
+
+def test_two_random_draws_are_not_merged_under_jit():
+    def f(x):
+        return torch.randn(4) - torch.randn(4) + x
+
+    out = tx.jit(f)(torch.zeros(4))
+    assert out.abs().min() > 0, "the two draws were merged into one (their difference is 0)"
+    torch.manual_seed(3)
+    want = f(torch.zeros(4))
+    torch.manual_seed(3)
+    torch.testing.assert_close(tx.jit(f)(torch.zeros(4)), want)
+
+
+def test_an_unused_random_draw_still_advances_the_generator_under_jit():
+    def f(x):
+        torch.rand(3)  # unused, but eager torch advances the generator
+        return x + torch.rand(3)
+
+    torch.manual_seed(0)
+    want = f(torch.zeros(3))
+    torch.manual_seed(0)
+    torch.testing.assert_close(tx.jit(f)(torch.zeros(3)), want)
+
+
+def test_views_of_several_operands_are_never_overwritten():
+    # an opaque torch function (here: one without a decomposition) may return a view of any
+    # operand; an elementwise op after it must not write into that operand's buffer
+    def f(x, y):
+        h = x * 1.0
+        g = y * 1.0
+        v = torch.ops.aten.alias(g)  # opaque: staged as torch_call
+        return v.exp() + h, g.sum()
+
+    x, y = torch.randn(3), torch.randn(3)
+    want = f(x, y)
+    got = tx.jit(f)(x, y)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
