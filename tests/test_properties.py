@@ -292,3 +292,11 @@ def test_views_of_several_operands_are_never_overwritten():
     got = tx.jit(f)(x, y)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
+
+
+def test_the_primitive_table_in_the_docs_is_up_to_date():
+    from thunderx.stats import TABLE_PATH, primitive_table
+
+    assert TABLE_PATH.read_text() == primitive_table(), (
+        "docs/primitives.md is stale: regenerate it with `python -m thunderx.stats --write`"
+    )
