@@ -14,6 +14,12 @@ from thunderx import core
 from thunderx.core import ALL_OPERANDS
 from thunderx.executors.torch_codegen import compile_jaxpr
 from thunderx.passes import closure_convert
+from thunderx.testing.programs import (
+    NOT_GENERATED,
+    random_programs,
+    run_program,
+    single_step_programs,
+)
 
 from .samples import EXCLUDED, SAMPLES, Draw, Sample
 
@@ -282,9 +288,9 @@ def test_views_of_several_operands_are_never_overwritten():
     # an opaque torch function (here: one without a decomposition) may return a view of any
     # operand; an elementwise op after it must not write into that operand's buffer
     def f(x, y):
-        h = x * 1.0
-        g = y * 1.0
-        v = torch.ops.aten.alias(g)  # opaque: staged as torch_call
+        h = x * 2.0
+        g = y * 2.0
+        v = torch.ops.aten.alias(g)  # opaque: staged as torch_call, a view of g
         return v.exp() + h, g.sum()
 
     x, y = torch.randn(3), torch.randn(3)
@@ -300,3 +306,71 @@ def test_the_primitive_table_in_the_docs_is_up_to_date():
     assert TABLE_PATH.read_text() == primitive_table(), (
         "docs/primitives.md is stale: regenerate it with `python -m thunderx.stats --write`"
     )
+
+
+# ------------------------------------------------------------- the random-program generator
+
+
+def _primitives_in(jaxpr, seen: set) -> set:
+    for e in jaxpr.eqns:
+        seen.add(e.prim.name)
+        for v in e.params.values():
+            sub = getattr(v, "jaxpr", v)
+            if hasattr(sub, "eqns"):
+                _primitives_in(sub, seen)
+    return seen
+
+
+def test_every_primitive_appears_in_the_random_programs():
+    # a step reaches a primitive directly, or through the derivative or batching rules the
+    # transforms apply to it (scatter_add is gather's transpose)
+    seen: set = set()
+    for prog in single_step_programs():
+        xs = prog.example_inputs()
+        f = lambda *v, prog=prog: run_program(prog, *v)  # noqa: E731
+        _primitives_in(tx.make_jaxpr(f)(*xs).jaxpr, seen)
+        grad = tx.grad(lambda *v, f=f: (f(*v) ** 2).sum(), argnums=(0, 1))
+        _primitives_in(tx.make_jaxpr(grad)(*xs).jaxpr, seen)
+        _primitives_in(tx.make_jaxpr(tx.vmap(f))(*prog.example_inputs(batch=2)).jaxpr, seen)
+    missing = sorted(set(core.primitives) - seen - set(NOT_GENERATED))
+    assert not missing, f"no random-program step reaches {missing}: add a step or a reason"
+    stale = sorted(set(NOT_GENERATED) & seen)
+    assert not stale, f"NOT_GENERATED lists primitives the steps do reach: {stale}"
+    unknown = sorted(set(NOT_GENERATED) - set(core.primitives))
+    assert not unknown, f"NOT_GENERATED names no registered primitive: {unknown}"
+
+
+REUSE_KINDS = ("view_reuse", "inplace_chain", "narrow_tensor")
+
+
+@pytest.mark.parametrize(
+    "prog",
+    [p for p in single_step_programs() if p.steps[0][0] in REUSE_KINDS],
+    ids=lambda p: f"{p.steps[0][0]}-{p.steps[0][3].get('view', '')}",
+)
+def test_jit_matches_eager_where_buffers_are_reused(prog):
+    xs = prog.example_inputs()
+    f = lambda *v: run_program(prog, *v)  # noqa: E731
+    want = f(*xs)
+    jitted = tx.jit(f)
+    for _ in range(2):  # the first call and the cached program
+        torch.testing.assert_close(jitted(*xs), want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(xs[0], prog.example_inputs()[0]), "jit wrote into its input"
+
+
+def test_buffer_reuse_is_exercised():
+    # the programs above must make the executor write in place, or they would test nothing
+    progs = [p for p in single_step_programs() if p.steps[0][0] in REUSE_KINDS]
+    texts = [tx.jit(lambda *v, p=p: run_program(p, *v)).lower(*p.example_inputs()) for p in progs]
+    reused = [t for t in texts if "_(" in t.as_text().split("execution program")[-1]]
+    assert len(reused) >= len(progs) // 2, "the generated code reuses almost no buffers"
+
+
+@given(random_programs())
+def test_jit_matches_eager_on_random_programs(prog):
+    xs = prog.example_inputs()
+    f = lambda *v: run_program(prog, *v)  # noqa: E731
+    want = f(*xs)
+    torch.testing.assert_close(tx.jit(f)(*xs), want, rtol=1e-12, atol=1e-12)
+    xs32 = prog.example_inputs(torch.float32)
+    torch.testing.assert_close(tx.jit(f)(*xs32), f(*xs32), rtol=1e-5, atol=1e-5)

@@ -23,6 +23,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     tensor,
 )
 from thunderx.lang._base import aval, method_table, torch_table
+from thunderx.lang.fallback import opaque_call
 from thunderx.lang.inplace import install_inplace
 
 install_inplace()
@@ -31,8 +32,6 @@ install_inplace()
 def _torch_function(cls, func, types, args=(), kwargs=None):
     impl = torch_table.get(func)
     if impl is None:
-        from thunderx.lang.fallback import opaque_call
-
         return opaque_call(func, args, kwargs or {})
     return impl(*args, **(kwargs or {}))
 
