@@ -4,6 +4,7 @@ transposes."""
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import torch
@@ -56,8 +57,9 @@ def _assert_close(actual, expected, rtol, atol, what):
                 f"{what}: output {i} has shape {tuple(a.shape)}, expected {tuple(e.shape)}"
             )
         err = (a - e).abs() - (atol + rtol * e.abs())
-        both_nan = torch.isnan(a) & torch.isnan(e)
-        err = torch.where(both_nan, torch.full_like(err, -1.0), err)
+        # equal values (infinities included: inf - inf is nan) and NaN against NaN agree
+        agree = (a == e) | (torch.isnan(a) & torch.isnan(e))
+        err = torch.where(agree, torch.full_like(err, -1.0), err)
         bad = torch.isnan(err) | (err > 0)
         if bad.any():
             flat = torch.where(torch.isnan(err), torch.full_like(err, float("inf")), err).reshape(
@@ -198,3 +200,159 @@ def check_transpose(linear_f: Callable, args: Sequence, rtol=1e-6, atol=1e-6, se
         atol * max(1.0, float(lhs.abs())),
         "check_transpose: <L^T ct, t> vs <ct, L t>",
     )
+
+
+# ------------------------------------------------------------------------- special points
+
+# Values where derivative rules go wrong: zero (kinks, sign(x) and select(x > 0) terms), ±1
+# (bounds of clamps, hardtanh), ±3 and 6 (hardsigmoid, hardswish, relu6 bounds), large
+# magnitudes (saturation, overflow) and infinities.
+SPECIAL_VALUES = (0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.0, -3.0, 6.0, 30.0, -30.0)
+INFINITE_VALUES = (math.inf, -math.inf)
+# The values each input domain admits (see thunderx.testing.strategies.values).
+DOMAIN_VALUES = {
+    "real": SPECIAL_VALUES,
+    "nonzero": tuple(v for v in SPECIAL_VALUES if v != 0),
+    "positive": (1e-3, 0.5, 1.0, 3.0, 6.0, 30.0),
+    "unit": (0.0, -0.0, 0.5, -0.5, 0.9, -0.9),
+    "gt1": (1.001, 3.0, 6.0, 30.0),
+    "small": (0.0, -0.0, 0.25, -0.25, 0.5, -0.5),
+}
+
+
+def special_tensor(shape, domain: str = "real", offset: int = 0, dtype=torch.float64):
+    """A tensor of `shape` filled with the domain's special values, cycling from `offset`."""
+    vals = DOMAIN_VALUES[domain]
+    n = math.prod(shape)
+    flat = [vals[(offset + i) % len(vals)] for i in range(n)]
+    return torch.tensor(flat, dtype=dtype).reshape(shape)
+
+
+def check_against_torch(
+    f: Callable,
+    args: Sequence,
+    order: int = 2,
+    rtol: float = 1e-6,
+    atol: float = 1e-6,
+    seed: int = 0,
+) -> None:
+    """thunderx's derivatives of `f` at `args` against torch.func's, up to second order: the
+    reference at kinks and ties, where torch's conventions are what a torch user compares
+    against. Checks forward mode (jvp), reverse mode (grad), and for order 2 forward-over-forward
+    and reverse-over-reverse; NaNs must match. Where the two disagree at a point where `f` is
+    differentiable (one-sided differences in float64 agree) and the difference quotient sides
+    with thunderx, torch's derivative is the wrong one and the check passes.
+
+    >>> check_against_torch(torch.abs, (torch.tensor([0.0, 1.0], dtype=torch.float64),))
+    """
+    import torch.func as tf
+
+    import thunderx
+
+    args = tuple(_f64(a) for a in args)
+    floats = [i for i, a in enumerate(args) if _is_float(a)]
+    gen = torch.Generator().manual_seed(seed)
+    out = f(*args)
+    weights = tree.map(lambda o: torch.randn(o.shape, dtype=torch.float64, generator=gen), out)
+    dirs = tuple(torch.randn(args[i].shape, dtype=torch.float64, generator=gen) for i in floats)
+
+    def scalar(*xs):
+        full = list(args)
+        for i, x in zip(floats, xs):
+            full[i] = x
+        y = f(*full)
+        return sum((a * w).sum() for a, w in zip(tree.leaves(y), tree.leaves(weights)))
+
+    primals = tuple(args[i] for i in floats)
+    nums = tuple(range(len(primals)))
+
+    def along(s):  # the primals moved by s along the directions
+        return tuple(p + s * d for p, d in zip(primals, dirs))
+
+    def nudged(i, k, s):  # primal i's element k moved by s
+        xs = [p.clone() for p in primals]
+        xs[i].view(-1)[k] += s
+        return xs
+
+    def compare(got, want, what, probe):
+        try:
+            _assert_close(got, want, rtol, atol, f"check_against_torch: {what}")
+        except AssertionError:
+            if not _torch_is_wrong(got, want, probe, rtol, atol):
+                raise
+
+    compare(thunderx.jit(f)(*args), out, "value (jit vs eager)", None)
+    compare(
+        thunderx.jvp(scalar, primals, dirs)[1],
+        tf.jvp(scalar, primals, dirs)[1],
+        "jvp",
+        lambda i, k, s: scalar(*along(s)),
+    )
+    compare(
+        thunderx.grad(scalar, nums)(*primals),
+        tf.grad(scalar, nums)(*primals),
+        "grad",
+        lambda i, k, s: scalar(*nudged(i, k, s)),
+    )
+    if order < 2:
+        return
+
+    def fwd_fwd(jvp):
+        return lambda *xs: jvp(lambda *ys: jvp(scalar, ys, dirs)[1], xs, dirs)[1]
+
+    def rev_rev(grad):
+        def inner(*xs):
+            return sum((a * d).sum() for a, d in zip(grad(scalar, nums)(*xs), dirs))
+
+        return grad(inner, nums), inner
+
+    torch_jvp = fwd_fwd(tf.jvp)
+    compare(
+        fwd_fwd(thunderx.jvp)(*primals),
+        torch_jvp(*primals),
+        "second derivative, forward over forward",
+        lambda i, k, s: tf.jvp(scalar, along(s), dirs)[1],
+    )
+    torch_rev, torch_inner = rev_rev(tf.grad)
+    compare(
+        rev_rev(thunderx.grad)[0](*primals),
+        torch_rev(*primals),
+        "second derivative, reverse over reverse",
+        lambda i, k, s: torch_inner(*nudged(i, k, s)),
+    )
+
+
+def _torch_is_wrong(got, want, probe, rtol, atol, eps=1e-6) -> bool:
+    """For every element where thunderx (`got`) and torch (`want`) differ: `probe(leaf, k, s)`
+    is a function of s whose derivative at 0 the element should be. True when at each such
+    element the one-sided difference quotients agree (f is differentiable there) and match
+    thunderx but not torch."""
+    if probe is None:
+        return False
+    got_leaves, want_leaves = tree.leaves(got), tree.leaves(want)
+    if len(got_leaves) != len(want_leaves):
+        return False
+    for i, (a, e) in enumerate(zip(got_leaves, want_leaves)):
+        a = torch.as_tensor(a, dtype=torch.float64).reshape(-1)
+        e = torch.as_tensor(e, dtype=torch.float64).reshape(-1)
+        if a.shape != e.shape:
+            return False
+        for k in range(a.numel()):
+            ak, ek = float(a[k]), float(e[k])
+            if (
+                ak == ek
+                or (math.isnan(ak) and math.isnan(ek))
+                or abs(ak - ek) <= atol + rtol * abs(ek)
+            ):
+                continue
+            g = {s: float(probe(i, k, s * eps)) for s in (-2, -1, 0, 1, 2)}
+            # one-sided differences of second order, so curvature does not tell them apart
+            right = (-3 * g[0] + 4 * g[1] - g[2]) / (2 * eps)
+            left = (3 * g[0] - 4 * g[-1] + g[-2]) / (2 * eps)
+            central = (g[1] - g[-1]) / (2 * eps)
+            tol = 1e-4 * (1 + abs(central))
+            if not all(map(math.isfinite, (right, left, ak))) or abs(right - left) > tol:
+                return False  # a kink (or worse): torch's convention decides
+            if abs(ak - central) > tol or abs(ek - central) <= tol:
+                return False
+    return True
