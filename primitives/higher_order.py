@@ -17,6 +17,7 @@ from thunderx.core import (
     new_primitive,
     not_differentiable,
     nvfuser_rules,
+    partial_eval_rules,
     torch_codegen_rules,
     transpose_rules,
 )
@@ -94,7 +95,14 @@ def _jit_call_batch(args, dims, *, jaxpr, name):
     return outs, list(out_dims)
 
 
+def _jit_call_partial_eval(eqn, unknowns):
+    from thunderx.transforms.partial_eval import split_call_eqn
+
+    return split_call_eqn(eqn, unknowns)
+
+
 impl_rules[jit_call_p] = _jit_call_impl
+partial_eval_rules[jit_call_p] = _jit_call_partial_eval
 abstract_eval_rules[jit_call_p] = _call_abstract_eval
 jvp_rules[jit_call_p] = _jit_call_jvp
 batch_rules[jit_call_p] = _jit_call_batch

@@ -27,6 +27,10 @@ class JVPTracer(Tracer):
     def aval(self) -> ShapedArray:
         return get_aval(self.primal)
 
+    def to_concrete(self):
+        p = self.primal
+        return p.to_concrete() if isinstance(p, Tracer) else p
+
 
 class JVPTrace(Trace):
     __slots__ = ()
@@ -70,6 +74,8 @@ class JVPTrace(Trace):
 
     def lift(self, value):
         return JVPTracer(self, value, Zero(get_aval(value)))
+
+    lift_created = lift
 
     def wrap(self, out, t):
         if type(t) is Zero or t is None:
