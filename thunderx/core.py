@@ -56,6 +56,10 @@ linear_primitives: set[Primitive] = set()
 # Both the staged (`partial_eval_jaxpr`) and the online (`PartialEvalTrace`) partial evaluators
 # read it.
 partial_eval_rules: dict[Primitive, Callable] = {}
+# What a primitive becomes when staged into a jaxpr, for primitives whose params start out as
+# Python callables (custom_jvp: the function is only traced when a jaxpr must hold it):
+# `rule(args, params) -> (args, params)`. Read by the staging trace only.
+stage_rules: dict[Primitive, Callable] = {}
 
 
 def new_primitive(name: str, multiple_results: bool = False) -> Primitive:
