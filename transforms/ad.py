@@ -93,16 +93,15 @@ def linearize_flat(flat_fun, primals, has_aux=False, name="vjp") -> _Linearized:
                 raise RuntimeError("internal error: a primal output depends on a tangent")
         t_outs = t_outs[: meta["n_out"]]
         unknown = [type(t) is not Zero for t in t_outs]
-        closed = trace.finalize(
-            [t for t in t_in if t is not None], [t for t, u in zip(t_outs, unknown) if u]
-        )
-    j = closed.jaxpr
+        # built once, unchecked: the trace defines each variable once by construction
+        outvars = [trace.atom(t) for t, u in zip(t_outs, unknown) if u]
+        invars = [t._var for t in t_in if t is not None]
     lin = _Linearized()
     lin.primal_outs = p_outs[: meta["n_out"]]
     lin.aux = tree.unflatten(meta["aux_tree"], p_outs[meta["n_out"] :]) if has_aux else None
     lin.out_tree = meta["out_tree"]
-    lin.residuals = closed.consts
-    lin.linear = Jaxpr([], j.constvars + j.invars, j.eqns, j.outvars, check=False)
+    lin.residuals = trace.consts
+    lin.linear = Jaxpr([], trace.constvars + invars, trace.eqns, outvars, check=False)
     lin.tangent_unknown = unknown
     lin.tangent_avals = [t.aval if type(t) is Zero else get_aval(t).strip_weak() for t in t_outs]
     lin.in_diff = in_diff
