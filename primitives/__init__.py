@@ -4,6 +4,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     binary,
     conv,
     creation,
+    debug,
     higher_order,
     indexing,
     linalg,

@@ -46,6 +46,10 @@ nvfuser_checks: dict[Primitive, Callable] = {}
 # Why a primitive has no jvp / transpose rule: checked by the coverage tests.
 not_differentiable: dict[Primitive, str] = {}
 linear_primitives: set[Primitive] = set()
+# Primitives with effects (random draws advance the RNG state, debug callbacks run user code):
+# DCE keeps them though nothing reads their outputs, CSE never merges two of them, and each run
+# of a compiled program repeats them.
+effectful_primitives: set[Primitive] = set()
 
 
 def new_primitive(name: str, multiple_results: bool = False) -> Primitive:
