@@ -10,7 +10,7 @@ from thunderx import tree
 from thunderx.ad_util import instantiate
 from thunderx.avals import is_float
 from thunderx.core import Tracer, describe_rules, get_aval, transpose_rules
-from thunderx.errors import user_frame
+from thunderx.errors import ThunderxError, user_frame
 from thunderx.ir import eval_jaxpr
 from thunderx.shapes import aval_of_argument
 from thunderx.tracing import trace_flat
@@ -18,7 +18,7 @@ from thunderx.transforms.partial_eval import partial_eval_jaxpr
 from thunderx.transforms.transpose import backward_pass
 
 
-class NotLinearError(TypeError):
+class NotLinearError(ThunderxError, TypeError):
     """The function given to `linear_transpose` is not linear in its arguments."""
 
 
