@@ -4,6 +4,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     binary,
     conv,
     creation,
+    custom,
     debug,
     higher_order,
     indexing,
