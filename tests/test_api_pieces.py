@@ -121,12 +121,16 @@ def test_linear_transpose_of_several_arguments_returns_a_tuple_like_primals():
         torch.testing.assert_close(g, w)
 
 
-def test_linear_transpose_inside_jit_is_the_same():
+def test_linear_transpose_under_jit_and_vmap_is_the_same():
     f = lambda x: W @ x
     ct = _randn(3, seed=6)
     want = W.T @ ct
     jitted = thunderx.jit(lambda ct: thunderx.linear_transpose(f, torch.zeros(4, dtype=F64))(ct))
     torch.testing.assert_close(jitted(ct)[0], want)
+    # over a batch of cotangents: one transpose per row
+    cts = _randn(5, 3, seed=7)
+    ft = thunderx.linear_transpose(f, torch.zeros(4, dtype=F64))
+    torch.testing.assert_close(thunderx.vmap(ft)(cts)[0], cts @ W)
 
 
 @pytest.mark.parametrize(
