@@ -99,8 +99,15 @@ class _DefaultAxis(int):
         return "0"
 
 
+class _Unset:
+    """The default of `in_dims` / `out_dims`: not given (None is a valid value)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
 _AXIS0 = _DefaultAxis(0)
-_UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<unset>"})()
+_UNSET: Any = _Unset()
 
 
 def _alias(jax_value, torch_value, jax_name: str, torch_name: str):
