@@ -33,9 +33,14 @@ def _random_sample(d: Draw) -> Sample:
     )
 
 
-# Random draws are left out of the rule samples (their values are random); their properties
-# are still checked here.
+def _debug_sample(d: Draw) -> Sample:
+    return Sample([d.tensor(d.shape())], {"callback": lambda *xs: None})
+
+
+# Random draws and callbacks are left out of the rule samples (their values are random, their
+# effects are the point); their properties are still checked here.
 PROPERTY_SAMPLES = dict(SAMPLES, random_uniform=_random_sample, random_normal=_random_sample)
+PROPERTY_SAMPLES["debug_callback"] = _debug_sample
 CHECKED = [n for n in ALL if n in PROPERTY_SAMPLES]
 
 

@@ -89,6 +89,25 @@ _not_differentiable_table = (
     not_differentiable  # reachable inside `declare`, whose keyword shadows it
 )
 linear_primitives: set[Primitive] = set()
+# Primitives with effects (random draws advance the RNG state, debug callbacks run user code):
+# DCE keeps them though nothing reads their outputs, CSE never merges two of them, and each run
+# of a compiled program repeats them. Filled by `declare(effects=...)`; read by
+# thunderx.passes.has_effects together with the conservative default of undeclared primitives.
+effectful_primitives: set[Primitive] = set()
+# Partial evaluation of one equation whose inputs are partly known, for primitives that can do
+# better than "any unknown input makes every output unknown" (higher-order primitives split their
+# sub-jaxprs): `rule(eqn, unknowns) -> (known_eqn, unknown_eqn, out_unknowns, residuals)`.
+#   known_eqn:   None, or an equation over the known inputs whose outputs are the eqn's known
+#                outputs (the same Vars) followed by `residuals` (new Vars);
+#   unknown_eqn: None, or an equation over `residuals` + the unknown inputs (and any known input
+#                it still reads) whose outputs are the eqn's unknown outputs (the same Vars).
+# Both the staged (`partial_eval_jaxpr`) and the online (`PartialEvalTrace`) partial evaluators
+# read it.
+partial_eval_rules: dict[Primitive, Callable] = {}
+# What a primitive becomes when staged into a jaxpr, for primitives whose params start out as
+# Python callables (custom_jvp: the function is only traced when a jaxpr must hold it):
+# `rule(args, params) -> (args, params)`. Read by the staging trace only.
+stage_rules: dict[Primitive, Callable] = {}
 
 
 # Primitives holding a sub-jaxpr in params["jaxpr"] whose invars match the equation's inputs
@@ -118,6 +137,8 @@ def declare(
     linear: bool = False,
     nonlinear: tuple[int, ...] | Callable[[int], bool] = (),
     batch: Callable | None = None,
+    partial_eval: Callable | None = None,
+    stage: Callable | None = None,
     torch_codegen: Callable | None = None,
     nvfuser: Callable | None = None,
     nvfuser_check: Callable | None = None,
@@ -138,6 +159,7 @@ def declare(
     Rule signatures: `impl(*arrays, **params)`; `abstract_eval(*avals, **params)`;
     `jvp(primals, tangents, **params) -> (out, tangent_out)`; `transpose(ct, *args, **params)
     -> [ct per operand]`; `batch(args, dims, **params) -> (out, out_dim)`;
+    `partial_eval(eqn, unknowns)` and `stage(args, params)` (see their tables above);
     `torch_codegen(arg_sources, avals, **params) -> expression source`;
     `nvfuser(fd, *operands, **params)`, `nvfuser_check(eqn) -> bool`.
     `linear=True` puts it in `linear_primitives`; without a `jvp` its jvp applies it to the
@@ -166,6 +188,8 @@ def declare(
         (jvp_rules, jvp),
         (transpose_rules, transpose),
         (batch_rules, batch),
+        (partial_eval_rules, partial_eval),
+        (stage_rules, stage),
         (torch_codegen_rules, torch_codegen),
         (nvfuser_rules, nvfuser),
         (nvfuser_checks, nvfuser_check),
@@ -175,6 +199,8 @@ def declare(
     for table, rule in rules:
         if rule is not None:
             table[prim] = rule
+    if effects:
+        effectful_primitives.add(prim)
     return prim
 
 
@@ -225,6 +251,11 @@ class Trace:
     def lift(self, value) -> Tracer:
         """A value from a parent trace as a tracer of this one (for in-place updates)."""
         raise NotImplementedError
+
+    def lift_created(self, value):
+        """A tensor created from one of this trace's values (`zeros_like(x)`): by default it
+        stays what it is; a trace that drops constant values (jvp) wraps it back."""
+        return value
 
     def check_foreign(self, x: Tracer) -> None:
         if not x._trace.alive:
@@ -324,8 +355,27 @@ class Tracer:
     def _trace_inputs(self) -> set:
         return self._trace.input_ids
 
+    def to_concrete(self):
+        """The concrete tensor this tracer stands for, or None when its value is not known
+        (staged, batched, or a tangent). Under grad, jvp and friends the primal is known."""
+        return None
+
     def __repr__(self) -> str:
+        value = self.to_concrete()
+        if value is not None:
+            # as torch.func prints a wrapped tensor: the value, and the transform around it
+            return f"{type(self).__name__}<{self.aval.str_short()}>(value={value!r})"
         return f"{type(self).__name__}<{self.aval.str_short()}>"
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return repr(self)
+        value = self.to_concrete()
+        if value is None:
+            from thunderx.errors import concretization
+
+            raise concretization(f"format spec {spec!r}", self.aval)
+        return format(value, spec)
 
 
 def get_aval(x) -> ShapedArray:

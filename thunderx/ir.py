@@ -107,6 +107,13 @@ class ClosedJaxpr:
     __repr__ = __str__
 
 
+def closure_convert(jaxpr: Jaxpr) -> Jaxpr:
+    """Constvars become leading invars, so the jaxpr can sit in params and take consts as inputs."""
+    if not jaxpr.constvars:
+        return jaxpr
+    return Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.eqns, jaxpr.outvars)
+
+
 _CHECK_TYPES = os.environ.get("THUNDERX_CHECK_TYPES", "") not in ("", "0")
 
 

@@ -3,27 +3,30 @@ elimination, and NaN-safe simplification (`x * 0` is not folded: NaN * 0 is NaN)
 
 from __future__ import annotations
 
-from thunderx.core import Primitive, call_primitives
-from thunderx.ir import Eqn, Jaxpr, Literal, Var
+from thunderx.core import Primitive, call_primitives, effectful_primitives
+from thunderx.ir import Eqn, Jaxpr, Literal, Var, closure_convert
 from thunderx.primitives import binary as B
 from thunderx.primitives import creation as C
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
 from thunderx.primitives.higher_order import stop_gradient_p
 
-__all__ = ["call_primitives", "closure_convert", "cse", "dce", "inline_calls", "optimize"]
+__all__ = [
+    "call_primitives",
+    "closure_convert",
+    "cse",
+    "dce",
+    "has_effects",
+    "inline_calls",
+    "optimize",
+    "simplify",
+]
 
 
 def has_effects(prim: Primitive) -> bool:
-    """A primitive with declared effects (a random draw) is never removed or merged."""
-    return bool(prim.props.effects)
-
-
-def closure_convert(jaxpr: Jaxpr) -> Jaxpr:
-    """Constvars become leading invars, so the jaxpr can sit in params and take consts as inputs."""
-    if not jaxpr.constvars:
-        return jaxpr
-    return Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.eqns, jaxpr.outvars)
+    """A primitive with effects (a random draw, a debug callback) is never removed or merged;
+    one whose properties were never declared is assumed to have some."""
+    return prim in effectful_primitives or bool(prim.props.effects)
 
 
 def inline_calls(jaxpr: Jaxpr, prims=None) -> Jaxpr:

@@ -148,7 +148,8 @@ def generate_source(
         lhs = ", ".join(namer(v) for v in out)
         if e.prim.multiple_results:
             lhs += "," if len(out) == 1 else ""
-        lines.append(f"    {lhs} = {expr}")
+        # an equation without outputs (a debug callback) is a statement
+        lines.append(f"    {lhs} = {expr}" if out else f"    {expr}")
         aliased = [root.get(id(e.inputs[k]), id(e.inputs[k])) for k in aliases]
         aliased = [r for k, r in zip(aliases, aliased) if isinstance(e.inputs[k], Var)]
         for v in out:
