@@ -197,6 +197,22 @@ def test_inplace_form_exists_and_computes_the_same(name):
     assert checked, f"{name}: no sample let the in-place form run"
 
 
+COMMUTATIVE = [n for n in CHECKED if core.primitives[n].props.commutative]
+
+
+@pytest.mark.parametrize("name", COMMUTATIVE)
+def test_commutative_ops_may_write_into_either_operand(name):
+    # the executor writes `y.<inplace>(x)` for a dead y: that must equal impl(x, y)
+    prim = core.primitives[name]
+    impl, method = core.impl_rules[prim], prim.props.inplace
+    for sample in _samples(name, 10):
+        x, y = sample.args
+        want = impl(x, y)
+        torch.testing.assert_close(impl(y, x), want, rtol=0, atol=0)
+        if isinstance(y, torch.Tensor) and y.shape == want.shape and y.dtype == want.dtype:
+            torch.testing.assert_close(getattr(y.clone(), method)(x), want, rtol=0, atol=0)
+
+
 def test_integer_division_is_never_written_in_place():
     # Tensor.div_ divides exactly (and refuses integer tensors) where the primitive truncates
     div = core.primitives["div"]
