@@ -4,6 +4,8 @@ derivatives of any order and vmap stay inside the primitive set."""
 
 from __future__ import annotations
 
+import math
+
 import torch.nn.functional as F
 
 from thunderx.ad_util import Zero, add_tangents, is_undefined
@@ -222,6 +224,11 @@ def _conv_batch(args, dims, **params):
     return S.reshape(out, (os_[0], b, o) + os_[2:]), 1
 
 
+def _conv_flops(in_avals, out_avals, **params):
+    """Multiply-adds, counted as 2 flops each: the kernel is (out, in / groups, *window)."""
+    return 2 * math.prod(out_avals[0].shape) * math.prod(in_avals[1].shape[1:])
+
+
 conv_p = declare(
     "conv",
     impl=_conv_impl,
@@ -230,4 +237,5 @@ conv_p = declare(
     linear=True,
     transpose=_conv_transpose,
     batch=_conv_batch,
+    flops=_conv_flops,
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import string
 
 import torch
@@ -170,6 +171,12 @@ def _dot_batch(args, dims, *, dimension_numbers):
     ) + free.index(dy)
 
 
+def _dot_flops(in_avals, out_avals, *, dimension_numbers):
+    """Multiply-adds, counted as 2 flops each."""
+    (lc, _), _ = dimension_numbers
+    return 2 * math.prod(out_avals[0].shape) * math.prod(in_avals[0].shape[i] for i in lc)
+
+
 # No nvFuser rule: matmul runs through the torch executor (cuBLAS).
 dot_general_p = declare(
     "dot_general",
@@ -180,4 +187,5 @@ dot_general_p = declare(
     transpose=_dot_transpose,
     batch=_dot_batch,
     torch_codegen=_dot_codegen,
+    flops=_dot_flops,
 )

@@ -110,6 +110,9 @@ partial_eval_rules: dict[Primitive, Callable] = {}
 stage_rules: dict[Primitive, Callable] = {}
 
 
+# Floating-point operations of one equation, for cost analysis (contractions declare theirs;
+# others count 0): `rule(in_avals, out_avals, **params) -> int`.
+flops_rules: dict[Primitive, Callable] = {}
 # Primitives holding a sub-jaxpr in params["jaxpr"] whose invars match the equation's inputs
 # (inlined by thunderx.passes.inline_calls).
 call_primitives: set[Primitive] = set()
@@ -139,6 +142,7 @@ def declare(
     batch: Callable | None = None,
     partial_eval: Callable | None = None,
     stage: Callable | None = None,
+    flops: Callable | None = None,
     torch_codegen: Callable | None = None,
     nvfuser: Callable | None = None,
     nvfuser_check: Callable | None = None,
@@ -159,7 +163,8 @@ def declare(
     Rule signatures: `impl(*arrays, **params)`; `abstract_eval(*avals, **params)`;
     `jvp(primals, tangents, **params) -> (out, tangent_out)`; `transpose(ct, *args, **params)
     -> [ct per operand]`; `batch(args, dims, **params) -> (out, out_dim)`;
-    `partial_eval(eqn, unknowns)` and `stage(args, params)` (see their tables above);
+    `partial_eval(eqn, unknowns)`, `stage(args, params)` and `flops(in_avals, out_avals,
+    **params)` (see their tables above);
     `torch_codegen(arg_sources, avals, **params) -> expression source`;
     `nvfuser(fd, *operands, **params)`, `nvfuser_check(eqn) -> bool`.
     `linear=True` puts it in `linear_primitives`; without a `jvp` its jvp applies it to the
@@ -190,6 +195,7 @@ def declare(
         (batch_rules, batch),
         (partial_eval_rules, partial_eval),
         (stage_rules, stage),
+        (flops_rules, flops),
         (torch_codegen_rules, torch_codegen),
         (nvfuser_rules, nvfuser),
         (nvfuser_checks, nvfuser_check),

@@ -9,6 +9,7 @@ from collections import Counter
 import torch
 
 from thunderx import tree
+from thunderx.core import flops_rules
 from thunderx.errors import user_frame
 from thunderx.ir import Jaxpr, Var
 from thunderx.passes import optimize
@@ -162,16 +163,11 @@ def _nbytes(x) -> int:
 
 
 def _flops(e) -> int:
-    """Multiply-adds of contractions, counted as 2 flops each; 0 for other primitives."""
-    name = e.prim.name
-    if name == "dot_general":
-        (lc, _), _ = e.params["dimension_numbers"]
-        x_shape = e.inputs[0].aval.shape
-        return 2 * math.prod(e.outputs[0].aval.shape) * math.prod(x_shape[i] for i in lc)
-    if name == "conv":
-        w = e.inputs[1].aval.shape  # (out channels, in channels / groups, *kernel)
-        return 2 * math.prod(e.outputs[0].aval.shape) * math.prod(w[1:])
-    return 0
+    """The primitive's declared flops (contractions); 0 for primitives that declare none."""
+    rule = flops_rules.get(e.prim)
+    if rule is None:
+        return 0
+    return rule([x.aval for x in e.inputs], [v.aval for v in e.outputs], **e.params)
 
 
 def cost_analysis(jaxpr: Jaxpr) -> dict:
