@@ -395,3 +395,14 @@ def test_jit_matches_eager_on_random_programs(prog):
     torch.testing.assert_close(tx.jit(f)(*xs), want, rtol=1e-12, atol=1e-12)
     xs32 = prog.example_inputs(torch.float32)
     torch.testing.assert_close(tx.jit(f)(*xs32), f(*xs32), rtol=1e-5, atol=1e-5)
+
+
+def test_declare_refuses_malformed_properties():
+    def ident(x):
+        return x
+
+    with pytest.raises(TypeError, match="effects and aliases are tuples"):
+        core.declare("_probe", impl=ident, abstract_eval=ident, effects="rng")
+    with pytest.raises(ValueError, match="no in-place method 'nope_'"):
+        core.declare("_probe", impl=ident, abstract_eval=ident, inplace="nope_")
+    assert "_probe" not in core.primitives

@@ -34,7 +34,8 @@ class Properties:
     inplace_floating_only: bool = False
     # A binary op whose in-place form may also write into operand 1 (operands swap).
     commutative: bool = False
-    # "rng": reads and advances torch's random state, so it is never removed, merged or reused.
+    # Effects: "rng" reads and advances torch's random state, "callback" runs user code,
+    # "opaque" an unknown torch function; such an equation is never removed or merged.
     effects: frozenset[str] = frozenset()
     # Each output element depends only on the operand elements at the same index.
     elementwise: bool = False
@@ -50,8 +51,8 @@ class Properties:
         return self.aliases
 
 
-# A primitive made by `new_primitive` alone: assumed to alias operand 0, with effects, so that
-# executors and passes stay safe; tests/test_properties.py fails until it is declared.
+# A primitive made by `new_primitive` alone: assumed to alias any operand and to have effects,
+# so that executors and passes stay safe; tests/test_properties.py fails until it is declared.
 UNDECLARED = Properties(aliases=ALL_OPERANDS, effects=frozenset({"undeclared"}), declared=False)
 
 
@@ -170,9 +171,13 @@ def declare(
     `linear=True` puts it in `linear_primitives`; without a `jvp` its jvp applies it to the
     tangents (operands at `nonlinear` positions, such as indices, pass their primal).
 
-    >>> twice_p = declare("twice", abstract_eval=lambda x: x, impl=lambda x: 2 * x,
-    ...                   elementwise=True)  # doctest: +SKIP
+    Example: `exp_p` in primitives/unary.py (through the `def_unary` factory); docs/primitives.md
+    shows a declaration and the table of all of them.
     """
+    if isinstance(effects, str) or isinstance(aliases, int):
+        raise TypeError(f"declare({name!r}): effects and aliases are tuples, e.g. effects=('rng',)")
+    if inplace is not None and not hasattr(torch.Tensor, inplace):
+        raise ValueError(f"declare({name!r}): torch.Tensor has no in-place method {inplace!r}")
     prim = new_primitive(name, multiple_results)
     prim.props = Properties(
         aliases=aliases if aliases == ALL_OPERANDS else tuple(aliases),
