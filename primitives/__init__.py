@@ -2,13 +2,17 @@
 
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
     binary,
+    cond,
     conv,
     creation,
     higher_order,
     indexing,
     linalg,
     reductions,
+    remat,
+    scan,
     shape,
     slicing,
     unary,
+    while_loop,
 )

@@ -8,10 +8,16 @@ tensor([1., 1., 1.])
 
 from __future__ import annotations
 
-from thunderx import errors, tree  # noqa: F401
+from thunderx import (  # noqa: F401
+    errors,
+    lax,  # noqa: F401
+    tree,
+)
 from thunderx import lang as _lang  # noqa: F401  (installs the language layer)
 from thunderx import primitives as _primitives  # noqa: F401  (registers the primitive set)
 from thunderx.api import functional_call, make_jaxpr
+from thunderx.control_flow import checkpoint, checkpoint_policies, remat
+from thunderx.control_flow import install_torch_control_flow as _install_cf
 from thunderx.explain import explain
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.primitives.higher_order import stop_gradient
@@ -29,11 +35,17 @@ from thunderx.transforms.custom import custom_jvp, custom_vjp
 from thunderx.transforms.jit import jit
 from thunderx.transforms.vmap import vmap
 
+_install_cf()
+
 __version__ = "0.1.0"
 
 __all__ = [
     "ClosedJaxpr",
     "Jaxpr",
+    "checkpoint",
+    "checkpoint_policies",
+    "lax",
+    "remat",
     "custom_jvp",
     "custom_vjp",
     "errors",

@@ -222,6 +222,16 @@ class NvFuserProgram:
         return code_html(f"nvFuser program: {len(self.regions)} fusion regions", self.as_text())
 
     def __call__(self, *args):
+        from thunderx.primitives._subjaxpr import current_executor
+
+        # bodies of control flow run by this program are fused too (the loop runs on the host)
+        token = current_executor.set("nvfuser")
+        try:
+            return self._run(args)
+        finally:
+            current_executor.reset(token)
+
+    def _run(self, args):
         env: dict[int, object] = {}
         for v, a in zip(self.jaxpr.constvars + self.jaxpr.invars, args):
             env[id(v)] = a
