@@ -183,6 +183,10 @@ def _scan_partial_eval(eqn, unknowns):
             break
         carry_u = new
         unknowns[num_consts : num_consts + num_carry] = carry_u
+    xs_u = unknowns[num_consts + num_carry :]
+    if p["length"] is None and all(xs_u):
+        # a run-time length comes from a known xs: with none, the known loop could not run
+        return None, eqn, [True] * len(eqn.outputs), []
     known, unknown, out_unk, n_res = partial_eval_forced(jaxpr, unknowns, carry_u + [False] * n_ys)
     if not any(out_unk):
         return eqn, None, out_unk, []
@@ -215,10 +219,15 @@ def _scan_partial_eval(eqn, unknowns):
     u_cs, u_cr, u_xs = u_in[:n_uc], u_in[n_uc : n_uc + n_ucr], u_in[n_uc + n_ucr :]
     inv_in = [r for r, inv in zip(res_in, invariant) if inv]
     st_in = [r for r, inv in zip(res_in, invariant) if not inv]
-    body = with_invars(unknown, inv_in + u_cs + u_cr + st_in + u_xs)
     inv_atoms = [ins[const_pos[id(r)]] for r, inv in zip(residuals, invariant) if inv]
     u_atoms = [x for x, u in zip(ins, unknowns) if u]
-    a_cs, a_xs = u_atoms[:n_uc], [x for x, u in zip(ins, unknowns) if u][n_uc + n_ucr :]
+    a_cs, a_xs = u_atoms[:n_uc], u_atoms[n_uc + n_ucr :]
+    if p["length"] is None and not stacked_vars and not a_xs:
+        # the unknown loop still needs a stack to read its run-time length from
+        k_x = next(x for x, u in zip(ins[num_consts + num_carry :], xs_u) if not u)
+        a_xs = [k_x]
+        u_xs = list(u_xs) + [Var(k_x.aval.update(shape=k_x.aval.shape[1:]))]
+    body = with_invars(unknown, inv_in + u_cs + u_cr + st_in + u_xs)
     # a carry unknown only from a later iteration enters with its known value
     a_cr = [x for x, u in zip(ins[num_consts : num_consts + num_carry], carry_u) if u]
     unknown_eqn = Eqn(

@@ -96,29 +96,38 @@ def _while_jvp(
 ):
     from thunderx.transforms.jit import jvp_of_jaxpr
 
-    if num_stacked:
-        raise NotImplementedError(
-            "forward-mode differentiation of the residual-recording half of a while_loop (a "
-            "second derivative through a while_loop) is not supported; use fori_loop with static "
-            "bounds or scan, which support any order"
-        )
     cc, bc, carry = _split(primals, cond_nconsts, body_nconsts)
     _, tbc, tcarry = _split(tangents, cond_nconsts, body_nconsts)
     bc_nz = [type(t) is not Zero and float_aval(get_aval(p)) for p, t in zip(bc, tbc)]
     carry_nz = [type(t) is not Zero and float_aval(get_aval(p)) for p, t in zip(carry, tcarry)]
-    while True:
+    while True:  # a carry tangent is nonzero if it enters so or the body makes it so
         out_nz = jvp_of_jaxpr(body_jaxpr, tuple(bc_nz + carry_nz))[2]
         new = [a or b for a, b in zip(carry_nz, out_nz)]
         if new == carry_nz:
             break
         carry_nz = new
-    j, jc, _ = jvp_of_jaxpr(body_jaxpr, tuple(bc_nz + carry_nz), tuple(carry_nz))
+    inst = tuple(carry_nz) + (False,) * num_stacked
+    j, jc, out_nz = jvp_of_jaxpr(body_jaxpr, tuple(bc_nz + carry_nz), inst)
     nj, nb, nc = len(jc), len(bc), len(carry)
     ins = j.invars
     p_bc, p_carry = ins[nj : nj + nb], ins[nj + nb : nj + nb + nc]
     t_rest = ins[nj + nb + nc :]
     n_tbc = sum(bc_nz)
-    body = with_invars(j, list(ins[:nj]) + p_bc + t_rest[:n_tbc] + p_carry + t_rest[n_tbc:])
+    # outputs: carry, carry tangents, stacks, their nonzero tangents, and the active flag last
+    n_out = nc + num_stacked
+    t_outs = iter(j.outvars[n_out:])
+    t_vars = [next(t_outs) if z else None for z in out_nz]
+    stacks = list(j.outvars[nc:n_out])
+    st_t = [v for v in t_vars[nc:] if v is not None]
+    outvars = list(j.outvars[:nc]) + [v for v in t_vars[:nc] if v is not None]
+    outvars += stacks[:-1] + st_t + stacks[-1:]
+    body = Jaxpr(
+        [],
+        list(ins[:nj]) + p_bc + t_rest[:n_tbc] + p_carry + t_rest[n_tbc:],
+        j.eqns,
+        outvars,
+        check=False,
+    )
     t_carry_avals = [get_aval(p).strip_weak() for p, z in zip(carry, carry_nz) if z]
     cond = pad_invars(cond_jaxpr, after=t_carry_avals)
     t_bc = [t for t, z in zip(tbc, bc_nz) if z]
@@ -134,11 +143,19 @@ def _while_jvp(
         body_jaxpr=body,
         cond_nconsts=cond_nconsts,
         body_nconsts=nj + nb + n_tbc,
-        num_stacked=0,
+        num_stacked=num_stacked + len(st_t),
     )
-    t_out = iter(outs[nc:])
-    return outs[:nc], [
-        next(t_out) if z else Zero(get_aval(o).strip_weak()) for o, z in zip(outs[:nc], carry_nz)
+    n_ct = len(t_init)
+    carry_out, t_carry_out = outs[:nc], iter(outs[nc : nc + n_ct])
+    rest = outs[nc + n_ct :]
+    st_out = rest[: num_stacked - 1] + rest[len(rest) - 1 :] if num_stacked else []
+    st_t_out = iter(rest[max(num_stacked - 1, 0) : len(rest) - 1] if num_stacked else [])
+    primal_out = list(carry_out) + list(st_out)
+    t_all = [next(t_carry_out) if z else None for z in carry_nz]
+    if num_stacked:
+        t_all += [next(st_t_out) if z else None for z in out_nz[nc : n_out - 1]] + [None]
+    return primal_out, [
+        t if t is not None else Zero(get_aval(o).strip_weak()) for t, o in zip(t_all, primal_out)
     ]
 
 
@@ -154,10 +171,11 @@ def _while_partial_eval(eqn, unknowns):
 
     p = eqn.params
     cond_jaxpr, body_jaxpr = p["cond_jaxpr"], p["body_jaxpr"]
-    ncc, nbc = p["cond_nconsts"], p["body_nconsts"]
+    ncc, nbc, n_st = p["cond_nconsts"], p["body_nconsts"], p["num_stacked"]
     all_unknown = None, eqn, [True] * len(eqn.outputs), []
     cc_u, bc_u, carry_u = _split(list(unknowns), ncc, nbc)
-    if p["num_stacked"] or any(cc_u):
+    nc = len(carry_u)
+    if any(cc_u):
         return all_unknown
     while True:
         out_u = partial_eval_jaxpr(body_jaxpr, bc_u + carry_u)[2]
@@ -168,47 +186,53 @@ def _while_partial_eval(eqn, unknowns):
     c_carry_vars = cond_jaxpr.invars[ncc:]
     if any(u and _uses(cond_jaxpr, v) for u, v in zip(carry_u, c_carry_vars)):
         return all_unknown  # the trip count itself depends on unknown values
-    known, unknown, out_unk, n_res = partial_eval_forced(body_jaxpr, bc_u + carry_u, carry_u)
+    known, unknown, out_unk, n_res = partial_eval_forced(
+        body_jaxpr, bc_u + carry_u, carry_u + [False] * n_st
+    )
+    st_unk = out_unk[nc:]
+    if n_st and st_unk[-1]:
+        return all_unknown  # cannot happen: the active flag is a bool computed from known values
     n_known_out = len(known.outvars) - n_res
     residuals = known.outvars[n_known_out:]
     const_pos = {id(v): i for i, v in enumerate(body_jaxpr.invars[:nbc])}
     invariant = [id(r) in const_pos for r in residuals]
-    # Known loop: the primal carries, stacking each iteration's residuals and an "active" flag.
-    active = Var(ShapedArray((), torch_bool()))
-    full = Eqn(
-        creation.full_p,
-        [],
-        [active],
-        {"shape": (), "fill_value": True, "dtype": torch_bool(), "device": _device(eqn)},
-    )
     st_res = [r for r, inv in zip(residuals, invariant) if not inv]
-    known_body = Jaxpr(
-        [],
-        known.invars,
-        list(known.eqns) + [full],
-        list(known.outvars[:n_known_out]) + st_res + [active],
-        check=False,
-    )
+    known_outs = list(known.outvars[:n_known_out])
+    eqns = list(known.eqns)
+    dev = _device(eqn)
+    if n_st:  # the body already stacks an active flag (last): keep it last
+        active, known_outs = known_outs[-1], known_outs[:-1]
+        active_out = eqn.outputs[-1]
+    else:  # stack an "active" flag per iteration (a batched predicate turns it per element)
+        active = Var(ShapedArray((), torch_bool(), dev))
+        params = {"shape": (), "fill_value": True, "dtype": torch_bool(), "device": dev}
+        eqns.append(Eqn(creation.full_p, [], [active], params))
+        active_out = Var(ShapedArray((None,), torch_bool(), dev))
+    # Known loop: the known carries and stacks, each iteration's residuals, the active flag.
+    known_body = Jaxpr([], known.invars, eqns, known_outs + st_res + [active], check=False)
     known_cond = with_invars(
         cond_jaxpr,
         list(cond_jaxpr.invars[:ncc]) + [v for v, u in zip(c_carry_vars, carry_u) if not u],
     )
     cc_in, bc_in, carry_in = _split(eqn.inputs, ncc, nbc)
-    stack_vars = [Var(stacked(r.aval, None)) for r in st_res] + [
-        Var(ShapedArray((None,), torch_bool(), _device(eqn)))
-    ]
+    out_flags = carry_u + st_unk
+    stack_outs = [v for v, u in zip(eqn.outputs[nc : len(eqn.outputs) - 1], st_unk) if not u]
+    res_vars = [Var(stacked(r.aval, None)) for r in st_res]
     known_eqn = Eqn(
         while_p,
         cc_in
         + [x for x, u in zip(bc_in, bc_u) if not u]
         + [x for x, u in zip(carry_in, carry_u) if not u],
-        [v for v, u in zip(eqn.outputs, carry_u) if not u] + stack_vars,
+        [v for v, u in zip(eqn.outputs[:nc], carry_u) if not u]
+        + stack_outs
+        + res_vars
+        + [active_out],
         dict(
             p,
             cond_jaxpr=known_cond,
             body_jaxpr=known_body,
             body_nconsts=sum(1 for u in bc_u if not u),
-            num_stacked=len(stack_vars),
+            num_stacked=len(stack_outs) + len(res_vars) + 1,
         ),
     )
     # Unknown half: a scan of run-time length over the stacks; finished elements keep their carry.
@@ -217,28 +241,23 @@ def _while_partial_eval(eqn, unknowns):
     u_bc, u_carry = unknown.invars[n_res : n_res + n_ubc], unknown.invars[n_res + n_ubc :]
     inv_in = [r for r, inv in zip(res_in, invariant) if inv]
     st_in = [r for r, inv in zip(res_in, invariant) if not inv]
-    x_active = Var(ShapedArray((), torch_bool(), _device(eqn)))
+    n_ucr = sum(carry_u)
+    x_active = Var(ShapedArray((), torch_bool(), dev))
     sel_eqns, new_outs = [], []
-    for old, new in zip(u_carry, unknown.outvars):
+    for old, upd in zip(u_carry, unknown.outvars[:n_ucr]):
         out = Var(old.aval)
         pred = x_active
         if old.aval.shape != ():
             pred = Var(ShapedArray(old.aval.shape, torch_bool(), old.aval.device))
-            sel_eqns.append(
-                Eqn(
-                    _bid_p(),
-                    [x_active],
-                    [pred],
-                    {"shape": tuple(old.aval.shape), "broadcast_dimensions": ()},
-                )
-            )
-        sel_eqns.append(Eqn(U.select_p, [pred, new, old], [out], {}))
+            params = {"shape": tuple(old.aval.shape), "broadcast_dimensions": ()}
+            sel_eqns.append(Eqn(_bid_p(), [x_active], [pred], params))
+        sel_eqns.append(Eqn(U.select_p, [pred, upd, old], [out], {}))
         new_outs.append(out)
     body = Jaxpr(
         [],
         inv_in + list(u_bc) + list(u_carry) + [x_active] + st_in,
         list(unknown.eqns) + sel_eqns,
-        new_outs,
+        new_outs + list(unknown.outvars[n_ucr:]),
         check=False,
     )
     inv_atoms = [bc_in[const_pos[id(r)]] for r, inv in zip(residuals, invariant) if inv]
@@ -247,18 +266,18 @@ def _while_partial_eval(eqn, unknowns):
         inv_atoms
         + [x for x, u in zip(bc_in, bc_u) if u]
         + [x for x, u in zip(carry_in, carry_u) if u]
-        + stack_vars[-1:]
-        + stack_vars[:-1],
-        [v for v, u in zip(eqn.outputs, carry_u) if u],
+        + [active_out]
+        + res_vars,
+        [v for v, u in zip(eqn.outputs[: len(out_flags)], out_flags) if u],
         {
             "jaxpr": body,
             "num_consts": len(inv_atoms) + n_ubc,
-            "num_carry": sum(carry_u),
+            "num_carry": n_ucr,
             "length": None,
             "reverse": False,
         },
     )
-    return known_eqn, unknown_eqn, carry_u, stack_vars
+    return known_eqn, unknown_eqn, out_flags, res_vars + [active_out]
 
 
 def _bid_p():

@@ -182,6 +182,16 @@ def test_reverse_mode_through_a_while_loop_with_a_value_dependent_trip_count():
     _close(t, 0.5 / a.sqrt())
 
 
+def test_forward_mode_and_second_order_through_a_while_loop():
+    a = torch.tensor([2.0, 9.0, 30.0], dtype=F64)
+    sqrt = lambda a: _newton_sqrt(a)[0]  # noqa: E731
+    _close(thunderx.jacfwd(sqrt)(a), torch.diag(0.5 / a.sqrt()))
+    _close(thunderx.linearize(sqrt, a)[1](torch.ones(3, dtype=F64)), 0.5 / a.sqrt())
+    # forward over reverse: the residual-recording loop is differentiated again
+    _close(thunderx.hessian(lambda a: sqrt(a).sum())(a), torch.diag(-0.25 * a**-1.5))
+    _close(thunderx.jit(thunderx.hessian(lambda a: sqrt(a).sum()))(a), torch.diag(-0.25 * a**-1.5))
+
+
 def test_vmap_of_while_loop_equals_a_python_loop_of_while_loops():
     a = torch.tensor([[2.0, 9.0], [4.0, 1e4], [0.5, 3.0]], dtype=F64)
     got = thunderx.vmap(_newton_sqrt)(a)
@@ -308,6 +318,21 @@ def test_generated_code_has_real_loops_and_branches():
     assert "\n    if " in src and "\n    while " in src and "\n    for " in src, src
     x = torch.tensor([1.0, -2.0, 0.5])
     _close(thunderx.jit(f)(x, torch.tensor(2)), f(x, torch.tensor(2)))
+
+
+def test_nested_jaxprs_print_in_text_html_and_the_explorer():
+    def f(a):
+        inner = lambda v: lax.scan(lambda c, x: (c * x, c), v, torch.stack([v, v]))[1]  # noqa: E731
+        return lax.cond(a.sum() > 0, inner, lambda v: torch.stack([v, v]), a)
+
+    a = torch.tensor([1.0, 2.0])
+    jaxpr = thunderx.make_jaxpr(f)(a)
+    text = str(jaxpr)
+    assert "cond[branches=(" in text and "scan[jaxpr={ lambda" in text and "mul" in text
+    html = jaxpr._repr_html_()
+    assert "branches[0]" in html and "branches[1]" in html and "jaxpr: " in html
+    ex = thunderx.explain(thunderx.jit(thunderx.grad(lambda a: f(a).sum())))(a)
+    assert "cond" in ex._repr_html_()
 
 
 def test_nvfuser_executor_fuses_inside_loop_bodies():
