@@ -26,9 +26,15 @@ current_executor: contextvars.ContextVar[str] = contextvars.ContextVar(
 
 def run_jaxpr(jaxpr: Jaxpr, args) -> list:
     """Execute a closure-converted jaxpr on concrete tensors with the current executor."""
+    import torch
+
     from thunderx.transforms.jit import compiled_for
 
-    return list(compiled_for(jaxpr, current_executor.get())(*args))
+    prog = compiled_for(jaxpr, current_executor.get())
+    if torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in args):
+        # torch autograd through the call: the variant without in-place buffer reuse
+        return list(prog.fn_plain(*args))
+    return list(prog.fn(*args))
 
 
 def with_invars(jaxpr: Jaxpr, invars) -> Jaxpr:

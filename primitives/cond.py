@@ -212,14 +212,13 @@ def _cond_codegen(args, avals, *, ctx, branches):
     index, ops = args[0], ", ".join(args[1:])
     lhs = ", ".join(ctx.outs) + ("," if len(ctx.outs) == 1 else "")
     call = [f"    {lhs} = {n}({ops})" if ctx.outs else f"    {n}({ops})" for n in names]
-    if len(names) == 2 and avals[0].dtype is not None:
+    if len(names) == 2:  # the index is clamped: anything above 0 takes branch 1
         return [f"if {index} > 0:", call[1], "else:", call[0]]
-    lines = [f"_i = int({index})"]
+    i = f"_i{len(ctx.prelude)}"
+    lines = [f"{i} = int({index})"]
     for k in range(len(names) - 1):
-        cmp = f"_i <= {k}"
-        lines += [("if " if k == 0 else "elif ") + cmp + ":", call[k]]
-    lines += ["else:", call[-1]]
-    return lines
+        lines += [("if " if k == 0 else "elif ") + f"{i} <= {k}:", call[k]]
+    return lines + ["else:", call[-1]]
 
 
 impl_rules[cond_p] = _cond_impl

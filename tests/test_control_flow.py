@@ -416,3 +416,16 @@ def test_first_call_time_of_jit_grad_of_scan_is_flat_in_the_step_count():
         times[n] = time.perf_counter() - t0
         g(w, n)
     assert times[400] < 3 * times[10] + 0.05, times
+
+
+@pytest.mark.parametrize("module", ["thunderx.control_flow", "thunderx.lax"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(
+        importlib.import_module(module),
+        extraglobs={"torch": torch, "thunderx": thunderx, "lax": lax},
+        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
+    )
+    assert result.attempted > 0 and result.failed == 0

@@ -241,7 +241,7 @@ def scan(
     `unroll` is accepted for JAX compatibility (the generated loop calls the body once per step).
 
     >>> scan(lambda c, x: (c + x, c * x), torch.tensor(0.), torch.arange(3.))
-    (tensor(3.), tensor([0., 1., 3.]))
+    (tensor(3.), tensor([0., 0., 2.]))
     """
     from thunderx.primitives.scan import scan_p
 
