@@ -419,9 +419,12 @@ def _while_codegen(
     lhs = ", ".join(c_out + tmps) + ("," if len(c_out + tmps) == 1 else "")
     lines.append(f"    {lhs} = {body}({', '.join(bc + c_out)})")
     lines += [f"    {s}.append({t})" for s, t in zip(lists, tmps)]
-    stack = ctx.param(stack_list)
     for out, s, v in zip(s_out, lists, body_jaxpr.outvars[nc:]):
-        lines.append(f"{out} = {stack}({s}, {ctx.param(v.aval)})")
+        a = v.aval
+        empty = (
+            f"torch.empty((0,) + {tuple(a.shape)!r}, dtype={a.dtype}, device={ctx.param(a.device)})"
+        )
+        lines.append(f"{out} = torch.stack({s}) if {s} else {empty}")
     return lines
 
 

@@ -182,6 +182,16 @@ def test_reverse_mode_through_a_while_loop_with_a_value_dependent_trip_count():
     _close(t, 0.5 / a.sqrt())
 
 
+def test_reverse_mode_through_a_while_loop_that_runs_zero_times():
+    def f(x, limit):
+        return lax.while_loop(lambda v: v.sum() < limit, lambda v: v * 3.0, x).sum()
+
+    x = torch.tensor([1.0, 2.0], dtype=F64)
+    g = thunderx.jit(thunderx.grad(f))
+    _close(g(x, torch.tensor(0.0, dtype=F64)), torch.ones(2, dtype=F64))  # zero trips
+    _close(g(x, torch.tensor(20.0, dtype=F64)), torch.full((2,), 9.0, dtype=F64))  # two trips
+
+
 def test_forward_mode_and_second_order_through_a_while_loop():
     a = torch.tensor([2.0, 9.0, 30.0], dtype=F64)
     sqrt = lambda a: _newton_sqrt(a)[0]  # noqa: E731
@@ -229,7 +239,14 @@ def test_cond_grad_takes_the_branch_and_vmap_selects():
         _close(thunderx.grad(lambda v: f(v).sum())(x), xr.grad)
         _close(thunderx.jit(thunderx.grad(lambda v: f(v).sum()))(x), xr.grad)
     xs = torch.tensor([[0.3, 0.5], [-0.3, -0.5], [1.0, -2.0]], dtype=F64)
+    assert "select" in str(thunderx.make_jaxpr(thunderx.vmap(f))(xs))
     _close(thunderx.vmap(f)(xs), torch.stack([f(x) for x in xs]))
+    # an unbatched predicate stays a cond
+    g = lambda p, x: lax.cond(p > 0, lambda v: v.sin(), lambda v: v.cos(), x)  # noqa: E731
+    p = torch.tensor(1.0, dtype=F64)
+    jaxpr = str(thunderx.make_jaxpr(thunderx.vmap(g, in_axes=(None, 0)))(p, xs))
+    assert "cond[" in jaxpr and "select" not in jaxpr
+    _close(thunderx.vmap(g, in_axes=(None, 0))(p, xs), xs.sin())
     _close(thunderx.jit(thunderx.vmap(f))(xs), torch.stack([f(x) for x in xs]))
 
 
