@@ -8,19 +8,16 @@ tensor([1., 1., 1.])
 
 from __future__ import annotations
 
-from thunderx import (  # noqa: F401
-    errors,
-    lax,  # noqa: F401
-    tree,
-)
+from thunderx import debug, errors, lax, tree  # noqa: F401
 from thunderx import lang as _lang  # noqa: F401  (installs the language layer)
 from thunderx import primitives as _primitives  # noqa: F401  (registers the primitive set)
-from thunderx.api import functional_call, make_jaxpr
+from thunderx.api import functional_call, make_jaxpr, stack_module_state
 from thunderx.control_flow import checkpoint, checkpoint_policies, remat
 from thunderx.control_flow import install_torch_control_flow as _install_cf
 from thunderx.explain import explain
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.primitives.higher_order import stop_gradient
+from thunderx.shapes import ShapeDtypeStruct, eval_shape
 from thunderx.transforms.ad import (
     grad,
     hessian,
@@ -33,6 +30,7 @@ from thunderx.transforms.ad import (
 )
 from thunderx.transforms.custom import custom_jvp, custom_vjp
 from thunderx.transforms.jit import jit
+from thunderx.transforms.linear_transpose import linear_transpose
 from thunderx.transforms.vmap import vmap
 
 _install_cf()
@@ -42,15 +40,18 @@ __version__ = "0.1.0"
 __all__ = [
     "ClosedJaxpr",
     "Jaxpr",
+    "ShapeDtypeStruct",
     "checkpoint",
     "checkpoint_policies",
     "lax",
     "remat",
     "custom_jvp",
     "custom_vjp",
+    "debug",
     "errors",
-    "explain",
     "eval_jaxpr",
+    "eval_shape",
+    "explain",
     "functional_call",
     "grad",
     "hessian",
@@ -58,8 +59,10 @@ __all__ = [
     "jacrev",
     "jit",
     "jvp",
+    "linear_transpose",
     "linearize",
     "make_jaxpr",
+    "stack_module_state",
     "stop_gradient",
     "tree",
     "value_and_grad",

@@ -46,6 +46,10 @@ nvfuser_checks: dict[Primitive, Callable] = {}
 # Why a primitive has no jvp / transpose rule: checked by the coverage tests.
 not_differentiable: dict[Primitive, str] = {}
 linear_primitives: set[Primitive] = set()
+# Primitives with effects (random draws advance the RNG state, debug callbacks run user code):
+# DCE keeps them though nothing reads their outputs, CSE never merges two of them, and each run
+# of a compiled program repeats them.
+effectful_primitives: set[Primitive] = set()
 # Partial evaluation of one equation whose inputs are partly known, for primitives that can do
 # better than "any unknown input makes every output unknown" (higher-order primitives split their
 # sub-jaxprs): `rule(eqn, unknowns) -> (known_eqn, unknown_eqn, out_unknowns, residuals)`.
@@ -56,6 +60,10 @@ linear_primitives: set[Primitive] = set()
 # Both the staged (`partial_eval_jaxpr`) and the online (`PartialEvalTrace`) partial evaluators
 # read it.
 partial_eval_rules: dict[Primitive, Callable] = {}
+# What a primitive becomes when staged into a jaxpr, for primitives whose params start out as
+# Python callables (custom_jvp: the function is only traced when a jaxpr must hold it):
+# `rule(args, params) -> (args, params)`. Read by the staging trace only.
+stage_rules: dict[Primitive, Callable] = {}
 
 
 def new_primitive(name: str, multiple_results: bool = False) -> Primitive:

@@ -22,10 +22,15 @@ class JVPTracer(Tracer):
         self._trace = trace
         self.primal = primal
         self.tangent = tangent
+        # the `_var` slot (unused by this tracer type) caches the primal's aval
+        self._var = None
 
     @property
     def aval(self) -> ShapedArray:
-        return get_aval(self.primal)
+        a = self._var
+        if a is None:
+            a = self._var = get_aval(self.primal)
+        return a
 
     def to_concrete(self):
         p = self.primal

@@ -175,7 +175,6 @@ def _at_level(fn):
     return created
 
 
-
 def _like_dtype(x, dt):
     return dt if dt is not None else dtype(x)
 
