@@ -133,6 +133,13 @@ def transpose_jaxpr(jaxpr: Jaxpr, linear: tuple, ct_nonzero: tuple):
     return result
 
 
+def type_error(msg: str) -> TypeError:
+    """A TypeError naming the line of the user's code that built the equation."""
+    from thunderx.errors import user_frame
+
+    return TypeError(f"{msg} (at {user_frame()})")
+
+
 def join_avals(what: str, a_avals, b_avals, a_name: str, b_name: str, where: str) -> None:
     """Raise a TypeError naming both types when two output signatures differ."""
     if len(a_avals) != len(b_avals):

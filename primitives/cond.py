@@ -29,6 +29,7 @@ from thunderx.primitives._subjaxpr import (
     partial_eval_forced,
     run_jaxpr,
     transpose_jaxpr,
+    type_error,
     with_invars,
 )
 
@@ -45,16 +46,16 @@ def _cond_impl(index, *ops, branches):
 
 def _cond_abstract_eval(index, *ops, branches):
     if index.shape != () or index.dtype.is_floating_point or index.dtype.is_complex:
-        raise TypeError(f"cond: the index must be an integer scalar, got {index.str_short()}")
+        raise type_error(f"cond: the index must be an integer scalar, got {index.str_short()}")
     outs = branches[0].out_avals
     for k, b in enumerate(branches):
         for i, (a, v) in enumerate(zip(ops, b.invars)):
             if a.shape != v.aval.shape or a.dtype != v.aval.dtype:
-                raise TypeError(
+                raise type_error(
                     f"cond: operand {i} is {a.str_short()}, branch {k} expects {v.aval.str_short()}"
                 )
         if [(a.shape, a.dtype) for a in b.out_avals] != [(a.shape, a.dtype) for a in outs]:
-            raise TypeError(
+            raise type_error(
                 f"cond: branch {k} returns {[a.str_short() for a in b.out_avals]}, branch 0 "
                 f"returns {[a.str_short() for a in outs]}"
             )
@@ -155,7 +156,7 @@ def _cond_partial_eval(eqn, unknowns):
 
 def _cond_transpose(cts, index, *args, branches):
     if type(index) is UndefinedPrimal:
-        raise TypeError("cond: cannot transpose with respect to the branch index")
+        raise type_error("cond: cannot transpose with respect to the branch index")
     linear = tuple(type(a) is UndefinedPrimal for a in args)
     ct_nz = tuple(type(c) is not Zero for c in cts)
     if not any(ct_nz):

@@ -22,7 +22,7 @@ from thunderx.core import (
     transpose_rules,
 )
 from thunderx.ir import Eqn, Jaxpr, Var
-from thunderx.primitives._subjaxpr import float_aval, run_jaxpr, transpose_jaxpr
+from thunderx.primitives._subjaxpr import float_aval, run_jaxpr, transpose_jaxpr, type_error
 
 checkpoint_p = new_primitive("checkpoint", multiple_results=True)
 
@@ -34,7 +34,7 @@ def _impl(*args, jaxpr, policy):
 def _abstract_eval(*avals, jaxpr, policy):
     for i, (a, v) in enumerate(zip(avals, jaxpr.invars)):
         if a.shape != v.aval.shape or a.dtype != v.aval.dtype:
-            raise TypeError(f"checkpoint: operand {i} is {a.str_short()}, expected {v.aval}")
+            raise type_error(f"checkpoint: operand {i} is {a.str_short()}, expected {v.aval}")
     return jaxpr.out_avals
 
 

@@ -34,6 +34,7 @@ from thunderx.primitives._subjaxpr import (
     partial_eval_forced,
     run_jaxpr,
     transpose_jaxpr,
+    type_error,
     with_invars,
     with_outvars,
 )
@@ -80,21 +81,21 @@ def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse):
 def _scan_abstract_eval(*avals, jaxpr, num_consts, num_carry, length, reverse):
     consts, carry, xs = _split(avals, num_consts, num_carry)
     if length is None and not xs:
-        raise TypeError("scan: a run-time length needs at least one xs operand")
+        raise type_error("scan: a run-time length needs at least one xs operand")
     n = length if length is not None else xs[0].shape[0]
     ins = jaxpr.invars
     for i, (a, v) in enumerate(zip(consts + carry, ins)):
         if a.shape != v.aval.shape or a.dtype != v.aval.dtype:
-            raise TypeError(f"scan: operand {i} is {a.str_short()}, body expects {v.aval}")
+            raise type_error(f"scan: operand {i} is {a.str_short()}, body expects {v.aval}")
     for i, (a, v) in enumerate(zip(xs, ins[num_consts + num_carry :])):
         if a.shape[1:] != v.aval.shape or a.dtype != v.aval.dtype or a.shape[0] != n:
-            raise TypeError(
+            raise type_error(
                 f"scan: xs operand {i} is {a.str_short()}, expected a stack of {n} "
                 f"{v.aval.str_short()}"
             )
     for i, (a, v) in enumerate(zip(carry, jaxpr.outvars)):
         if a.shape != v.aval.shape or a.dtype != v.aval.dtype:
-            raise TypeError(
+            raise type_error(
                 f"scan: the body returns carry {i} as {v.aval.str_short()}, but it enters as "
                 f"{a.str_short()}"
             )

@@ -36,6 +36,7 @@ from thunderx.primitives._subjaxpr import (
     pad_invars,
     partial_eval_forced,
     run_jaxpr,
+    type_error,
     with_invars,
 )
 from thunderx.primitives.scan import scan_p, stack_list, stacked
@@ -65,20 +66,20 @@ def _while_abstract_eval(*avals, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncon
     cc, bc, carry = _split(avals, cond_nconsts, body_nconsts)
     pred = cond_jaxpr.out_avals
     if len(pred) != 1 or pred[0].shape != () or pred[0].dtype is not torch_bool():
-        raise TypeError(
+        raise type_error(
             f"while_loop: cond_fun must return a bool scalar, got "
             f"{', '.join(a.str_short() for a in pred)}"
         )
     for i, (a, v) in enumerate(zip(cc + carry, cond_jaxpr.invars)):
         if a.shape != v.aval.shape or a.dtype != v.aval.dtype:
-            raise TypeError(f"while_loop: cond operand {i} is {a.str_short()}, expected {v.aval}")
+            raise type_error(f"while_loop: cond operand {i} is {a.str_short()}, expected {v.aval}")
     for i, (a, v) in enumerate(zip(bc + carry, body_jaxpr.invars)):
         if a.shape != v.aval.shape or a.dtype != v.aval.dtype:
-            raise TypeError(f"while_loop: body operand {i} is {a.str_short()}, expected {v.aval}")
+            raise type_error(f"while_loop: body operand {i} is {a.str_short()}, expected {v.aval}")
     outs = body_jaxpr.out_avals
     for i, (a, o) in enumerate(zip(carry, outs)):
         if a.shape != o.shape or a.dtype != o.dtype:
-            raise TypeError(
+            raise type_error(
                 f"while_loop: body_fun returns carry {i} as {o.str_short()}, but it enters as "
                 f"{a.str_short()}"
             )

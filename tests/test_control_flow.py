@@ -250,6 +250,46 @@ def test_cond_grad_takes_the_branch_and_vmap_selects():
     _close(thunderx.jit(thunderx.vmap(f))(xs), torch.stack([f(x) for x in xs]))
 
 
+def test_pytrees_through_cond_fori_loop_and_checkpoint():
+    ops = {"a": torch.tensor([0.3, -0.2], dtype=F64), "b": (torch.tensor(2.0, dtype=F64),)}
+
+    def f(ops):
+        def yes(o):
+            return {"s": o["a"].sin() * o["b"][0], "t": [o["b"][0] ** 2]}
+
+        def no(o):
+            return {"s": o["a"] * 3.0, "t": [o["b"][0] + 1.0]}
+
+        out = lax.cond(ops["b"][0] > 1, yes, no, ops)
+        i, acc = lax.fori_loop(0, 3, lambda i, c: (c[0] + 1, c[1] * 1.5 + out["s"]), (0, out["s"]))
+        step = thunderx.checkpoint(lambda x, scale=1.0: {"y": x["y"].tanh() * scale})
+        return step({"y": acc}, scale=out["t"][0])["y"].sum() + i
+
+    def ref(a, b):
+        s = a.sin() * b if b > 1 else a * 3.0
+        t = b**2 if b > 1 else b + 1.0
+        acc = s
+        for _ in range(3):
+            acc = acc * 1.5 + s
+        return (acc.tanh() * t).sum() + 3
+
+    a, b = ops["a"].clone().requires_grad_(), ops["b"][0].clone().requires_grad_()
+    ref(a, b).backward()
+    _close(f(ops), ref(ops["a"], ops["b"][0]))
+    _close(thunderx.jit(f)(ops), ref(ops["a"], ops["b"][0]))
+    g = thunderx.grad(f)(ops)
+    _close((g["a"], g["b"][0]), (a.grad, b.grad))
+
+
+def test_branch_structure_mismatch_is_an_error():
+    with pytest.raises(TypeError, match=r"structure.*test_control_flow.py:\d+"):
+        thunderx.jit(lambda x: lax.cond(x.sum() > 0, lambda v: (v, v), lambda v: v, x))(
+            torch.ones(2)
+        )
+    with pytest.raises(TypeError, match="structure"):
+        thunderx.jit(lambda x: lax.scan(lambda c, v: ((c, c), v), x[0], x))(torch.ones(2))
+
+
 def test_switch_clamps_its_index():
     branches = [lambda x: x + 1, lambda x: x * 2, lambda x: x - 3]
     x = torch.tensor([1.0, 2.0])

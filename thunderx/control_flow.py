@@ -345,11 +345,13 @@ def checkpoint(fun: Callable, policy: Callable | None = None, prevent_cse: bool 
     from thunderx.primitives.remat import checkpoint_p
 
     @functools.wraps(fun)
-    def wrapper(*args):
-        if _concrete(args):
-            return fun(*args)
-        leaves, in_tree = _flatten(args, "checkpoint")
-        j, consts, out_tree = _trace(lambda a: fun(*a), [in_tree], _avals(leaves), "checkpoint")
+    def wrapper(*args, **kwargs):
+        if _concrete(args, kwargs):
+            return fun(*args, **kwargs)
+        leaves, in_tree = _flatten((args, kwargs), "checkpoint")
+        j, consts, out_tree = _trace(
+            lambda ak: fun(*ak[0], **ak[1]), [in_tree], _avals(leaves), "checkpoint"
+        )
         outs = checkpoint_p.bind(*consts, *leaves, jaxpr=j, policy=policy)
         return tree.unflatten(out_tree, outs)
 
