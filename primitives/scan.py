@@ -28,7 +28,7 @@ from thunderx.core import (
     transpose_rules,
 )
 from thunderx.executors.torch_codegen import statement_rules
-from thunderx.ir import Eqn, Jaxpr, Var
+from thunderx.ir import Eqn, Jaxpr, Var, eval_jaxpr
 from thunderx.primitives._subjaxpr import (
     float_aval,
     partial_eval_forced,
@@ -54,6 +54,10 @@ def stack_list(values: list, aval: ShapedArray):
     if not values:
         return empty_stack(aval, 0)
     return torch.stack([torch.as_tensor(v, dtype=aval.dtype) for v in values])
+
+
+def keep(vs):
+    return [v for v in vs if v is not None]
 
 
 def _split(args, num_consts, num_carry):
@@ -123,7 +127,6 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
     t_vars = [next(t_in) if z else None for z in nz]
     cs, cr, xs = _split(p_in, num_consts, num_carry)
     tcs, tcr, txs = _split(t_vars, num_consts, num_carry)
-    keep = lambda vs: [v for v in vs if v is not None]  # noqa: E731
     invars = list(j.invars[:nj]) + cs + keep(tcs) + cr + keep(tcr) + xs + keep(txs)
     n_out = len(jaxpr.outvars)
     t_out = iter(j.outvars[n_out:])
@@ -266,7 +269,6 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse):
     c_avals, carry_avals, x_avals = _split(body_avals, num_consts, num_carry)
     lin_c_avals = [a for a, lin in zip(c_avals, c_lin) if lin]
     n_tc, n_kc, n_kx = len(tconsts), len(k_consts), len(k_xs)
-    n_ct_y = sum(ys_nz)
 
     def body(*a):
         tcs, kcs = a[:n_tc], a[n_tc : n_tc + n_kc]
@@ -274,7 +276,7 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse):
         ctc, acc = rest[:num_carry], rest[num_carry : num_carry + len(lin_c_avals)]
         rest = rest[num_carry + len(lin_c_avals) :]
         kx, cty = rest[:n_kx], rest[n_kx:]
-        outs = eval_closed(tj, tcs, [*kcs, *kx, *ctc, *cty])
+        outs = eval_jaxpr(tj, [], *tcs, *kcs, *kx, *ctc, *cty)
         n_lc = len(lin_c_avals)
         new_acc = [B.add(x, y) for x, y in zip(acc, outs[:n_lc])]
         return list(outs[n_lc : n_lc + num_carry]) + new_acc + list(outs[n_lc + num_carry :]), None
@@ -285,7 +287,7 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse):
         + [get_aval(c) for c in k_consts]
         + carry_avals
         + lin_c_avals
-        + x_avals_known(x_avals, x_lin)
+        + [a for a, lin in zip(x_avals, x_lin) if not lin]
         + [a for a, z in zip(y_avals, ys_nz) if z]
     )
     closed, _ = trace_flat(body, in_avals)
@@ -308,22 +310,11 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse):
     ct_init = outs[:num_carry]
     ct_consts = iter(outs[num_carry : num_carry + len(lin_c_avals)])
     ct_xs = iter(outs[num_carry + len(lin_c_avals) :])
-    del n_ct_y
     return (
         [next(ct_consts) if lin else None for lin in c_lin]
         + [c if type(a) is UndefinedPrimal else None for c, a in zip(ct_init, carry)]
         + [next(ct_xs) if lin else None for lin in x_lin]
     )
-
-
-def x_avals_known(x_avals, x_lin):
-    return [a for a, lin in zip(x_avals, x_lin) if not lin]
-
-
-def eval_closed(jaxpr, consts, args):
-    from thunderx.ir import eval_jaxpr
-
-    return eval_jaxpr(jaxpr, [], *consts, *args)
 
 
 def _scan_batch(args, dims, *, jaxpr, num_consts, num_carry, length, reverse):
