@@ -98,9 +98,10 @@ def _cond_jvp(primals, tangents, *, branches):
 
 def _cond_partial_eval(eqn, unknowns):
     from thunderx.primitives import creation
+    from thunderx.primitives.remat import remat_inner_while_loops
     from thunderx.transforms.partial_eval import partial_eval_jaxpr
 
-    branches = eqn.params["branches"]
+    branches = tuple(remat_inner_while_loops(b) for b in eqn.params["branches"])
     n_out = len(eqn.outputs)
     if unknowns[0]:
         return None, eqn, [True] * n_out, []

@@ -141,3 +141,64 @@ jvp_rules[checkpoint_p] = _jvp
 batch_rules[checkpoint_p] = _batch
 partial_eval_rules[checkpoint_p] = _partial_eval
 transpose_rules[checkpoint_p] = _transpose
+
+
+def _holds_while(eqn) -> bool:
+    from thunderx.primitives.while_loop import while_p
+
+    if eqn.prim is while_p:
+        return True
+    for v in eqn.params.values():
+        subs = v if isinstance(v, tuple) else (v,)
+        for j in subs:
+            if isinstance(j, Jaxpr) and any(_holds_while(e) for e in j.eqns):
+                return True
+    return False
+
+
+def remat_inner_while_loops(jaxpr: Jaxpr) -> Jaxpr:
+    """The body of a loop or branch with each equation that runs a `while_loop` wrapped in a
+    checkpoint: reverse mode then keeps only that equation's inputs per outer iteration and
+    reruns the inner loop in the backward pass, since its residual stacks (one run-time length
+    per outer iteration) cannot be stacked again."""
+    hit = jaxpr._cache.get("remat_inner_while")
+    if hit is not None:
+        return hit
+    if not any(_holds_while(e) for e in jaxpr.eqns):
+        jaxpr._cache["remat_inner_while"] = jaxpr
+        return jaxpr
+    eqns = []
+    for e in jaxpr.eqns:
+        if e.prim is checkpoint_p or not _holds_while(e):
+            eqns.append(e)
+            continue
+        var_ins = [x for x in e.inputs if isinstance(x, Var)]
+        local = {id(x): Var(x.aval) for x in var_ins}
+        inner_ins = [local.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs]
+        inner_outs = [Var(v.aval) for v in e.outputs]
+        inner = Jaxpr(
+            [],
+            _unique(var_ins, local),
+            [Eqn(e.prim, inner_ins, inner_outs, e.params)],
+            inner_outs,
+            check=False,
+        )
+        eqns.append(
+            Eqn(checkpoint_p, _unique_atoms(var_ins), e.outputs, {"jaxpr": inner, "policy": None})
+        )
+    out = Jaxpr([], jaxpr.invars, eqns, jaxpr.outvars, check=False)
+    jaxpr._cache["remat_inner_while"] = out
+    return out
+
+
+def _unique_atoms(xs):
+    seen, out = set(), []
+    for x in xs:
+        if id(x) not in seen:
+            seen.add(id(x))
+            out.append(x)
+    return out
+
+
+def _unique(xs, local):
+    return [local[id(x)] for x in _unique_atoms(xs)]

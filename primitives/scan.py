@@ -173,10 +173,12 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
 
 
 def _scan_partial_eval(eqn, unknowns):
+    from thunderx.primitives.remat import remat_inner_while_loops
     from thunderx.transforms.partial_eval import partial_eval_jaxpr
 
     p = eqn.params
     jaxpr, num_consts, num_carry = p["jaxpr"], p["num_consts"], p["num_carry"]
+    jaxpr = remat_inner_while_loops(jaxpr)
     n_ys = len(jaxpr.outvars) - num_carry
     unknowns = list(unknowns)
     carry_u = unknowns[num_consts : num_consts + num_carry]
@@ -240,6 +242,8 @@ def _scan_partial_eval(eqn, unknowns):
         [v for v, u in zip(eqn.outputs, out_unk) if u],
         dict(p, jaxpr=body, num_consts=len(inv_atoms) + n_uc, num_carry=n_ucr),
     )
+    if not known_eqn.outputs:
+        known_eqn = None  # nothing known is needed: the loop need not run twice
     return known_eqn, unknown_eqn, out_unk, stacked_vars
 
 

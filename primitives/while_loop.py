@@ -168,10 +168,11 @@ def _uses(jaxpr: Jaxpr, var) -> bool:
 
 def _while_partial_eval(eqn, unknowns):
     from thunderx.primitives import unary as U
+    from thunderx.primitives.remat import remat_inner_while_loops
     from thunderx.transforms.partial_eval import partial_eval_jaxpr
 
     p = eqn.params
-    cond_jaxpr, body_jaxpr = p["cond_jaxpr"], p["body_jaxpr"]
+    cond_jaxpr, body_jaxpr = p["cond_jaxpr"], remat_inner_while_loops(p["body_jaxpr"])
     ncc, nbc, n_st = p["cond_nconsts"], p["body_nconsts"], p["num_stacked"]
     all_unknown = None, eqn, [True] * len(eqn.outputs), []
     cc_u, bc_u, carry_u = _split(list(unknowns), ncc, nbc)

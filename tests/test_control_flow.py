@@ -192,6 +192,44 @@ def test_reverse_mode_through_a_while_loop_that_runs_zero_times():
     _close(g(x, torch.tensor(20.0, dtype=F64)), torch.full((2,), 9.0, dtype=F64))  # two trips
 
 
+def test_reverse_mode_through_while_loops_nested_in_scan_cond_and_while():
+    # the inner loop's residual stacks differ in length per outer iteration: it is recomputed
+    def sqrt(v):
+        return _newton_sqrt(v)[0]
+
+    def in_scan(a):
+        return lax.scan(lambda c, x: (c + sqrt(x * c), c), torch.ones(2, dtype=F64), a)[0].sum()
+
+    def in_cond(a):
+        return lax.cond(a.sum() > 0, lambda v: sqrt(v[0]) * v[1], lambda v: v[0], a).sum()
+
+    def in_while(a):
+        def body(c):
+            i, v = c
+            row = (a * (torch.arange(3) == i).unsqueeze(1)).sum(0)  # a[i]
+            return i + 1, v + sqrt(row * v)
+
+        return lax.while_loop(
+            lambda c: c[0] < 3, body, (torch.tensor(0), torch.ones(2, dtype=F64))
+        )[1].sum()
+
+    def ref_scan(a):
+        c = torch.ones(2, dtype=F64)
+        for x in a:
+            c = c + (x * c).sqrt()
+        return c.sum()
+
+    def ref_cond(a):
+        return (a[0].sqrt() * a[1]).sum()
+
+    a = torch.tensor([[2.0, 3.0], [5.0, 7.0], [1.0, 30.0]], dtype=F64)
+    for f, ref in ((in_scan, ref_scan), (in_cond, ref_cond), (in_while, ref_scan)):
+        ar = a.clone().requires_grad_()
+        ref(ar).backward()
+        _close(thunderx.grad(f)(a), ar.grad, 1e-7)
+        _close(thunderx.jit(thunderx.grad(f))(a), ar.grad, 1e-7)
+
+
 def test_forward_mode_and_second_order_through_a_while_loop():
     a = torch.tensor([2.0, 9.0, 30.0], dtype=F64)
     sqrt = lambda a: _newton_sqrt(a)[0]  # noqa: E731
