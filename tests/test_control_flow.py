@@ -524,3 +524,17 @@ def test_docstring_examples(module):
         optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE,
     )
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_random_draws_in_a_body_are_fresh_per_iteration_or_refused():
+    def f(x):
+        return lax.scan(lambda c, _: (c, torch.randn(2) + c), x, None, length=3)[1]
+
+    ys = thunderx.jit(f)(torch.zeros(()))
+    assert not torch.equal(ys[0], ys[1])  # each iteration draws anew
+    same = thunderx.vmap(f, randomness="same")(torch.zeros(2))
+    assert torch.equal(same[0], same[1]) and not torch.equal(same[0, 0], same[0, 1])
+    with pytest.raises(NotImplementedError, match="randomness='different'"):
+        thunderx.vmap(f, randomness="different")(torch.zeros(2))
+    with pytest.raises(ValueError, match="random ops need"):
+        thunderx.vmap(f)(torch.zeros(2))

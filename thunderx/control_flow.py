@@ -67,18 +67,48 @@ def _trace(fun: Callable, in_trees: list, in_avals: list, what: str):
     from thunderx.tracing import trace_flat
 
     sizes = [t.num_leaves for t in in_trees]
+    guard = _random_guard(what)
 
     def flat(*xs):
         args, k = [], 0
         for t, n in zip(in_trees, sizes):
             args.append(tree.unflatten(t, xs[k : k + n]))
             k += n
-        out = fun(*args)
+        if guard is None:
+            out = fun(*args)
+        else:
+            with guard:
+                out = fun(*args)
         leaves, out_tree = tree.flatten(out)
         return [_as_leaf(v, what) for v in leaves], out_tree
 
     closed, out_tree = trace_flat(flat, in_avals)
     return closure_convert(closed.jaxpr), closed.consts, out_tree
+
+
+def _random_guard(what: str):
+    """Random draws in a body are staged, so each iteration draws anew; under
+    `vmap(randomness='different')` they would need a batched draw per iteration, which the
+    bodies' batching does not do: refuse rather than repeat one draw."""
+    from torch.overrides import TorchFunctionMode
+
+    from thunderx.lang.random import RANDOM_FUNCTIONS, _batch_traces
+
+    if not any(bt.randomness == "different" for bt in _batch_traces()):
+        return None
+    where = user_frame()
+
+    class NoBatchedRandom(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in RANDOM_FUNCTIONS:
+                raise NotImplementedError(
+                    f"{what}: a random op inside thunderx.lax control flow under "
+                    f"vmap(randomness='different') is not supported (at {where}); draw the "
+                    "random values outside the loop (as xs of a scan) or use randomness='same'"
+                )
+            return func(*args, **(kwargs or {}))
+
+    return NoBatchedRandom()
 
 
 def _check_same(what: str, a_name, a_tree, a_avals, b_name, b_tree, b_avals, where):
