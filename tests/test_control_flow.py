@@ -538,3 +538,23 @@ def test_random_draws_in_a_body_are_fresh_per_iteration_or_refused():
         thunderx.vmap(f, randomness="different")(torch.zeros(2))
     with pytest.raises(ValueError, match="random ops need"):
         thunderx.vmap(f)(torch.zeros(2))
+
+
+def test_transposes_of_linear_control_flow_satisfy_the_dot_product_identity():
+    from thunderx.testing import check_transpose
+
+    w = torch.randn(3, 3, dtype=F64)
+
+    def scan_lin(c, xs):
+        return lax.scan(lambda c, x: (c @ w + x, c * 2.0 - x), c, xs, reverse=True)
+
+    def cond_lin(a, b):
+        return lax.cond(w.sum() > 0, lambda u, v: u @ w - v, lambda u, v: v * 3.0, a, b)
+
+    def while_lin(c):
+        k = torch.tensor(0)
+        return lax.while_loop(lambda s: s[0] < 4, lambda s: (s[0] + 1, s[1] @ w), (k, c))[1]
+
+    check_transpose(scan_lin, [torch.randn(2, 3, dtype=F64), torch.randn(5, 2, 3, dtype=F64)])
+    check_transpose(cond_lin, [torch.randn(2, 3, dtype=F64), torch.randn(2, 3, dtype=F64)])
+    check_transpose(while_lin, [torch.randn(2, 3, dtype=F64)])
