@@ -452,6 +452,8 @@ def test_nvfuser_executor_fuses_inside_loop_bodies():
         current_executor.reset(token)
     assert body_prog.regions, "the loop body should be lowered to fusion regions"
     assert "fd.ops.tanh" in body_prog.as_text()
+    plan = thunderx.jit(f, executor="nvfuser").lower(x, w).program_text()
+    assert "run by the host per step" in plan and "fd.ops.tanh" in plan, plan
 
 
 def test_torch_cond_while_loop_and_scan_trace_onto_the_primitives():
