@@ -111,6 +111,10 @@ partial_eval_rules: dict[Primitive, Callable] = {}
 stage_rules: dict[Primitive, Callable] = {}
 
 
+# Torch codegen rules that emit statements (real `if` / `while` / `for`) rather than an
+# expression: called as `rule(args, avals, ctx=CodegenContext, **params)`, they return lines that
+# assign `ctx.outs` (declare(..., torch_codegen_statement=True)).
+statement_rules: set[Primitive] = set()
 # Floating-point operations of one equation, for cost analysis (contractions declare theirs;
 # others count 0): `rule(in_avals, out_avals, **params) -> int`.
 flops_rules: dict[Primitive, Callable] = {}
@@ -145,6 +149,7 @@ def declare(
     stage: Callable | None = None,
     flops: Callable | None = None,
     torch_codegen: Callable | None = None,
+    torch_codegen_statement: bool = False,
     nvfuser: Callable | None = None,
     nvfuser_check: Callable | None = None,
     not_differentiable: str | None = None,
@@ -166,7 +171,8 @@ def declare(
     -> [ct per operand]`; `batch(args, dims, **params) -> (out, out_dim)`;
     `partial_eval(eqn, unknowns)`, `stage(args, params)` and `flops(in_avals, out_avals,
     **params)` (see their tables above);
-    `torch_codegen(arg_sources, avals, **params) -> expression source`;
+    `torch_codegen(arg_sources, avals, **params) -> expression source` (with
+    `torch_codegen_statement=True`: `(arg_sources, avals, ctx=..., **params) -> lines`);
     `nvfuser(fd, *operands, **params)`, `nvfuser_check(eqn) -> bool`.
     `linear=True` puts it in `linear_primitives`; without a `jvp` its jvp applies it to the
     tangents (operands at `nonlinear` positions, such as indices, pass their primal).
@@ -212,6 +218,8 @@ def declare(
             table[prim] = rule
     if effects:
         effectful_primitives.add(prim)
+    if torch_codegen_statement:
+        statement_rules.add(prim)
     return prim
 
 

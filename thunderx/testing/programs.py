@@ -116,6 +116,12 @@ NOT_GENERATED = {
     "custom_lin": "exists only in reverse mode of custom_vjp; tested there",
     "torch_call": "the opaque fallback has no derivative or batching rule to fuzz",
     "debug_callback": "no outputs to compare (thunderx.debug): torch.func cannot run it",
+    # torch.func (the oracle here) cannot run torch.cond / while_loop / scan, and checkpoint is
+    # thunderx's own API: tests/test_control_flow.py checks them against Python loops
+    "cond": "control flow: torch.func cannot run torch.cond; see tests/test_control_flow.py",
+    "scan": "control flow: torch.func cannot run torch's scan; see tests/test_control_flow.py",
+    "while": "control flow: torch.func cannot run torch's while_loop; see test_control_flow.py",
+    "checkpoint": "thunderx.checkpoint has no torch counterpart; see tests/test_control_flow.py",
 }
 
 
