@@ -10,9 +10,9 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     linalg,
     linalg_decomp,
     matrix_functions,
-    sort,
     reductions,
     shape,
     slicing,
+    sort,
     unary,
 )

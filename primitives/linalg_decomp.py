@@ -228,9 +228,7 @@ def _eigh_jvp(primals, tangents, *, compute_v):
     dw = M.diagonal(vt_dx_v)
     if not compute_v:
         return [w], [dw]
-    f = U.select(
-        M.eye_mask(vt_dx_v), 0.0, B.div(1.0, B.sub(M.row_vector(w), M.col_vector(w)))
-    )
+    f = U.select(M.eye_mask(vt_dx_v), 0.0, B.div(1.0, B.sub(M.row_vector(w), M.col_vector(w))))
     return [w, v], [dw, M.mm(v, B.mul(f, vt_dx_v))]
 
 
@@ -389,20 +387,25 @@ batch_rules[qr_p] = _qr_batch
 lu_p = new_primitive("lu", multiple_results=True)
 
 
-def lu(x):
+def lu(x, check: str = ""):
     """[LU packed, pivots (int32, 1-based, as torch.linalg.lu_factor), permutation (int64: row i
-    of L @ U is row permutation[i] of x)]. A singular x is factored without an error, as
-    torch.linalg.lu_factor_ex does."""
-    return lu_p.bind(x)
+    of L @ U is row permutation[i] of x)]. A singular x is factored without an error (as
+    torch.linalg.lu_factor_ex) unless `check` names the torch function whose error to raise
+    when it runs (torch.linalg.solve and inv refuse singular matrices)."""
+    return lu_p.bind(x, check=check)
 
 
-def _lu_impl(x):
-    packed, pivots, _ = torch.linalg.lu_factor_ex(x)
+def _lu_impl(x, *, check):
+    packed, pivots, info = torch.linalg.lu_factor_ex(x)
+    if check and bool((info > 0).any()):
+        raise torch.linalg.LinAlgError(
+            f"{check}: The solver failed because the input matrix is singular."
+        )
     perm, _, _ = torch.lu_unpack(packed, pivots, unpack_data=False)
     return [packed, pivots, perm.argmax(-2)]
 
 
-def _lu_abstract_eval(x):
+def _lu_abstract_eval(x, *, check):
     _matrix_aval("lu", x)
     *batch, m, n = x.shape
     k = min(m, n)
@@ -413,11 +416,11 @@ def _lu_abstract_eval(x):
     ]
 
 
-def _lu_jvp(primals, tangents):
+def _lu_jvp(primals, tangents, *, check):
     """JAX's rule: with P^T A = L U, L^-1 P^T dA U^-1 splits into dL (strict lower part) and dU
     (upper part); L is padded to m x m and U to n x n with identity blocks."""
     (x,), (t,) = primals, tangents
-    packed, pivots, perm = lu(x)
+    packed, pivots, perm = lu(x, check)
     *batch, m, n = M.shape(x)
     k = min(m, n)
     nd = len(batch) + 2
@@ -441,8 +444,8 @@ def _lu_jvp(primals, tangents):
     return [packed, pivots, perm], [dlu, Zero(get_aval(pivots)), Zero(get_aval(perm))]
 
 
-def _lu_codegen(args, avals):
-    return f"_impl_lu({args[0]})"
+def _lu_codegen(args, avals, *, check):
+    return f"_impl_lu({args[0]}, check={check!r})"
 
 
 impl_rules[lu_p] = _lu_impl

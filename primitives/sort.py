@@ -89,9 +89,7 @@ def _sort_impl(*ops, dimension, is_stable, num_keys, descending):
 
 
 def _sort_codegen(args, avals, *, dimension, is_stable, num_keys, descending):
-    call = (
-        f"torch.sort({args[0]}, dim={dimension}, stable={is_stable}, descending={descending})"
-    )
+    call = f"torch.sort({args[0]}, dim={dimension}, stable={is_stable}, descending={descending})"
     if len(args) == 1:
         return f"({call}.values,)"
     return (

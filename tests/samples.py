@@ -506,7 +506,7 @@ def _(d):
 @sample("lu")
 def _(d):
     batch, m, n = _batch(d), d.int(1, 4), d.int(1, 4)
-    return Sample([d.tensor(batch + (m, n))], {})
+    return Sample([d.tensor(batch + (m, n))], {"check": ""})
 
 
 @sample("expm")
@@ -526,9 +526,7 @@ def _(d):
     shape = d.shape(min_rank=1)
     num_keys = d.int(1, 2)
     # several keys: integer keys with ties, so the later keys decide; one key: floats, no ties
-    keys = (
-        [d.index(shape, 3) for _ in range(num_keys)] if num_keys > 1 else [d.tensor(shape)]
-    )
+    keys = [d.index(shape, 3) for _ in range(num_keys)] if num_keys > 1 else [d.tensor(shape)]
     rest = [d.tensor(shape) for _ in range(d.int(1 if num_keys > 1 else 0, 2))]
     params = {
         "dimension": d.int(0, len(shape) - 1),

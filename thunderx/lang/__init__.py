@@ -10,6 +10,7 @@ from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
     compare,
     conv,
+    decompositions,
     elementwise,
     gather,
     indexing,
@@ -20,6 +21,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     reductions,
     rnn,
     shape_ops,
+    sorting,
     tensor,
 )
 from thunderx.lang._base import aval, method_table, torch_table

@@ -1,0 +1,394 @@
+"""torch.linalg on the decomposition primitives: cholesky, eigh, svd, qr, lu and the functions
+built from them (solve, inv, det, slogdet, lstsq, pinv, matrix norms, matrix_exp,
+cholesky_solve, cholesky_inverse, solve_triangular). Batch dims of two operands broadcast here;
+the primitives never broadcast."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from thunderx.avals import is_float
+from thunderx.lang._base import broadcast_shapes, canon_dim, dtype, ndim, register, shape
+from thunderx.primitives import _matrix as M
+from thunderx.primitives import binary as B
+from thunderx.primitives import creation as C
+from thunderx.primitives import linalg_decomp as D
+from thunderx.primitives import matrix_functions as MF
+from thunderx.primitives import reductions as R
+from thunderx.primitives import shape as S
+from thunderx.primitives import slicing as SL
+from thunderx.primitives import unary as U
+
+RT = torch.return_types
+
+
+def _matrix(x, name: str, square: bool = False):
+    if ndim(x) < 2:
+        raise ValueError(f"{name}: the input must have at least 2 dimensions, got {shape(x)}")
+    if square and shape(x)[-1] != shape(x)[-2]:
+        raise ValueError(f"{name}: A must be batches of square matrices, got {shape(x)}")
+    if not is_float(dtype(x)):
+        raise TypeError(f"{name}: expected a floating point tensor, got {dtype(x)}")
+    return x
+
+
+def _broadcast_batch(a, b, b_vector: bool = False):
+    """Broadcast the batch dims of a (*, n, n) and b (*, n, k), or (*, n) when b_vector."""
+    bb = shape(b)[:-1] if b_vector else shape(b)[:-2]
+    batch = broadcast_shapes(shape(a)[:-2], bb)
+    a = S.broadcast_to(a, batch + shape(a)[-2:])
+    tail = shape(b)[-1:] if b_vector else shape(b)[-2:]
+    return a, S.broadcast_to(b, batch + tail)
+
+
+def _eye(n, like):
+    """The n x n identity with like's batch dims and dtype."""
+    return M.eye_like(S.broadcast_to(C.full((), 0.0, dtype(like)), shape(like)[:-2] + (n, n)))
+
+
+def _last(x, k: int, axis: int):
+    return SL.slice_in_dim(x, k, k + 1, 1, axis)
+
+
+# ------------------------------------------------------------------------------- factorizations
+
+
+@register(torch.linalg.cholesky)
+def cholesky(a, *, upper=False, out=None):
+    low = D.cholesky(_matrix(a, "linalg.cholesky", square=True))
+    return M.mT(low) if upper else low
+
+
+@register(torch.cholesky, methods=("cholesky",))
+def _cholesky_old(a, upper=False, *, out=None):
+    return cholesky(a, upper=upper)
+
+
+def _uplo(a, UPLO):  # noqa: N803 - torch's name
+    if UPLO not in ("L", "U"):
+        raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    # for a real matrix the upper triangle of a is the lower triangle of a^T
+    return a if UPLO == "L" else M.mT(a)
+
+
+@register(torch.linalg.eigh)
+def eigh(a, UPLO="L", *, out=None):  # noqa: N803
+    w, v = D.eigh(_uplo(_matrix(a, "linalg.eigh", square=True), UPLO))
+    return RT.linalg_eigh((w, v))
+
+
+@register(torch.linalg.eigvalsh)
+def eigvalsh(a, UPLO="L", *, out=None):  # noqa: N803
+    (w,) = D.eigh(_uplo(_matrix(a, "linalg.eigvalsh", square=True), UPLO), compute_v=False)
+    return w
+
+
+@register(torch.linalg.svd)
+def svd(a, full_matrices=True, *, driver=None, out=None):
+    u, s, vh = D.svd(_matrix(a, "linalg.svd"), full_matrices=full_matrices)
+    return RT.linalg_svd((u, s, vh))
+
+
+@register(torch.linalg.svdvals)
+def svdvals(a, *, driver=None, out=None):
+    return D.svd(_matrix(a, "linalg.svdvals"), compute_uv=False)[0]
+
+
+@register(torch.svd, methods=("svd",))
+def _svd_old(a, some=True, compute_uv=True, *, out=None):
+    """torch.svd: V rather than Vh; without compute_uv, U and V are zero-filled (torch's)."""
+    u, s, vh = D.svd(_matrix(a, "svd"), full_matrices=not some)
+    if not compute_uv:
+        return RT.svd((B.mul(u, 0.0), s, B.mul(M.mT(vh), 0.0)))
+    return RT.svd((u, s, M.mT(vh)))
+
+
+@register(torch.linalg.qr)
+def qr(a, mode="reduced", *, out=None):
+    q, r = D.qr(_matrix(a, "linalg.qr"), mode=mode)
+    return RT.linalg_qr((q, r))
+
+
+@register(torch.qr, methods=("qr",))
+def _qr_old(a, some=True, *, out=None):
+    return RT.qr(tuple(qr(a, "reduced" if some else "complete")))
+
+
+@register(torch.linalg.lu_factor)
+def lu_factor(a, *, pivot=True, out=None):
+    if not pivot:
+        from thunderx.errors import unsupported
+
+        raise unsupported("linalg.lu_factor(pivot=False)", "LAPACK always pivots on the CPU")
+    packed, pivots, _ = D.lu(_matrix(a, "linalg.lu_factor"))
+    return RT.linalg_lu_factor((packed, pivots))
+
+
+def _permutation_matrix(perm, dt):
+    """P with P[perm[i], i] = 1, so that A = P L U."""
+    m = shape(perm)[-1]
+    rows = S.broadcast_to(C.iota(torch.int64, (m, m), 0), shape(perm)[:-1] + (m, m))
+    return U.convert(B.eq(rows, M.row_vector(perm)), dt)
+
+
+@register(torch.linalg.lu)
+def lu(a, *, pivot=True, out=None):
+    packed, _ = lu_factor(a, pivot=pivot)
+    _, _, perm = D.lu(a)
+    *_, m, n = shape(a)
+    k = min(m, n)
+    nd = ndim(a)
+    low = M.tril(SL.slice_in_dim(packed, 0, k, 1, nd - 1), -1)
+    low = B.add(low, U.convert(M.eye_mask(low), dtype(a)))
+    up = M.triu(SL.slice_in_dim(packed, 0, k, 1, nd - 2))
+    return RT.linalg_lu((_permutation_matrix(perm, dtype(a)), low, up))
+
+
+# ---------------------------------------------------------------------------------------- solves
+
+
+@register(torch.linalg.solve_triangular)
+def solve_triangular(a, b, *, upper, left=True, unitriangular=False, out=None):
+    _matrix(a, "linalg.solve_triangular", square=True)
+    a, b = _broadcast_batch(a, _matrix(b, "linalg.solve_triangular"))
+    return D.triangular_solve(a, b, left_side=left, lower=not upper, unit_diagonal=unitriangular)
+
+
+@register(torch.triangular_solve, methods=("triangular_solve",))
+def _triangular_solve_old(b, a, upper=True, transpose=False, unitriangular=False, *, out=None):
+    a2, b2 = _broadcast_batch(_matrix(a, "triangular_solve", square=True), b)
+    x = D.triangular_solve(
+        a2, b2, left_side=True, lower=not upper, transpose_a=transpose, unit_diagonal=unitriangular
+    )
+    return RT.triangular_solve((x, a2))
+
+
+def _lu_solve(a, b, check: str):
+    """a x = b through P^T a = L U: x = U^-1 L^-1 (P^T b)."""
+    packed, _, perm = D.lu(a, check)
+    rows = S.broadcast_in_dim(perm, shape(b), tuple(range(ndim(b) - 2)) + (ndim(b) - 2,))
+    from thunderx.primitives import indexing as I
+
+    pb = I.gather(b, rows, ndim(b) - 2)
+    y = D.triangular_solve(packed, pb, left_side=True, lower=True, unit_diagonal=True)
+    return D.triangular_solve(packed, y, left_side=True, lower=False)
+
+
+@register(torch.linalg.solve)
+def solve(a, b, *, left=True, out=None):
+    _matrix(a, "linalg.solve", square=True)
+    # torch's rule: b is a batch of vectors when it is 1-D or has a's batch shape plus one dim
+    vector = ndim(b) == 1 or (ndim(b) == ndim(a) - 1 and shape(b) == shape(a)[:-1])
+    if vector:
+        a, b = _broadcast_batch(a, b, b_vector=True)
+        b = S.expand_dims(b, (ndim(b),))
+    else:
+        a, b = _broadcast_batch(a, b)
+    if not left:
+        x = M.mT(_lu_solve(M.mT(a), M.mT(b), "torch.linalg.solve"))
+    else:
+        x = _lu_solve(a, b, "torch.linalg.solve")
+    return S.squeeze(x, (ndim(x) - 1,)) if vector else x
+
+
+@register(torch.linalg.inv, torch.inverse, methods=("inverse",))
+def inv(a, *, out=None):
+    _matrix(a, "linalg.inv", square=True)
+    return _lu_solve(a, _eye(shape(a)[-1], a), "linalg.inv")
+
+
+@register(torch.cholesky_solve, methods=("cholesky_solve",))
+def cholesky_solve(b, low, upper=False, *, out=None):
+    _matrix(low, "cholesky_solve", square=True)
+    low, b = _broadcast_batch(low, _matrix(b, "cholesky_solve"))
+    # A = L L^T (or U^T U): two triangular solves
+    first = dict(left_side=True, lower=not upper, transpose_a=upper)
+    second = dict(left_side=True, lower=not upper, transpose_a=not upper)
+    return D.triangular_solve(low, D.triangular_solve(low, b, **first), **second)
+
+
+@register(torch.cholesky_inverse, methods=("cholesky_inverse",))
+def cholesky_inverse(low, upper=False, *, out=None):
+    _matrix(low, "cholesky_inverse", square=True)
+    return cholesky_solve(_eye(shape(low)[-1], low), low, upper)
+
+
+# ------------------------------------------------------------------------ determinants and norms
+
+
+def _lu_diag_and_sign(a, name):
+    packed, pivots, _ = D.lu(_matrix(a, name, square=True))
+    n = shape(a)[-1]
+    diag = M.diagonal(packed)
+    # each pivot that is not its own row is one transposition, a factor -1
+    own = B.add(S.broadcast_to(C.iota(torch.int32, (n,), 0), shape(pivots)), 1)
+    flips = B.sub(1.0, B.mul(U.convert(B.ne(pivots, own), dtype(a)), 2.0))
+    parity = R.reduce_prod(flips, (ndim(pivots) - 1,))
+    return diag, parity
+
+
+@register(torch.linalg.det, torch.det, methods=("det",))
+def det(a, *, out=None):
+    diag, parity = _lu_diag_and_sign(a, "linalg.det")
+    return B.mul(parity, R.reduce_prod(diag, (ndim(diag) - 1,)))
+
+
+@register(torch.linalg.slogdet, torch.slogdet, methods=("slogdet",))
+def slogdet(a, *, out=None):
+    diag, parity = _lu_diag_and_sign(a, "linalg.slogdet")
+    last = (ndim(diag) - 1,)
+    sign = B.mul(parity, R.reduce_prod(U.sign(diag), last))
+    logabs = R.reduce_sum(U.log(U.abs(diag)), last)
+    return RT.linalg_slogdet((sign, logabs))
+
+
+@register(torch.logdet, methods=("logdet",))
+def logdet(a):
+    sign, logabs = slogdet(a)
+    return U.select(B.lt(sign, 0.0), math.nan, logabs)
+
+
+def _move_matrix_dims(a, dim):
+    n = ndim(a)
+    d0, d1 = (canon_dim(d, n) for d in dim)
+    if d0 == d1:
+        raise ValueError(f"matrix_norm: dims must be different, got {dim}")
+    rest = [i for i in range(n) if i not in (d0, d1)]
+    return S.transpose(a, tuple(rest) + (d0, d1)), (d0, d1)
+
+
+@register(torch.linalg.matrix_norm)
+def matrix_norm(a, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):  # noqa: A002
+    if dtype is not None:
+        a = U.convert(a, dtype)
+    _matrix(a, "linalg.matrix_norm")
+    x, (d0, d1) = _move_matrix_dims(a, dim)
+    r = ndim(x)
+    if ord == "fro":
+        out = U.sqrt(R.reduce_sum(B.mul(x, x), (r - 2, r - 1)))
+    elif ord == "nuc":
+        out = R.reduce_sum(svdvals(x), (r - 2,))
+    elif ord in (2, -2):
+        s = svdvals(x)
+        k = shape(s)[-1]
+        out = S.squeeze(_last(s, 0 if ord == 2 else k - 1, r - 2), (r - 2,))
+    elif ord in (1, -1, math.inf, -math.inf):
+        # 1: max over columns of the column sums; inf: max over rows of the row sums
+        sums = R.reduce_sum(U.abs(x), (r - 2,) if ord in (1, -1) else (r - 1,))
+        pick = R.reduce_max if ord > 0 else R.reduce_min
+        out = pick(sums, (r - 2,))
+    else:
+        raise ValueError(f"linalg.matrix_norm: order {ord!r} is not supported")
+    if keepdim:
+        out = S.expand_dims(out, tuple(sorted((d0, d1))))
+    return out
+
+
+@register(torch.linalg.norm)
+def norm(a, ord=None, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
+    from thunderx.lang.reductions import _vector_norm
+
+    if isinstance(dim, int):
+        dim = (dim,)
+    matrix = isinstance(ord, str) or (dim is not None and len(dim) == 2)
+    if ord is not None and dim is None:
+        matrix = ndim(a) == 2
+    if matrix and ord is not None:
+        return matrix_norm(a, ord, dim if dim is not None else (-2, -1), keepdim, dtype=dtype)
+    if ord is None:
+        return _vector_norm(a, 2, dim, keepdim, dtype=dtype)
+    return _vector_norm(a, ord, dim, keepdim, dtype=dtype)
+
+
+@register(torch.linalg.matrix_exp, torch.matrix_exp, methods=("matrix_exp",))
+def matrix_exp(a):
+    return MF.expm(_matrix(a, "linalg.matrix_exp", square=True))
+
+
+# ------------------------------------------------------------------------------- lstsq and pinv
+
+
+@register(torch.linalg.lstsq)
+def lstsq(a, b, rcond=None, *, driver=None):
+    """Full-rank least squares through QR (of a, or of a^T when a is wide: the minimum-norm
+    solution). Like torch's CPU default ('gelsy'), residuals and singular_values are empty;
+    rank counts the singular values above rcond * the largest."""
+    _matrix(a, "linalg.lstsq")
+    vector = ndim(b) == ndim(a) - 1
+    if vector:
+        b = S.expand_dims(b, (ndim(b),))
+    a, b = _broadcast_batch(a, _matrix(b, "linalg.lstsq"))
+    *_, m, n = shape(a)
+    if m >= n:
+        q, r = D.qr(a)
+        x = D.triangular_solve(r, M.mm(M.mT(q), b), left_side=True, lower=False)
+    else:
+        q, r = D.qr(M.mT(a))
+        y = D.triangular_solve(r, b, left_side=True, lower=False, transpose_a=True)
+        x = M.mm(q, y)
+    if vector:
+        x = S.squeeze(x, (ndim(x) - 1,))
+    s = svdvals(a)
+    eps = torch.finfo(dtype(a)).eps
+    tol = rcond if rcond is not None and rcond > 0 else eps * max(m, n)
+    if shape(s)[-1]:
+        smax = S.broadcast_to(_last(s, 0, ndim(s) - 1), shape(s))
+        above = B.gt(s, B.mul(smax, tol))
+    else:
+        above = B.gt(s, 0.0)
+    rank = R.reduce_sum(U.convert(above, torch.int64), (ndim(s) - 1,))
+    empty = C.full((0,), 0.0, dtype(a))
+    return RT.linalg_lstsq((x, empty, rank, empty))
+
+
+def _pinv_value(a, atol, rtol):
+    u, s, vh = D.svd(a, full_matrices=False)
+    k = shape(s)[-1]
+    if k == 0:
+        return M.mT(a)
+    smax = S.broadcast_to(_last(s, 0, ndim(s) - 1), shape(s))
+    cut = B.maximum(B.mul(smax, rtol), atol)
+    keep = B.gt(s, cut)
+    s_inv = U.select(keep, B.div(1.0, U.select(keep, s, 1.0)), 0.0)
+    return M.mm(B.mul(M.mT(vh), _cols(s_inv, shape(vh)[-1])), M.mT(u))
+
+
+def _cols(v, rows):
+    nb = ndim(v) - 1
+    return S.broadcast_in_dim(v, shape(v)[:-1] + (rows, shape(v)[-1]), tuple(range(nb)) + (nb + 1,))
+
+
+@register(torch.linalg.pinv, torch.pinverse, methods=("pinverse",))
+def pinv(a, *, atol=None, rtol=None, hermitian=False, out=None, rcond=None):
+    """Moore-Penrose inverse from the SVD, with torch's derivative (the pinv identity, valid
+    where the rank does not change), so repeated singular values need no special care."""
+    from thunderx import custom_jvp
+
+    _matrix(a, "linalg.pinv")
+    if rcond is not None:
+        rtol = rcond
+    *_, m, n = shape(a)
+    atol_v = 0.0 if atol is None else float(atol)
+    if rtol is None:
+        rtol_v = torch.finfo(dtype(a)).eps * max(m, n) if atol is None or atol <= 0 else 0.0
+    else:
+        rtol_v = float(rtol)
+
+    @custom_jvp
+    def _pinv(x):
+        return _pinv_value(x, atol_v, rtol_v)
+
+    @_pinv.defjvp
+    def _pinv_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        p = _pinv(x)
+        pt, tt = M.mT(p), M.mT(t)
+        eye_m, eye_n = _eye(m, x), _eye(n, x)
+        dp = B.neg(M.mm(p, M.mm(t, p)))
+        dp = B.add(dp, M.mm(M.mm(p, pt), M.mm(tt, B.sub(eye_m, M.mm(x, p)))))
+        dp = B.add(dp, M.mm(B.sub(eye_n, M.mm(p, x)), M.mm(tt, M.mm(pt, p))))
+        return p, dp
+
+    return _pinv(a)

@@ -1,0 +1,256 @@
+"""Sorting and order statistics on the sort primitives: sort, argsort, msort, topk, kthvalue,
+median/nanmedian (torch's lower median, with indices), quantile, cummax/cummin, logcumsumexp,
+searchsorted and bucketize."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from thunderx.avals import is_float
+from thunderx.lang._base import (
+    SCALARS,
+    canon_dim,
+    convert,
+    dtype,
+    float_operand,
+    ndim,
+    register,
+    shape,
+)
+from thunderx.primitives import binary as B
+from thunderx.primitives import creation as C
+from thunderx.primitives import indexing as I
+from thunderx.primitives import reductions as R
+from thunderx.primitives import shape as S
+from thunderx.primitives import slicing as SL
+from thunderx.primitives import sort as SO
+from thunderx.primitives import unary as U
+
+RT = torch.return_types
+
+
+def _sort_with_indices(x, d, descending=False, stable=True):
+    return SO.sort([x, SO.iota_along(x, d)], d, is_stable=stable, descending=descending)
+
+
+@register(torch.sort, methods=("sort",))
+def sort(x, dim=-1, descending=False, stable=False, *, out=None):
+    if ndim(x) == 0:
+        return RT.sort((x, C.full((), 0, torch.int64)))
+    d = canon_dim(dim, ndim(x))
+    values, idx = _sort_with_indices(x, d, descending, bool(stable))
+    return RT.sort((values, idx))
+
+
+@register(torch.argsort, methods=("argsort",))
+def argsort(x, dim=-1, descending=False, stable=False):
+    return sort(x, dim, descending, stable).indices
+
+
+@register(torch.msort, methods=("msort",))
+def msort(x, *, out=None):
+    return sort(x, 0).values
+
+
+@register(torch.topk, methods=("topk",))
+def topk(x, k, dim=-1, largest=True, sorted=True, *, out=None):  # noqa: A002
+    if ndim(x) == 0:
+        if k not in (0, 1):
+            raise IndexError(f"topk: k ({k}) is out of range for a 0-d tensor")
+        return RT.topk((x, C.full((), 0, torch.int64)))
+    d = canon_dim(dim, ndim(x))
+    if not 0 <= k <= shape(x)[d]:
+        raise RuntimeError(f"topk: selected index k ({k}) out of range (dim size {shape(x)[d]})")
+    values, idx = SO.top_k(x, k, d, largest=largest, sorted=sorted)
+    return RT.topk((values, idx))
+
+
+def _pick(values, idx, d, pos, keepdim):
+    """Element `pos` (an int, or an int64 tensor of the reduced shape) along d of both."""
+    if isinstance(pos, int):
+        out = [SL.slice_in_dim(v, pos, pos + 1, 1, d) for v in (values, idx)]
+    else:
+        where = S.expand_dims(pos, (d,))
+        out = [I.gather(v, where, d) for v in (values, idx)]
+    return [v if keepdim else S.squeeze(v, (d,)) for v in out]
+
+
+@register(torch.kthvalue, methods=("kthvalue",))
+def kthvalue(x, k, dim=-1, keepdim=False, *, out=None):
+    if ndim(x) == 0:
+        if k != 1:
+            raise IndexError(f"kthvalue: k ({k}) is out of range for a 0-d tensor")
+        return RT.kthvalue((x, C.full((), 0, torch.int64)))
+    d = canon_dim(dim, ndim(x))
+    n = shape(x)[d]
+    if not 1 <= k <= n:
+        raise IndexError(f"kthvalue: selected number k ({k}) is out of range (dim size {n})")
+    values, idx = _sort_with_indices(x, d)
+    return RT.kthvalue(tuple(_pick(values, idx, d, k - 1, keepdim)))
+
+
+def _median_along(x, d, keepdim, ignore_nan):
+    """torch's lower median: sorted position (n - 1) // 2 (NaNs sort last). With NaNs, median
+    returns the first NaN; nanmedian takes the lower median of the rest."""
+    n = shape(x)[d]
+    values, idx = _sort_with_indices(x, d)
+    if not is_float(dtype(x)):
+        return _pick(values, idx, d, (n - 1) // 2, keepdim)
+    nans = R.reduce_sum(U.convert(B.ne(x, x), torch.int64), (d,))
+    if ignore_nan:
+        count = B.sub(n, nans)
+        half = B.mul(U.convert(B.sub(B.maximum(count, 1), 1), torch.float64), 0.5)
+        pos = U.convert(U.floor(half), torch.int64)
+    else:
+        pos = U.select(B.gt(nans, 0), B.sub(n, nans), (n - 1) // 2)
+    return _pick(values, idx, d, pos, keepdim)
+
+
+def _median(x, dim, keepdim, ignore_nan, name):
+    if dim is None:
+        flat = S.reshape(x, (math.prod(shape(x)),))
+        if shape(flat)[0] == 0:
+            raise IndexError(f"{name}() input tensor cannot be empty")
+        return _median_along(flat, 0, False, ignore_nan)[0]
+    if ndim(x) == 0:
+        return RT.median((x, C.full((), 0, torch.int64)))
+    d = canon_dim(dim, ndim(x))
+    if shape(x)[d] == 0:
+        raise IndexError(f"{name}(): Expected reduction dim {d} to have non-zero size.")
+    return RT.median(tuple(_median_along(x, d, keepdim, ignore_nan)))
+
+
+@register(torch.median, methods=("median",))
+def median(x, dim=None, keepdim=False, *, out=None):
+    return _median(x, dim, keepdim, False, "median")
+
+
+@register(torch.nanmedian, methods=("nanmedian",))
+def nanmedian(x, dim=None, keepdim=False, *, out=None):
+    return _median(x, dim, keepdim, True, "nanmedian")
+
+
+_INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
+
+
+@register(torch.quantile, methods=("quantile",))
+def quantile(x, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
+    """torch.quantile: sorted values at rank q * (n - 1), interpolated; NaN in a slice gives NaN.
+    A tensor q of rank 1 puts its dim first in the result."""
+    if interpolation not in _INTERPOLATIONS:
+        raise ValueError(f"quantile() interpolation must be one of {_INTERPOLATIONS}")
+    if not is_float(dtype(x)):
+        raise RuntimeError("quantile() input tensor must be either float or double dtype")
+    q_scalar = type(q) in SCALARS
+    if q_scalar:
+        q = C.full((), float(q), dtype(x))
+    elif ndim(q) > 1:
+        raise RuntimeError("quantile() q must be a scalar or 1D tensor")
+    q = convert(q, dtype(x))
+    in_rank = ndim(x)
+    if dim is None:
+        x = S.reshape(x, (math.prod(shape(x)),))
+        d, out_keep = 0, None
+    else:
+        d = canon_dim(dim, ndim(x))
+        out_keep = d
+    if ndim(x) == 0:
+        x = S.reshape(x, (1,))
+    n = shape(x)[d]
+    if n == 0:
+        raise IndexError("quantile() input tensor must be non-empty")
+    xs = S.moveaxis(SO.sort([x], d)[0], d, ndim(x) - 1)  # (*rest, n)
+    rest = shape(xs)[:-1]
+    nq = 1 if ndim(q) == 0 else shape(q)[0]
+    rank = B.mul(S.reshape(q, (nq,)), float(n - 1))
+    lo = U.floor(rank)
+    hi = U.ceil(rank)
+    if interpolation == "nearest":
+        lo = hi = U.round(rank)
+    idx_shape = rest + (nq,)
+
+    def at(r):
+        idx = S.broadcast_to(U.convert(r, torch.int64), idx_shape)
+        return I.gather(xs, idx, len(rest))
+
+    below, above = at(lo), at(hi)
+    if interpolation in ("lower", "nearest"):
+        out = below
+    elif interpolation == "higher":
+        out = above
+    elif interpolation == "midpoint":
+        out = B.mul(B.add(below, above), 0.5)
+    else:
+        w = S.broadcast_to(B.sub(rank, lo), idx_shape)
+        out = B.add(below, B.mul(w, B.sub(above, below)))
+    has_nan = R.reduce_sum(U.convert(B.ne(xs, xs), torch.int64), (len(rest),))
+    has_nan = S.broadcast_in_dim(B.gt(has_nan, 0), idx_shape, tuple(range(len(rest))))
+    out = U.select(has_nan, math.nan, out)
+    out = S.moveaxis(out, len(rest), 0)  # (nq, *rest)
+    if keepdim:
+        if out_keep is None:
+            out = S.reshape(out, (nq,) + (1,) * in_rank)
+        else:
+            out = S.expand_dims(out, (out_keep + 1,))
+    return S.squeeze(out, (0,)) if ndim(q) == 0 else out
+
+
+@register(torch.cummax, methods=("cummax",))
+def cummax(x, dim):
+    if ndim(x) == 0:
+        return RT.cummax((x, C.full((), 0, torch.int64)))
+    return RT.cummax(tuple(SO.cummax(x, canon_dim(dim, ndim(x)))))
+
+
+@register(torch.cummin, methods=("cummin",))
+def cummin(x, dim):
+    if ndim(x) == 0:
+        return RT.cummin((x, C.full((), 0, torch.int64)))
+    return RT.cummin(tuple(SO.cummin(x, canon_dim(dim, ndim(x)))))
+
+
+@register(torch.logcumsumexp, methods=("logcumsumexp",))
+def logcumsumexp(x, dim):
+    x = float_operand(x)
+    if ndim(x) == 0:
+        return x
+    return SO.logcumsumexp(x, canon_dim(dim, ndim(x)))
+
+
+@register(torch.searchsorted)
+def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=None, sorter=None,
+                 out=None):  # fmt: skip
+    if side is not None:
+        if side not in ("left", "right"):
+            raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+        if right and side == "left":
+            raise ValueError("searchsorted: side='left' and right=True contradict each other")
+        right = side == "right"
+    if sorter is not None:
+        sorted_sequence = I.gather(sorted_sequence, sorter, ndim(sorted_sequence) - 1)
+    scalar = type(values) in SCALARS
+    if scalar:
+        values = C.full((1,), values, dtype(sorted_sequence))
+    index_dtype = torch.int32 if out_int32 else torch.int64
+    if dtype(values) != dtype(sorted_sequence):
+        from thunderx.avals import ShapedArray, result_dtype
+
+        common = result_dtype(
+            ShapedArray(shape(values), dtype(values)),
+            ShapedArray(shape(sorted_sequence), dtype(sorted_sequence)),
+        )
+        values, sorted_sequence = convert(values, common), convert(sorted_sequence, common)
+    zero_d = ndim(values) == 0
+    if zero_d:
+        values = S.reshape(values, (1,))
+    out = SO.searchsorted(sorted_sequence, values, right, index_dtype)
+    return S.reshape(out, ()) if scalar or zero_d else out
+
+
+@register(torch.bucketize)
+def bucketize(x, boundaries, *, out_int32=False, right=False, out=None):
+    if ndim(boundaries) != 1:
+        raise RuntimeError(f"bucketize: boundaries must be 1-D, got {shape(boundaries)}")
+    return searchsorted(boundaries, x, out_int32=out_int32, right=right)
