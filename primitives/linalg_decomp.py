@@ -195,35 +195,38 @@ batch_rules[cholesky_p] = _batch_front(cholesky_p)
 eigh_p = new_primitive("eigh", multiple_results=True)
 
 
-def eigh(x, compute_v: bool = True):
-    """[eigenvalues ascending, eigenvectors] of a symmetric matrix (its lower triangle is read);
-    [eigenvalues] when compute_v is False."""
-    return eigh_p.bind(x, compute_v=compute_v)
+def eigh(x, compute_v: bool = True, lower: bool = True):
+    """[eigenvalues ascending, eigenvectors] of a symmetric matrix, read from its lower (or
+    upper) triangle; [eigenvalues] when compute_v is False. LAPACK's eigenvector signs depend on
+    the triangle read, so `lower` is a parameter rather than a transpose."""
+    return eigh_p.bind(x, compute_v=compute_v, lower=lower)
 
 
-def _eigh_impl(x, *, compute_v):
+def _eigh_impl(x, *, compute_v, lower):
+    uplo = "L" if lower else "U"
     if compute_v:
-        return list(torch.linalg.eigh(x))
-    return [torch.linalg.eigvalsh(x)]
+        return list(torch.linalg.eigh(x, UPLO=uplo))
+    return [torch.linalg.eigvalsh(x, UPLO=uplo)]
 
 
-def _eigh_codegen(args, avals, *, compute_v):
+def _eigh_codegen(args, avals, *, compute_v, lower):
+    uplo = "L" if lower else "U"
     if compute_v:
-        return f"torch.linalg.eigh({args[0]})"
-    return f"(torch.linalg.eigvalsh({args[0]}),)"
+        return f"torch.linalg.eigh({args[0]}, UPLO={uplo!r})"
+    return f"(torch.linalg.eigvalsh({args[0]}, UPLO={uplo!r}),)"
 
 
-def _eigh_abstract_eval(x, *, compute_v):
+def _eigh_abstract_eval(x, *, compute_v, lower):
     _matrix_aval("eigh", x, square=True)
     w = _aval(x, x.shape[:-1])
     return [w, x.strip_weak()] if compute_v else [w]
 
 
-def _eigh_jvp(primals, tangents, *, compute_v):
+def _eigh_jvp(primals, tangents, *, compute_v, lower):
     """dw = diag(V^T dA V), dV = V (F o V^T dA V), F[i, j] = 1 / (w_j - w_i) off the diagonal; dA
     symmetrized, so reverse mode gives torch's symmetric gradient."""
     (x,), (t,) = primals, tangents
-    w, v = eigh(x, compute_v=True)
+    w, v = eigh(x, compute_v=True, lower=lower)
     vt_dx_v = M.mm(M.mT(v), M.mm(M.sym(t), v))
     dw = M.diagonal(vt_dx_v)
     if not compute_v:
@@ -401,6 +404,8 @@ def _lu_impl(x, *, check):
         raise torch.linalg.LinAlgError(
             f"{check}: The solver failed because the input matrix is singular."
         )
+    if x.shape[-2] == 0:
+        return [packed, pivots, torch.zeros(x.shape[:-1], dtype=torch.int64, device=x.device)]
     perm, _, _ = torch.lu_unpack(packed, pivots, unpack_data=False)
     return [packed, pivots, perm.argmax(-2)]
 

@@ -480,7 +480,7 @@ def _(d):
     batch, n = _batch(d), d.int(1, 4)
     q = _orthogonal(d, batch, n)
     a = q @ torch.diag_embed(_spaced(d, batch, n, lo=-2.0)) @ q.mT
-    return Sample([a], {"compute_v": d.bool()}, prepare={0: _sym})
+    return Sample([a], {"compute_v": d.bool(), "lower": d.bool()}, prepare={0: _sym})
 
 
 @sample("svd")

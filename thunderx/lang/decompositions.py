@@ -10,7 +10,17 @@ import math
 import torch
 
 from thunderx.avals import is_float
-from thunderx.lang._base import broadcast_shapes, canon_dim, dtype, ndim, register, shape
+from thunderx.lang._base import (
+    aval,
+    broadcast_shapes,
+    canon_dim,
+    convert,
+    dtype,
+    is_tensor,
+    ndim,
+    register,
+    shape,
+)
 from thunderx.primitives import _matrix as M
 from thunderx.primitives import binary as B
 from thunderx.primitives import creation as C
@@ -66,22 +76,21 @@ def _cholesky_old(a, upper=False, *, out=None):
     return cholesky(a, upper=upper)
 
 
-def _uplo(a, UPLO):  # noqa: N803 - torch's name
+def _lower(UPLO) -> bool:  # noqa: N803 - torch's name
     if UPLO not in ("L", "U"):
-        raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
-    # for a real matrix the upper triangle of a is the lower triangle of a^T
-    return a if UPLO == "L" else M.mT(a)
+        raise ValueError(f"linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    return UPLO == "L"
 
 
 @register(torch.linalg.eigh)
 def eigh(a, UPLO="L", *, out=None):  # noqa: N803
-    w, v = D.eigh(_uplo(_matrix(a, "linalg.eigh", square=True), UPLO))
+    w, v = D.eigh(_matrix(a, "linalg.eigh", square=True), lower=_lower(UPLO))
     return RT.linalg_eigh((w, v))
 
 
 @register(torch.linalg.eigvalsh)
 def eigvalsh(a, UPLO="L", *, out=None):  # noqa: N803
-    (w,) = D.eigh(_uplo(_matrix(a, "linalg.eigvalsh", square=True), UPLO), compute_v=False)
+    (w,) = D.eigh(_matrix(a, "linalg.eigvalsh", square=True), compute_v=False, lower=_lower(UPLO))
     return w
 
 
@@ -199,14 +208,39 @@ def inv(a, *, out=None):
     return _lu_solve(a, _eye(shape(a)[-1], a), "linalg.inv")
 
 
-@register(torch.cholesky_solve, methods=("cholesky_solve",))
-def cholesky_solve(b, low, upper=False, *, out=None):
-    _matrix(low, "cholesky_solve", square=True)
-    low, b = _broadcast_batch(low, _matrix(b, "cholesky_solve"))
+def _cholesky_solve_value(b, low, upper):
     # A = L L^T (or U^T U): two triangular solves
     first = dict(left_side=True, lower=not upper, transpose_a=upper)
     second = dict(left_side=True, lower=not upper, transpose_a=not upper)
     return D.triangular_solve(low, D.triangular_solve(low, b, **first), **second)
+
+
+def _cholesky_solve_fn(upper: bool):
+    """cholesky_solve with torch's derivative: A = L L^T of the whole factor, so a tangent of L
+    off its triangle counts too (torch's gradient for L is a full matrix)."""
+    from thunderx import custom_jvp
+
+    @custom_jvp
+    def f(b, low):
+        return _cholesky_solve_value(b, low, upper)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (b, low), (db, dlow) = primals, tangents
+        x = f(b, low)
+        # d(L L^T) = dL L^T + L dL^T; for U^T U it is dU^T U + U^T dU
+        half = M.mm(M.mT(dlow), low) if upper else M.mm(dlow, M.mT(low))
+        rhs = B.sub(db, M.mm(B.add(half, M.mT(half)), x))
+        return x, _cholesky_solve_value(rhs, low, upper)
+
+    return f
+
+
+@register(torch.cholesky_solve, methods=("cholesky_solve",))
+def cholesky_solve(b, low, upper=False, *, out=None):
+    _matrix(low, "cholesky_solve", square=True)
+    low, b = _broadcast_batch(low, _matrix(b, "cholesky_solve"))
+    return _cholesky_solve_fn(bool(upper))(b, low)
 
 
 @register(torch.cholesky_inverse, methods=("cholesky_inverse",))
@@ -310,17 +344,25 @@ def matrix_exp(a):
 # ------------------------------------------------------------------------------- lstsq and pinv
 
 
+_DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
+
+
 @register(torch.linalg.lstsq)
 def lstsq(a, b, rcond=None, *, driver=None):
     """Full-rank least squares through QR (of a, or of a^T when a is wide: the minimum-norm
-    solution). Like torch's CPU default ('gelsy'), residuals and singular_values are empty;
-    rank counts the singular values above rcond * the largest."""
+    solution). The other outputs follow the driver as torch's do: rank (counting singular values
+    above rcond * the largest) for all but 'gels', singular values for 'gelsd'/'gelss', squared
+    residuals for a tall a except with 'gelsy' (the CPU default)."""
     _matrix(a, "linalg.lstsq")
+    if driver is None:
+        driver = "gels" if aval(a).device.type == "cuda" else "gelsy"
+    if driver not in _DRIVERS:
+        raise RuntimeError(f"torch.linalg.lstsq: parameter `driver` should be one of {_DRIVERS}")
     vector = ndim(b) == ndim(a) - 1
     if vector:
         b = S.expand_dims(b, (ndim(b),))
     a, b = _broadcast_batch(a, _matrix(b, "linalg.lstsq"))
-    *_, m, n = shape(a)
+    *batch, m, n = shape(a)
     if m >= n:
         q, r = D.qr(a)
         x = D.triangular_solve(r, M.mm(M.mT(q), b), left_side=True, lower=False)
@@ -328,31 +370,28 @@ def lstsq(a, b, rcond=None, *, driver=None):
         q, r = D.qr(M.mT(a))
         y = D.triangular_solve(r, b, left_side=True, lower=False, transpose_a=True)
         x = M.mm(q, y)
+    empty = C.full((0,), 0.0, dtype(a))
+    residuals = empty
+    if m > n and driver != "gelsy":
+        res = B.sub(M.mm(a, x), b)
+        residuals = R.reduce_sum(B.mul(res, res), (ndim(res) - 2,))
+        if vector:
+            residuals = S.squeeze(residuals, (ndim(residuals) - 1,))
     if vector:
         x = S.squeeze(x, (ndim(x) - 1,))
     s = svdvals(a)
-    eps = torch.finfo(dtype(a)).eps
-    tol = rcond if rcond is not None and rcond > 0 else eps * max(m, n)
-    if shape(s)[-1]:
-        smax = S.broadcast_to(_last(s, 0, ndim(s) - 1), shape(s))
-        above = B.gt(s, B.mul(smax, tol))
-    else:
-        above = B.gt(s, 0.0)
-    rank = R.reduce_sum(U.convert(above, torch.int64), (ndim(s) - 1,))
-    empty = C.full((0,), 0.0, dtype(a))
-    return RT.linalg_lstsq((x, empty, rank, empty))
-
-
-def _pinv_value(a, atol, rtol):
-    u, s, vh = D.svd(a, full_matrices=False)
-    k = shape(s)[-1]
-    if k == 0:
-        return M.mT(a)
-    smax = S.broadcast_to(_last(s, 0, ndim(s) - 1), shape(s))
-    cut = B.maximum(B.mul(smax, rtol), atol)
-    keep = B.gt(s, cut)
-    s_inv = U.select(keep, B.div(1.0, U.select(keep, s, 1.0)), 0.0)
-    return M.mm(B.mul(M.mT(vh), _cols(s_inv, shape(vh)[-1])), M.mT(u))
+    rank = C.full((0,), 0, torch.int64)
+    if driver != "gels":
+        eps = torch.finfo(dtype(a)).eps
+        tol = rcond if rcond is not None and rcond > 0 else eps * max(m, n)
+        if shape(s)[-1]:
+            smax = S.broadcast_to(_last(s, 0, ndim(s) - 1), shape(s))
+            above = B.gt(s, B.mul(smax, tol))
+        else:
+            above = B.gt(s, 0.0)
+        rank = R.reduce_sum(U.convert(above, torch.int64), (ndim(s) - 1,))
+    sv = s if driver in ("gelsd", "gelss") else empty
+    return RT.linalg_lstsq((x, residuals, rank, sv))
 
 
 def _cols(v, rows):
@@ -360,30 +399,59 @@ def _cols(v, rows):
     return S.broadcast_in_dim(v, shape(v)[:-1] + (rows, shape(v)[-1]), tuple(range(nb)) + (nb + 1,))
 
 
+def _tol(value, batch, dt):
+    """atol / rtol (a number, or a tensor broadcasting against the batch) as a (*batch, 1)."""
+    v = convert(value, dt) if is_tensor(value) else C.full((), float(value), dt)
+    v = S.broadcast_to(v, broadcast_shapes(shape(v), batch))
+    return S.expand_dims(v, (ndim(v),))
+
+
+def _pinv_value(a, atol, rtol, hermitian):
+    *batch, m, n = shape(a)
+    if min(m, n) == 0:
+        return M.mT(a)
+    if hermitian:
+        # torch: eigenvalues by magnitude; the pseudo-inverse inverts the kept eigenvalues
+        w, v = D.eigh(a)
+        s, values, left, right = U.abs(w), w, v, v
+    else:
+        left, s, vh = D.svd(a, full_matrices=False)
+        values, right = s, M.mT(vh)
+    smax = R.reduce_max(s, (ndim(s) - 1,))
+    smax = S.broadcast_in_dim(smax, shape(s), tuple(range(ndim(s) - 1)))
+    cut = B.maximum(B.mul(S.broadcast_to(rtol, shape(s)), smax), S.broadcast_to(atol, shape(s)))
+    keep = B.gt(s, cut)
+    inv_s = U.select(keep, B.div(1.0, U.select(keep, values, 1.0)), 0.0)
+    return M.mm(B.mul(right, _cols(inv_s, shape(right)[-2])), M.mT(left))
+
+
 @register(torch.linalg.pinv, torch.pinverse, methods=("pinverse",))
 def pinv(a, *, atol=None, rtol=None, hermitian=False, out=None, rcond=None):
-    """Moore-Penrose inverse from the SVD, with torch's derivative (the pinv identity, valid
-    where the rank does not change), so repeated singular values need no special care."""
+    """Moore-Penrose inverse from the SVD (eigh when hermitian), with torch's derivative (the
+    pinv identity, valid where the rank does not change), so repeated singular values need no
+    special care."""
     from thunderx import custom_jvp
 
     _matrix(a, "linalg.pinv")
     if rcond is not None:
         rtol = rcond
-    *_, m, n = shape(a)
-    atol_v = 0.0 if atol is None else float(atol)
+    *batch, m, n = shape(a)
     if rtol is None:
-        rtol_v = torch.finfo(dtype(a)).eps * max(m, n) if atol is None or atol <= 0 else 0.0
-    else:
-        rtol_v = float(rtol)
+        zero_atol = atol is None or (not is_tensor(atol) and atol <= 0)
+        rtol = torch.finfo(dtype(a)).eps * max(m, n) if zero_atol else 0.0
+    atol_t = _tol(0.0 if atol is None else atol, tuple(batch), dtype(a))
+    rtol_t = _tol(rtol, tuple(batch), dtype(a))
 
     @custom_jvp
-    def _pinv(x):
-        return _pinv_value(x, atol_v, rtol_v)
+    def _pinv(x, atol_t, rtol_t):
+        return _pinv_value(x, atol_t, rtol_t, hermitian)
 
     @_pinv.defjvp
     def _pinv_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        p = _pinv(x)
+        # the tolerances only choose the rank: they have no derivative (as in torch)
+        x, atol_t, rtol_t = primals
+        t = tangents[0]
+        p = _pinv(x, atol_t, rtol_t)
         pt, tt = M.mT(p), M.mT(t)
         eye_m, eye_n = _eye(m, x), _eye(n, x)
         dp = B.neg(M.mm(p, M.mm(t, p)))
@@ -391,4 +459,4 @@ def pinv(a, *, atol=None, rtol=None, hermitian=False, out=None, rcond=None):
         dp = B.add(dp, M.mm(B.sub(eye_n, M.mm(p, x)), M.mm(tt, M.mm(pt, p))))
         return p, dp
 
-    return _pinv(a)
+    return _pinv(a, atol_t, rtol_t)

@@ -262,6 +262,10 @@ def _norm(x, p="fro", dim=None, keepdim=False, out=None, dtype=None):
         x = convert(x, dtype)
     if p == "fro" or p is None:
         p = 2
+    if p == "nuc":
+        from thunderx.lang.decompositions import matrix_norm
+
+        return matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
     if isinstance(p, str):
         from thunderx.errors import unsupported
 

@@ -189,7 +189,7 @@ def quantile(x, q, dim=None, keepdim=False, *, interpolation="linear", out=None)
     has_nan = S.broadcast_in_dim(B.gt(has_nan, 0), idx_shape, tuple(range(len(rest))))
     out = U.select(has_nan, math.nan, out)
     out = S.moveaxis(out, len(rest), 0)  # (nq, *rest)
-    if keepdim:
+    if keepdim and in_rank > 0:
         if out_keep is None:
             out = S.reshape(out, (nq,) + (1,) * in_rank)
         else:

@@ -39,6 +39,7 @@ def numerical_jvp(f: Callable, args: Sequence, tangents: Sequence, eps: float = 
     plus = [a + eps * t if t is not None else a for a, t in zip(args, tangents)]
     minus = [a - eps * t if t is not None else a for a, t in zip(args, tangents)]
     fp, fm = f(*plus), f(*minus)
+
     def quotient(p, m):
         if _is_float(p):
             return (p - m) / (2 * eps)
