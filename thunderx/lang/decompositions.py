@@ -347,6 +347,12 @@ def matrix_exp(a):
 _DRIVERS = ("gels", "gelsy", "gelsd", "gelss")
 
 
+def _stop_gradient(x):
+    from thunderx.primitives.higher_order import stop_gradient
+
+    return stop_gradient(x)
+
+
 @register(torch.linalg.lstsq)
 def lstsq(a, b, rcond=None, *, driver=None):
     """Full-rank least squares through QR (of a, or of a^T when a is wide: the minimum-norm
@@ -390,7 +396,8 @@ def lstsq(a, b, rcond=None, *, driver=None):
         else:
             above = B.gt(s, 0.0)
         rank = R.reduce_sum(U.convert(above, torch.int64), (ndim(s) - 1,))
-    sv = s if driver in ("gelsd", "gelss") else empty
+    # torch does not differentiate the singular values lstsq reports
+    sv = _stop_gradient(s) if driver in ("gelsd", "gelss") else empty
     return RT.linalg_lstsq((x, residuals, rank, sv))
 
 

@@ -108,12 +108,31 @@ def _median_along(x, d, keepdim, ignore_nan):
     return _pick(values, idx, d, pos, keepdim)
 
 
+def _evenly_distributed(flat, value):
+    """`value` with torch's derivative for a full reduction picking one element: the gradient is
+    shared evenly among the elements equal to it (the NaNs when it is NaN). The value is exactly
+    `value`: the added term is (x - stop_gradient(x)) weighted, which is zero."""
+    from thunderx.primitives.higher_order import stop_gradient
+
+    if not is_float(dtype(flat)):
+        return value
+    v = stop_gradient(value)
+    vb = S.broadcast_in_dim(v, shape(flat), ())
+    is_nan = B.ne(flat, flat)
+    mask = U.select(S.broadcast_in_dim(B.ne(v, v), shape(flat), ()), is_nan, B.eq(flat, vb))
+    mask = U.convert(mask, dtype(flat))
+    count = R.reduce_sum(mask, (0,))
+    delta = B.mul(B.sub(flat, stop_gradient(flat)), mask)
+    share = R.reduce_sum(U.select(B.ne(mask, 0.0), delta, 0.0), (0,))
+    return B.add(v, B.div(share, count))
+
+
 def _median(x, dim, keepdim, ignore_nan, name):
     if dim is None:
         flat = S.reshape(x, (math.prod(shape(x)),))
         if shape(flat)[0] == 0:
             raise IndexError(f"{name}() input tensor cannot be empty")
-        return _median_along(flat, 0, False, ignore_nan)[0]
+        return _evenly_distributed(flat, _median_along(flat, 0, False, ignore_nan)[0])
     if ndim(x) == 0:
         return RT.median((x, C.full((), 0, torch.int64)))
     d = canon_dim(dim, ndim(x))
