@@ -20,8 +20,9 @@ import torch.func as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import thunderx as tx  # noqa: E402
 from harness import compare  # noqa: E402
+
+import thunderx as tx  # noqa: E402
 
 
 def _mlp(width, depth, batch, seed=0):

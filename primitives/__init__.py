@@ -5,6 +5,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     conv,
     creation,
     custom,
+    debug,
     higher_order,
     indexing,
     linalg,

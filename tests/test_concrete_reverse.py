@@ -196,3 +196,18 @@ def test_data_dependent_shapes_work_under_grad():
 
     x = torch.tensor([1.0, -2.0, 3.0], dtype=F64)
     close(tx.grad(f)(x), tf.grad(f)(x))
+
+
+def test_grad_of_jit_runs_the_compiled_primal_and_compiles_once(monkeypatch):
+    import thunderx.transforms.jit as J
+
+    compiles = []
+    real = J._compile
+    monkeypatch.setattr(J, "_compile", lambda *a, **k: compiles.append(1) or real(*a, **k))
+    f = tx.jit(lambda x: (x.sin() * x).sum())
+    g = tx.grad(f)
+    for _ in range(3):
+        x = torch.randn(5, dtype=F64)
+        close(g(x), x.cos() * x + x.sin())
+    # the known (primal) half of the jvp is one compiled program, reused by later calls
+    assert len(compiles) == 1, compiles

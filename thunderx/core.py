@@ -46,6 +46,10 @@ nvfuser_checks: dict[Primitive, Callable] = {}
 # Why a primitive has no jvp / transpose rule: checked by the coverage tests.
 not_differentiable: dict[Primitive, str] = {}
 linear_primitives: set[Primitive] = set()
+# Primitives with effects (random draws advance the RNG state, debug callbacks run user code):
+# DCE keeps them though nothing reads their outputs, CSE never merges two of them, and each run
+# of a compiled program repeats them.
+effectful_primitives: set[Primitive] = set()
 # Partial evaluation of one equation whose inputs are partly known, for primitives that can do
 # better than "any unknown input makes every output unknown" (higher-order primitives split their
 # sub-jaxprs): `rule(eqn, unknowns) -> (known_eqn, unknown_eqn, out_unknowns, residuals)`.

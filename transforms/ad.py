@@ -351,8 +351,9 @@ def _linearize_args(fun, argnums, has_aux, name, args, kwargs):
     return linearize_flat(flat, leaves, has_aux, name), leaves, in_tree
 
 
-def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
+def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int | None = None):
     """Jacobian by forward mode (vmap over a basis of input tangents): shape out + in.
+    `chunk_size` bounds memory: at most that many basis tangents are pushed forward at a time.
 
     >>> thunderx.jacfwd(lambda x: x ** 2)(torch.tensor([1., 2.]))
     tensor([[2., 0.],
@@ -366,7 +367,12 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
         lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacfwd", args, kwargs)
         in_avals = [get_aval(x) for x in leaves]
         basis = _std_basis(in_avals)
-        cols = vmap(lambda *ts: _apply_linearized(lin, list(ts)), in_axes=0, out_axes=-1)(*basis)
+        cols = vmap(
+            lambda *ts: _apply_linearized(lin, list(ts)),
+            in_axes=0,
+            out_axes=-1,
+            chunk_size=chunk_size,
+        )(*basis)
         blocks = []
         for o, a in zip(cols, lin.tangent_avals):
             row, offset = [], 0
@@ -384,8 +390,10 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
     return wrapper
 
 
-def jacrev(fun: Callable, argnums=0, has_aux: bool = False):
+def jacrev(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int | None = None):
     """Jacobian by reverse mode (vmap of vjp over a basis of output cotangents): shape out + in.
+    `chunk_size` bounds memory as in torch.func: at most that many cotangents are pulled back
+    at a time (the rows are computed chunk by chunk and concatenated).
 
     >>> thunderx.jacrev(lambda x: x.sin().sum(), argnums=0)(torch.zeros(2))
     tensor([1., 1.])
@@ -399,9 +407,12 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False):
         lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacrev", args, kwargs)
         out_avals = lin.tangent_avals
         basis = _std_basis(out_avals)
-        rows = vmap(lambda *cts: _transpose_linearized(lin, list(cts)), in_axes=0, out_axes=0)(
-            *basis
-        )
+        rows = vmap(
+            lambda *cts: _transpose_linearized(lin, list(cts)),
+            in_axes=0,
+            out_axes=0,
+            chunk_size=chunk_size,
+        )(*basis)
         in_avals = [get_aval(x) for x in leaves]
         blocks = []
         offset = 0

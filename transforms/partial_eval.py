@@ -155,7 +155,12 @@ def split_call_eqn(eqn: Eqn, unknowns: list[bool], jaxpr_param: str = "jaxpr"):
     `jaxpr_param`; operands are the jaxpr's invars): the known half is the same primitive over the
     known part of the jaxpr, the unknown half over the rest."""
     sub = eqn.params[jaxpr_param]
-    known, unknown, out_unknowns, n_res = partial_eval_jaxpr(sub, unknowns)
+    # cached on the sub-jaxpr, so the known half (a new jaxpr) is compiled once, not per call
+    key = ("partial_eval", tuple(unknowns))
+    split = sub._cache.get(key)
+    if split is None:
+        split = sub._cache[key] = partial_eval_jaxpr(sub, unknowns)
+    known, unknown, out_unknowns, n_res = split
     res_vars = [Var(v.aval) for v in known.outvars[len(known.outvars) - n_res :]]
     known_outs = [v for v, u in zip(eqn.outputs, out_unknowns) if not u]
     known_ins = [x for x, u in zip(eqn.inputs, unknowns) if not u]
