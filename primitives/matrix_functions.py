@@ -105,9 +105,10 @@ def _frechet_batch(args, dims):
     return expm_frechet(a, e), 0
 
 
-impl_rules[expm_p] = lambda x: torch.matrix_exp(x)
+# torch.matrix_exp fails on some non-contiguous batches of 1 x 1 matrices (it views its input)
+impl_rules[expm_p] = lambda x: torch.matrix_exp(x.contiguous())
 abstract_eval_rules[expm_p] = _expm_abstract_eval
-torch_codegen_rules[expm_p] = lambda args, avals: f"torch.matrix_exp({args[0]})"
+torch_codegen_rules[expm_p] = lambda args, avals: f"torch.matrix_exp({args[0]}.contiguous())"
 jvp_rules[expm_p] = _expm_jvp
 batch_rules[expm_p] = _batch_front(expm_p)
 
