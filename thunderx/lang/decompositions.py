@@ -263,10 +263,67 @@ def _lu_diag_and_sign(a, name):
     return diag, parity
 
 
-@register(torch.linalg.det, torch.det, methods=("det",))
-def det(a, *, out=None):
+def _det_value(a):
     diag, parity = _lu_diag_and_sign(a, "linalg.det")
     return B.mul(parity, R.reduce_prod(diag, (ndim(diag) - 1,)))
+
+
+def _products_of_the_others(s):
+    """g_i = prod_{j != i} s_j along the last dim, exact when some s_j are zero."""
+    last = ndim(s) - 1
+    k = shape(s)[-1]
+    keep = [(0, 0, 0)] * last
+
+    def exclusive(v):
+        return SL.pad(
+            SL.slice_in_dim(R.cumprod(v, last), 0, k - 1, 1, last), 1.0, keep + [(1, 0, 0)]
+        )
+
+    return B.mul(exclusive(s), SL.rev(exclusive(SL.rev(s, (last,))), (last,)))
+
+
+def _batch_select(pred, x, y):
+    """select per matrix: pred has the batch shape, x and y are (*batch, n, n)."""
+    return U.select(S.broadcast_in_dim(pred, shape(x), tuple(range(ndim(pred)))), x, y)
+
+
+def _det_jvp(primals, tangents):
+    """torch's derivative: d det = det * tr(A^-1 dA) where A is invertible, and through the
+    adjugate from the SVD, A^adj = det(U) det(V) V diag(prod_{j != i} s_j) U^T, where it is
+    singular. Each branch runs on a harmless stand-in where the other applies, so neither leaks
+    infinities into derivatives of higher order."""
+    (a,), (t,) = primals, tangents
+    d = det(a)
+    n = shape(a)[-1]
+    diag, _ = _lu_diag_and_sign(a, "linalg.det")
+    singular = B.gt(R.reduce_sum(U.convert(B.eq(diag, 0.0), torch.int64), (ndim(diag) - 1,)), 0)
+    eye = _eye(n, a)
+    spread = M.diag_embed(
+        S.broadcast_to(U.convert(C.iota(torch.int64, (n,), 0), dtype(a)), shape(diag))
+    )
+    invertible = _batch_select(singular, eye, a)
+    trace = M.diagonal(_lu_solve(invertible, t, ""))
+    regular = B.mul(d, R.reduce_sum(trace, (ndim(trace) - 1,)))
+    degenerate = _batch_select(singular, a, B.add(eye, spread))
+    u, s, vh = D.svd(degenerate)
+    alpha = B.mul(det(u), det(vh))
+    adj_t = M.mm(_cols_scale(M.mT(vh), _products_of_the_others(s)), M.mT(u))  # A^adj
+    along = R.reduce_sum(B.mul(M.mT(adj_t), t), (ndim(t) - 2, ndim(t) - 1))
+    return d, U.select(singular, B.mul(alpha, along), regular)
+
+
+def _cols_scale(x, v):
+    return B.mul(x, _cols(v, shape(x)[-2]))
+
+
+@register(torch.linalg.det, torch.det, methods=("det",))
+def det(a, *, out=None):
+    from thunderx import custom_jvp
+
+    _matrix(a, "linalg.det", square=True)
+    f = custom_jvp(_det_value)
+    f.defjvp(_det_jvp)
+    return f(a)
 
 
 @register(torch.linalg.slogdet, torch.slogdet, methods=("slogdet",))
