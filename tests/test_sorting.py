@@ -16,6 +16,7 @@ def rand(*shape):
 
 TIES = torch.tensor([[3.0, 1.0, 3.0, 2.0, 1.0, 3.0], [0.0, 0.0, 5.0, -1.0, 5.0, 0.0]], dtype=F64)
 WITH_NAN = torch.tensor([[1.0, float("nan"), 3.0, 2.0], [4.0, 2.0, 2.0, 1.0]], dtype=F64)
+ALL_NAN = torch.tensor([[float("nan"), 1.0], [float("nan"), 2.0], [float("nan"), 0.5]], dtype=F64)
 Q = torch.tensor([0.0, 0.3, 0.5, 0.9, 1.0], dtype=F64)
 
 CASES = [
@@ -46,6 +47,9 @@ CASES = [
     ("quantile_midpoint", lambda x: torch.quantile(x, Q, 1, interpolation="midpoint"), rand(3, 6)),
     ("quantile_nearest", lambda x: torch.quantile(x, Q, 1, interpolation="nearest"), rand(3, 5)),
     ("quantile_nan", lambda x: torch.quantile(x, 0.5, dim=1), WITH_NAN),
+    ("nanquantile", lambda x: torch.nanquantile(x, Q, dim=1), WITH_NAN),
+    ("nanquantile_all_nan_row", lambda x: torch.nanquantile(x, 0.4, dim=0), ALL_NAN),
+    ("nanquantile_all", lambda x: torch.nanquantile(x, Q, interpolation="midpoint"), WITH_NAN),
     ("cummax", lambda x: torch.cummax(x, 1), rand(3, 5)),
     ("cummin_ties", lambda x: torch.cummin(x, 1), TIES),
     ("cummax_ties", lambda x: torch.cummax(x, 1), TIES),

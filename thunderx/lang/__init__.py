@@ -15,6 +15,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     gather,
     indexing,
     linalg,
+    linalg_functions,
     losses,
     nn,
     random,

@@ -263,7 +263,7 @@ def _norm(x, p="fro", dim=None, keepdim=False, out=None, dtype=None):
     if p == "fro" or p is None:
         p = 2
     if p == "nuc":
-        from thunderx.lang.decompositions import matrix_norm
+        from thunderx.lang.linalg_functions import matrix_norm
 
         return matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
     if isinstance(p, str):

@@ -1,5 +1,5 @@
 """Sorting and order statistics on the sort primitives: sort, argsort, msort, topk, kthvalue,
-median/nanmedian (torch's lower median, with indices), quantile, cummax/cummin, logcumsumexp,
+median/nanmedian (torch's lower median, with indices), quantile/nanquantile, cummax/cummin, logcumsumexp,
 searchsorted and bucketize."""
 
 from __future__ import annotations
@@ -158,15 +158,24 @@ _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
 def quantile(x, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
     """torch.quantile: sorted values at rank q * (n - 1), interpolated; NaN in a slice gives NaN.
     A tensor q of rank 1 puts its dim first in the result."""
+    return _quantile(x, q, dim, keepdim, interpolation, False, "quantile")
+
+
+@register(torch.nanquantile, methods=("nanquantile",))
+def nanquantile(x, q, dim=None, keepdim=False, *, interpolation="linear", out=None):
+    """torch.nanquantile: quantile of the non-NaN values of each slice (NaN for an all-NaN one)."""
+    return _quantile(x, q, dim, keepdim, interpolation, True, "nanquantile")
+
+
+def _quantile(x, q, dim, keepdim, interpolation, ignore_nan, name):
     if interpolation not in _INTERPOLATIONS:
-        raise ValueError(f"quantile() interpolation must be one of {_INTERPOLATIONS}")
+        raise ValueError(f"{name}() interpolation must be one of {_INTERPOLATIONS}")
     if not is_float(dtype(x)):
-        raise RuntimeError("quantile() input tensor must be either float or double dtype")
-    q_scalar = type(q) in SCALARS
-    if q_scalar:
+        raise RuntimeError(f"{name}() input tensor must be either float or double dtype")
+    if type(q) in SCALARS:
         q = C.full((), float(q), dtype(x))
     elif ndim(q) > 1:
-        raise RuntimeError("quantile() q must be a scalar or 1D tensor")
+        raise RuntimeError(f"{name}() q must be a scalar or 1D tensor")
     q = convert(q, dtype(x))
     in_rank = ndim(x)
     if dim is None:
@@ -179,20 +188,28 @@ def quantile(x, q, dim=None, keepdim=False, *, interpolation="linear", out=None)
         x = S.reshape(x, (1,))
     n = shape(x)[d]
     if n == 0:
-        raise IndexError("quantile() input tensor must be non-empty")
-    xs = S.moveaxis(SO.sort([x], d)[0], d, ndim(x) - 1)  # (*rest, n)
+        raise IndexError(f"{name}() input tensor must be non-empty")
+    xs = S.moveaxis(SO.sort([x], d)[0], d, ndim(x) - 1)  # (*rest, n), NaNs last
     rest = shape(xs)[:-1]
     nq = 1 if ndim(q) == 0 else shape(q)[0]
-    rank = B.mul(S.reshape(q, (nq,)), float(n - 1))
+    idx_shape = rest + (nq,)
+    lead = tuple(range(len(rest)))
+    nans = R.reduce_sum(U.convert(B.ne(xs, xs), torch.int64), (len(rest),))
+    if ignore_nan:
+        last = U.convert(B.maximum(B.sub(n - 1, nans), 0), dtype(x))  # rank of the last non-NaN
+        last = S.broadcast_in_dim(last, idx_shape, lead)
+        invalid = B.eq(nans, n)
+    else:
+        last = float(n - 1)
+        invalid = B.gt(nans, 0)
+    rank = B.mul(S.broadcast_in_dim(S.reshape(q, (nq,)), idx_shape, (len(rest),)), last)
     lo = U.floor(rank)
     hi = U.ceil(rank)
     if interpolation == "nearest":
         lo = hi = U.round(rank)
-    idx_shape = rest + (nq,)
 
     def at(r):
-        idx = S.broadcast_to(U.convert(r, torch.int64), idx_shape)
-        return I.gather(xs, idx, len(rest))
+        return I.gather(xs, U.convert(r, torch.int64), len(rest))
 
     below, above = at(lo), at(hi)
     if interpolation in ("lower", "nearest"):
@@ -202,11 +219,8 @@ def quantile(x, q, dim=None, keepdim=False, *, interpolation="linear", out=None)
     elif interpolation == "midpoint":
         out = B.mul(B.add(below, above), 0.5)
     else:
-        w = S.broadcast_to(B.sub(rank, lo), idx_shape)
-        out = B.add(below, B.mul(w, B.sub(above, below)))
-    has_nan = R.reduce_sum(U.convert(B.ne(xs, xs), torch.int64), (len(rest),))
-    has_nan = S.broadcast_in_dim(B.gt(has_nan, 0), idx_shape, tuple(range(len(rest))))
-    out = U.select(has_nan, math.nan, out)
+        out = B.add(below, B.mul(B.sub(rank, lo), B.sub(above, below)))
+    out = U.select(S.broadcast_in_dim(invalid, idx_shape, lead), math.nan, out)
     out = S.moveaxis(out, len(rest), 0)  # (nq, *rest)
     if keepdim and in_rank > 0:
         if out_keep is None:
