@@ -148,7 +148,25 @@ CASES = [
         lambda: [lower(3).mT, rand(2, 3)],
     ),  # fmt: skip
 ]
+CASES += [
+    ("cond", lambda a: torch.linalg.cond(a), lambda: [well(3)]),
+    ("cond_fro", lambda a: torch.linalg.cond(a, "fro"), lambda: [well(3)]),
+    ("matrix_power_5", lambda a: torch.linalg.matrix_power(a, 5), lambda: [0.5 * rand(3, 3)]),
+    ("matrix_power_m2", lambda a: torch.linalg.matrix_power(a, -2), lambda: [well(3)]),
+    (
+        "multi_dot",
+        lambda a, b, c: torch.linalg.multi_dot([a, b, c]),
+        lambda: [rand(3), rand(3, 4), rand(4, 2)],
+    ),  # fmt: skip
+]
 IDS = [c[0] for c in CASES]
+# torch.func cannot differentiate torch.linalg.cond(A, 'fro') (an in-place error inside torch):
+# its definition, ||A||_F ||A^-1||_F, is the oracle there
+TORCH_ORACLE = {
+    "cond_fro": lambda a: (
+        torch.linalg.matrix_norm(a) * torch.linalg.matrix_norm(torch.linalg.inv(a))
+    )
+}
 
 
 def _close(got, want, tol=1e-7):
@@ -176,7 +194,7 @@ def test_grad_matches_torch_func(name, fn, make):
     args = make()
     argnums = tuple(range(len(args)))
     got = tx.grad(_loss(fn), argnums=argnums)(*args)
-    want = torch.func.grad(_loss(fn), argnums=argnums)(*args)
+    want = torch.func.grad(_loss(TORCH_ORACLE.get(name, fn)), argnums=argnums)(*args)
     _close(got, want, 1e-6)
 
 
@@ -292,6 +310,17 @@ def test_qr_mode_r_is_not_differentiable_as_in_torch():
     assert tx.jit(lambda x: torch.linalg.qr(x, mode="r").R)(a).shape == (2, 2)
     with pytest.raises(ValueError, match="mode='r'"):
         tx.grad(lambda x: torch.linalg.qr(x, mode="r").R.sum())(a)
+
+
+def test_matrix_rank_counts_torchs_singular_values():
+    a = torch.stack([rand(4, 2) @ rand(2, 5), rand(4, 5), torch.zeros(4, 5, dtype=F64)])
+    _close(tx.jit(torch.linalg.matrix_rank)(a), torch.linalg.matrix_rank(a))
+    _close(tx.vmap(torch.linalg.matrix_rank)(a), torch.linalg.matrix_rank(a))
+    sym = spd(4) - 4.5 * torch.eye(4, dtype=F64)
+    _close(
+        tx.jit(lambda x: torch.linalg.matrix_rank(x, atol=1.0, hermitian=True))(sym),
+        torch.linalg.matrix_rank(sym, atol=1.0, hermitian=True),
+    )
 
 
 def test_integer_input_is_refused_with_the_function_name():

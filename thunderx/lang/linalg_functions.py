@@ -312,3 +312,90 @@ def pinv(a, *, atol=None, rtol=None, hermitian=False, out=None, rcond=None):
         return p, dp
 
     return _pinv(a, atol_t, rtol_t)
+
+
+# ------------------------------------------------------------------- rank, condition, powers
+
+
+@register(torch.linalg.matrix_rank)
+def matrix_rank(a, *, atol=None, rtol=None, hermitian=False, tol=None, out=None):
+    """The number of singular values (|eigenvalues| when hermitian) above max(atol, rtol * the
+    largest); integer-valued."""
+    _matrix(a, "linalg.matrix_rank")
+    if tol is not None:
+        atol, rtol = tol, 0.0
+    *batch, m, n = shape(a)
+    if min(m, n) == 0:
+        return C.full(tuple(batch), 0, torch.int64)
+    if rtol is None:
+        zero_atol = atol is None or (not is_tensor(atol) and atol <= 0)
+        rtol = torch.finfo(dtype(a)).eps * max(m, n) if zero_atol else 0.0
+    if hermitian:
+        s = U.abs(D.eigh(a, compute_v=False)[0])
+    else:
+        s = svdvals(a)
+    smax = S.broadcast_in_dim(R.reduce_max(s, (ndim(s) - 1,)), shape(s), tuple(range(len(batch))))
+    atol_t = _tol(0.0 if atol is None else atol, tuple(batch), dtype(a))
+    rtol_t = _tol(rtol, tuple(batch), dtype(a))
+    cut = B.maximum(B.mul(S.broadcast_to(rtol_t, shape(s)), smax), S.broadcast_to(atol_t, shape(s)))
+    return R.reduce_sum(U.convert(B.gt(s, cut), torch.int64), (ndim(s) - 1,))
+
+
+@register(torch.linalg.cond)
+def cond(a, p=None, *, out=None):
+    """sigma_max / sigma_min for p in (None, 2) (the reverse for -2); otherwise
+    norm(A, p) * norm(A^-1, p), with A^-1 from an LU solve that does not refuse singular A."""
+    _matrix(a, "linalg.cond")
+    if p in (None, 2, -2):
+        s = svdvals(a)
+        k = shape(s)[-1]
+        big, small = (_last(s, 0, ndim(s) - 1), _last(s, k - 1, ndim(s) - 1))
+        big, small = S.squeeze(big, (ndim(s) - 1,)), S.squeeze(small, (ndim(s) - 1,))
+        return B.div(big, small) if p != -2 else B.div(small, big)
+    _matrix(a, "linalg.cond", square=True)
+    inverse = _lu_solve(a, _eye(shape(a)[-1], a), "")
+    return B.mul(matrix_norm(a, p), matrix_norm(inverse, p))
+
+
+@register(torch.linalg.matrix_power, torch.matrix_power, methods=("matrix_power",))
+def matrix_power(a, n, *, out=None):
+    """A^n by repeated squaring; a negative n powers the inverse (torch.linalg.inv's errors)."""
+    from thunderx.lang.decompositions import inv
+
+    if not isinstance(n, int):
+        raise TypeError(f"linalg.matrix_power: n must be an int, got {type(n).__name__}")
+    _matrix(a, "linalg.matrix_power", square=True)
+    if n == 0:
+        return _eye(shape(a)[-1], a)
+    if n < 0:
+        a, n = inv(a), -n
+    result, base = None, a
+    while n:
+        if n & 1:
+            result = base if result is None else M.mm(result, base)
+        n >>= 1
+        if n:
+            base = M.mm(base, base)
+    return result
+
+
+@register(torch.linalg.multi_dot)
+def multi_dot(tensors, *, out=None):
+    """A chain of matmuls, left to right; the first operand may be a row vector and the last a
+    column vector, as torch allows."""
+    from thunderx.lang.linalg import matmul
+
+    tensors = list(tensors)
+    if len(tensors) < 2:
+        raise RuntimeError(f"multi_dot(): expected at least 2 tensors but got {len(tensors)}")
+    for i, t in enumerate(tensors):
+        allowed = (1, 2) if i in (0, len(tensors) - 1) else (2,)
+        if ndim(t) not in allowed:
+            raise RuntimeError(
+                f"multi_dot(): tensor {i} must be {' or '.join(f'{r}D' for r in allowed)} "
+                f"but got {ndim(t)}D"
+            )
+    out = tensors[0]
+    for t in tensors[1:]:
+        out = matmul(out, t)
+    return out

@@ -45,7 +45,8 @@ CATEGORIES = {
     "linalg": "linalg.cholesky cholesky linalg.eigh linalg.eigvalsh linalg.svd svd linalg.svdvals "
     "linalg.qr qr linalg.lu linalg.lu_factor linalg.solve linalg.solve_triangular "
     "triangular_solve linalg.inv linalg.det linalg.slogdet logdet linalg.lstsq linalg.pinv "
-    "pinverse linalg.matrix_norm linalg.norm matrix_exp cholesky_solve cholesky_inverse",
+    "pinverse linalg.matrix_norm linalg.norm matrix_exp cholesky_solve cholesky_inverse "
+    "linalg.matrix_rank linalg.cond linalg.matrix_power linalg.multi_dot",
     "sorting": "sort argsort msort topk kthvalue median nanmedian quantile nanquantile cummax cummin "
     "logcumsumexp searchsorted bucketize",
 }
