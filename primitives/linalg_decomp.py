@@ -58,25 +58,30 @@ def _batch_front(prim):
     return rule
 
 
-def _zeros(prim, out):
-    return [Zero(get_aval(o)) for o in out] if prim.multiple_results else Zero(get_aval(out))
-
-
 # ------------------------------------------------------------------------------ triangular_solve
 
 triangular_solve_p = new_primitive("triangular_solve")
 
 
 def triangular_solve(
-    a, b, *, left_side: bool = True, lower: bool = True, transpose_a: bool = False,
+    a,
+    b,
+    *,
+    left_side: bool = True,
+    lower: bool = True,
+    transpose_a: bool = False,
     unit_diagonal: bool = False,
-):  # fmt: skip
+):
     """op(a) x = b (left_side) or x op(a) = b, op(a) = a^T when transpose_a; only the triangle of
     `a` named by `lower` is read (and not its diagonal when unit_diagonal)."""
     return triangular_solve_p.bind(
-        a, b, left_side=left_side, lower=lower, transpose_a=transpose_a,
+        a,
+        b,
+        left_side=left_side,
+        lower=lower,
+        transpose_a=transpose_a,
         unit_diagonal=unit_diagonal,
-    )  # fmt: skip
+    )
 
 
 def _ts_impl(a, b, *, left_side, lower, transpose_a, unit_diagonal):

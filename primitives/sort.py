@@ -1,10 +1,11 @@
 """Order statistics: sort (several operands, lexicographic keys, stable or not), top_k, cumulative
-max/min with their indices, logcumsumexp, and searchsorted (integer-valued). Every floating output
-is a rearrangement of an operand, so its tangent is the operand's tangent gathered by the same
-indices.
+max/min with their indices, logcumsumexp, and searchsorted (integer-valued). The floating outputs
+of sort, top_k and cummax/cummin rearrange an operand, so their tangents are the operand's
+tangents gathered by the same indices.
 
     >>> from thunderx.primitives import sort as SO
-    >>> values, idx = SO.sort([x, SO.iota_along(x, -1)], dimension=-1)  # torch.sort
+    >>> x = torch.tensor([3.0, 1.0, 2.0])
+    >>> values, idx = SO.sort([x, SO.iota_along(x, 0)], dimension=0)  # torch.sort(x)
 """
 
 from __future__ import annotations
@@ -59,14 +60,18 @@ def _front(args, dims):
 sort_p = new_primitive("sort", multiple_results=True)
 
 
-def sort(operands, dimension: int, is_stable: bool = True, num_keys: int = 1,
-         descending: bool = False):  # fmt: skip
+def sort(
+    operands, dimension: int, is_stable: bool = True, num_keys: int = 1, descending: bool = False
+):
     """Sort `operands` (same shape) along `dimension` by the first `num_keys` of them,
     lexicographically; the rest follow the same permutation. NaN sorts as the largest value."""
     return sort_p.bind(
-        *operands, dimension=dimension, is_stable=is_stable, num_keys=num_keys,
+        *operands,
+        dimension=dimension,
+        is_stable=is_stable,
+        num_keys=num_keys,
         descending=descending,
-    )  # fmt: skip
+    )
 
 
 def _sort_impl(*ops, dimension, is_stable, num_keys, descending):
@@ -81,8 +86,9 @@ def _sort_impl(*ops, dimension, is_stable, num_keys, descending):
         shape[dimension] = -1
         idx = idx.reshape(shape).expand(ops[0].shape).contiguous()
         for key in reversed(ops[:num_keys]):
-            _, j = torch.sort(key.gather(dimension, idx), dim=dimension, stable=True,
-                              descending=descending)  # fmt: skip
+            _, j = torch.sort(
+                key.gather(dimension, idx), dim=dimension, stable=True, descending=descending
+            )
             idx = idx.gather(dimension, j)
         first = ops[0].gather(dimension, idx)
     return [first] + [o.gather(dimension, idx) for o in ops[1:]]

@@ -253,8 +253,9 @@ def logcumsumexp(x, dim):
 
 
 @register(torch.searchsorted)
-def searchsorted(sorted_sequence, values, *, out_int32=False, right=False, side=None, sorter=None,
-                 out=None):  # fmt: skip
+def searchsorted(
+    sorted_sequence, values, *, out_int32=False, right=False, side=None, sorter=None, out=None
+):
     if side is not None:
         if side not in ("left", "right"):
             raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
