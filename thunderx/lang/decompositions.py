@@ -166,15 +166,35 @@ def _triangular_solve_old(b, a, upper=True, transpose=False, unitriangular=False
     return RT.triangular_solve((x, a2))
 
 
-def _lu_solve(a, b, check: str):
-    """a x = b through P^T a = L U: x = U^-1 L^-1 (P^T b)."""
-    packed, _, perm = D.lu(a, check)
-    rows = S.broadcast_in_dim(perm, shape(b), tuple(range(ndim(b) - 2)) + (ndim(b) - 2,))
+def _solve_with_lu(packed, perm, b):
+    """x with A x = b, from P^T A = L U: x = U^-1 L^-1 (P^T b)."""
     from thunderx.primitives import indexing as I
 
+    rows = S.broadcast_in_dim(perm, shape(b), tuple(range(ndim(b) - 2)) + (ndim(b) - 2,))
     pb = I.gather(b, rows, ndim(b) - 2)
     y = D.triangular_solve(packed, pb, left_side=True, lower=True, unit_diagonal=True)
     return D.triangular_solve(packed, y, left_side=True, lower=False)
+
+
+def _lu_solve(a, b, check: str):
+    """a x = b through one LU factorization. Its derivative is dx = A^-1 (db - dA x) with the
+    same factors, as torch's: differentiating through the factorization would cost several more
+    triangular solves."""
+    from thunderx import custom_jvp
+
+    def value(a, b):
+        packed, _, perm = D.lu(a, check)
+        return _solve_with_lu(packed, perm, b)
+
+    def jvp(primals, tangents):
+        (a, b), (da, db) = primals, tangents
+        packed, _, perm = D.lu(a, check)
+        x = _solve_with_lu(packed, perm, b)
+        return x, _solve_with_lu(packed, perm, B.sub(db, M.mm(da, x)))
+
+    f = custom_jvp(value)
+    f.defjvp(jvp)
+    return f(a, b)
 
 
 @register(torch.linalg.solve)

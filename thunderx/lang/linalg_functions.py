@@ -25,6 +25,7 @@ from thunderx.lang.decompositions import (
     _last,
     _lu_solve,
     _matrix,
+    _solve_with_lu,
     svdvals,
 )
 from thunderx.primitives import _matrix as M
@@ -90,7 +91,8 @@ def _det_jvp(primals, tangents):
         S.broadcast_to(U.convert(C.iota(torch.int64, (n,), 0), dtype(a)), shape(diag))
     )
     invertible = _batch_select(singular, eye, a)
-    trace = M.diagonal(_lu_solve(invertible, t, ""))
+    packed, _, perm = D.lu(invertible)
+    trace = M.diagonal(_solve_with_lu(packed, perm, t))  # linear in t: transposable
     regular = B.mul(d, R.reduce_sum(trace, (ndim(trace) - 1,)))
     degenerate = _batch_select(singular, a, B.add(eye, spread))
     u, s, vh = D.svd(degenerate)
