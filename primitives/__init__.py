@@ -2,6 +2,7 @@
 
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
     binary,
+    cond,
     conv,
     creation,
     custom,
@@ -12,8 +13,11 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     linalg_decomp,
     matrix_functions,
     reductions,
+    remat,
+    scan,
     shape,
     slicing,
     sort,
     unary,
+    while_loop,
 )

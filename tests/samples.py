@@ -433,5 +433,15 @@ def _(d):
     return Sample([x, w], params)
 
 
+def _control_flow(name):
+    from .samples_control_flow import SAMPLERS
+
+    return lambda d: SAMPLERS[name](d, Sample)
+
+
+for _name in ("cond", "scan", "while", "checkpoint"):
+    SAMPLES[_name] = _control_flow(_name)
+
+
 # Samples of the linear algebra and sorting primitives register themselves into SAMPLES.
 from . import samples_linalg  # noqa: E402, F401
