@@ -463,3 +463,42 @@ abstract_eval_rules[lu_p] = _lu_abstract_eval
 torch_codegen_rules[lu_p] = _lu_codegen
 jvp_rules[lu_p] = _lu_jvp
 batch_rules[lu_p] = _batch_front(lu_p)
+
+# ------------------------------------------------------------------------ pivots -> permutation
+
+lu_pivots_to_permutation_p = new_primitive("lu_pivots_to_permutation")
+
+
+def lu_pivots_to_permutation(pivots, permutation_size: int):
+    """The row permutation (int64, 0-based) that LAPACK's 1-based `pivots` describe: row i of
+    L @ U is row permutation[i] of the factored matrix. Integer-valued: no tangent."""
+    return lu_pivots_to_permutation_p.bind(pivots, permutation_size=permutation_size)
+
+
+def _pivots_impl(pivots, *, permutation_size):
+    batch = pivots.shape[:-1]
+    perm = torch.arange(permutation_size, device=pivots.device).expand(*batch, -1).clone()
+    for i in range(pivots.shape[-1]):
+        j = pivots[..., i : i + 1].long() - 1
+        here = perm[..., i : i + 1].clone()
+        perm[..., i : i + 1] = perm.gather(-1, j)
+        perm.scatter_(-1, j, here)
+    return perm
+
+
+def _pivots_abstract_eval(pivots, *, permutation_size):
+    if pivots.ndim < 1 or pivots.dtype not in (torch.int32, torch.int64):
+        raise TypeError(
+            f"lu_pivots_to_permutation: expected integer pivots, got {pivots.str_short()}"
+        )
+    if pivots.shape[-1] > permutation_size:
+        raise TypeError(
+            f"lu_pivots_to_permutation: {pivots.shape[-1]} pivots for a permutation of "
+            f"{permutation_size}"
+        )
+    return _aval(pivots, pivots.shape[:-1] + (permutation_size,), torch.int64)
+
+
+impl_rules[lu_pivots_to_permutation_p] = _pivots_impl
+abstract_eval_rules[lu_pivots_to_permutation_p] = _pivots_abstract_eval
+batch_rules[lu_pivots_to_permutation_p] = _batch_front(lu_pivots_to_permutation_p)

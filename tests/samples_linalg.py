@@ -133,3 +133,10 @@ def _(d):
     if d.bool():
         seq = seq.reshape(-1)[: shape[-1]].sort().values
     return Sample([seq, values], {"right": d.bool(), "index_dtype": torch.int64})
+
+
+@sample("lu_pivots_to_permutation")
+def _(d):
+    batch, m, n = _batch(d), d.int(1, 4), d.int(1, 4)
+    pivots = torch.linalg.lu_factor_ex(d.tensor(batch + (m, n)))[1]
+    return Sample([pivots], {"permutation_size": m})

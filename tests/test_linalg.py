@@ -154,6 +154,22 @@ CASES += [
     ("matrix_power_5", lambda a: torch.linalg.matrix_power(a, 5), lambda: [0.5 * rand(3, 3)]),
     ("matrix_power_m2", lambda a: torch.linalg.matrix_power(a, -2), lambda: [well(3)]),
     (
+        "lu_solve",
+        lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b),
+        lambda: [rand(3, 3), rand(3, 2)],
+    ),
+    (
+        "lu_solve_adjoint_right",
+        lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, left=False, adjoint=True),
+        lambda: [rand(3, 3), rand(2, 3)],
+    ),
+    (
+        "lu_solve_adjoint",
+        lambda a, b: torch.linalg.lu_solve(*torch.linalg.lu_factor(a), b, adjoint=True),
+        lambda: [rand(4, 4), rand(4, 2)],
+    ),
+    ("lu_unpack", lambda a: torch.lu_unpack(*torch.linalg.lu_factor(a)), lambda: [rand(4, 3)]),
+    (
         "multi_dot",
         lambda a, b, c: torch.linalg.multi_dot([a, b, c]),
         lambda: [rand(3), rand(3, 4), rand(4, 2)],

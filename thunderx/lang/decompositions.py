@@ -136,15 +136,57 @@ def _permutation_matrix(perm, dt):
 
 @register(torch.linalg.lu)
 def lu(a, *, pivot=True, out=None):
-    packed, _ = lu_factor(a, pivot=pivot)
-    _, _, perm = D.lu(a)
-    *_, m, n = shape(a)
+    packed, pivots = lu_factor(a, pivot=pivot)
+    return RT.linalg_lu(tuple(lu_unpack(packed, pivots)))
+
+
+def _unpack_factors(packed):
+    *_, m, n = shape(packed)
     k = min(m, n)
-    nd = ndim(a)
+    nd = ndim(packed)
     low = M.tril(SL.slice_in_dim(packed, 0, k, 1, nd - 1), -1)
-    low = B.add(low, U.convert(M.eye_mask(low), dtype(a)))
-    up = M.triu(SL.slice_in_dim(packed, 0, k, 1, nd - 2))
-    return RT.linalg_lu((_permutation_matrix(perm, dtype(a)), low, up))
+    low = B.add(low, U.convert(M.eye_mask(low), dtype(packed)))
+    return low, M.triu(SL.slice_in_dim(packed, 0, k, 1, nd - 2))
+
+
+@register(torch.lu_unpack)
+def lu_unpack(lu_data, lu_pivots, unpack_data=True, unpack_pivots=True, *, out=None):
+    """(P, L, U) with A = P L U from lu_factor's output; parts not unpacked are empty, as torch's."""
+    _matrix(lu_data, "lu_unpack")
+    empty = C.full((0,), 0.0, dtype(lu_data))
+    low, up = _unpack_factors(lu_data) if unpack_data else (empty, empty)
+    p = empty
+    if unpack_pivots:
+        perm = D.lu_pivots_to_permutation(lu_pivots, shape(lu_data)[-2])
+        p = _permutation_matrix(perm, dtype(lu_data))
+    return RT.lu_unpack((p, low, up))
+
+
+@register(torch.linalg.lu_solve)
+def lu_solve(lu_data, pivots, b, *, left=True, adjoint=False, out=None):
+    """X with A X = B (A^T X = B when adjoint; X A = B when not left) from lu_factor's output."""
+    from thunderx.primitives import indexing as I
+
+    _matrix(lu_data, "linalg.lu_solve", square=True)
+    if not left:
+        return M.mT(lu_solve(lu_data, pivots, M.mT(b), adjoint=not adjoint))
+    lu_data, b = _broadcast_batch(lu_data, _matrix(b, "linalg.lu_solve"))
+    perm = D.lu_pivots_to_permutation(pivots, shape(lu_data)[-1])
+    perm = S.broadcast_to(perm, shape(b)[:-2] + shape(perm)[-1:])
+    if not adjoint:
+        return _solve_with_lu(lu_data, perm, b)
+    # A^T X = B with A = P L U: U^T L^T (P^T X) = B
+    y = D.triangular_solve(lu_data, b, left_side=True, lower=False, transpose_a=True)
+    y = D.triangular_solve(
+        lu_data, y, left_side=True, lower=True, transpose_a=True, unit_diagonal=True
+    )
+    rows = S.broadcast_in_dim(perm, shape(y), tuple(range(ndim(y) - 2)) + (ndim(y) - 2,))
+    return I.scatter_add(B.mul(y, 0.0), rows, y, ndim(y) - 2)
+
+
+@register(torch.lu_solve, methods=("lu_solve",))
+def _lu_solve_old(b, lu_data, lu_pivots, *, out=None):
+    return lu_solve(lu_data, lu_pivots, b)
 
 
 # ---------------------------------------------------------------------------------------- solves

@@ -46,7 +46,8 @@ CATEGORIES = {
     "linalg.qr qr linalg.lu linalg.lu_factor linalg.solve linalg.solve_triangular "
     "triangular_solve linalg.inv linalg.det linalg.slogdet logdet linalg.lstsq linalg.pinv "
     "pinverse linalg.matrix_norm linalg.norm matrix_exp cholesky_solve cholesky_inverse "
-    "linalg.matrix_rank linalg.cond linalg.matrix_power linalg.multi_dot",
+    "linalg.matrix_rank linalg.cond linalg.matrix_power linalg.multi_dot linalg.lu_solve lu_solve "
+    "lu_unpack",
     "sorting": "sort argsort msort topk kthvalue median nanmedian quantile nanquantile cummax cummin "
     "logcumsumexp searchsorted bucketize",
 }
