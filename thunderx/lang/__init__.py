@@ -24,7 +24,9 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
 )
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.inplace import install_inplace
+from thunderx.lang.views import install_views
 
+_VIEW_PROPERTIES = install_views(torch_table, method_table)
 install_inplace()
 
 
@@ -97,17 +99,14 @@ def _install():
             setattr(Tracer, name, _method(name, impl))
     Tracer.__hash__ = object.__hash__
     Tracer.__len__ = lambda self: _len(self)
-    Tracer.__iter__ = lambda self: iter(shape_ops._unbind(self, 0))
+    Tracer.__iter__ = lambda self: iter(method_table["unbind"](self, 0))
     Tracer.__getattr__ = _getattr
     props = {
         "shape": lambda self: torch.Size(aval(self).shape),
         "dtype": lambda self: aval(self).dtype,
         "device": lambda self: aval(self).device,
         "ndim": lambda self: len(aval(self).shape),
-        "T": shape_ops.full_transpose,
-        "mT": shape_ops.matrix_transpose,
-        "mH": shape_ops.matrix_transpose,
-        "H": lambda self: shape_ops._t(self),
+        **_VIEW_PROPERTIES,
         "is_cuda": lambda self: aval(self).device.type == "cuda",
         "is_cpu": lambda self: aval(self).device.type == "cpu",
         "is_nested": lambda self: False,

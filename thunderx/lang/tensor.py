@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from thunderx.core import Tracer
 from thunderx.errors import concretization, unsupported
 from thunderx.lang._base import (
     aval,
@@ -74,7 +75,10 @@ def _contiguous(x, memory_format=None):
 
 @register(torch.clone, methods=("clone",))
 def _clone(x, memory_format=None):
-    return x
+    # a new identity with the same value: mutating the clone leaves x (an input, a view) alone
+    from thunderx.lang.views import alias_of
+
+    return alias_of(x) if isinstance(x, Tracer) else x.clone()
 
 
 @register(torch.detach, methods=("detach",))

@@ -1,0 +1,207 @@
+"""torch's semantics under every transform: each case is checked against torch eager or
+torch.func (the oracle a torch user compares against), float64 finite differences deciding
+derivatives at differentiable points."""
+
+import math
+
+import pytest
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+
+import thunderx as tx
+from thunderx.lang.inplace import MutationError
+
+F64 = torch.float64
+
+
+def close(a, b, tol=1e-6):
+    for x, y in zip(tx.tree.leaves(a), tx.tree.leaves(b), strict=True):
+        torch.testing.assert_close(x, y, rtol=tol, atol=tol, equal_nan=True)
+
+
+# ------------------------------------------------------------------- mutation through views
+
+
+def _write_row(x):
+    y = x * 1
+    y[0].add_(100)
+    return y
+
+
+def _sin_row(x):
+    y = x.clone()
+    y[0].sin_()
+    return y.sum()
+
+
+X23 = torch.arange(6.0, dtype=F64).reshape(2, 3) / 7
+
+
+def test_write_through_view_reaches_base_under_jit_and_vmap():
+    close(tx.jit(_write_row)(X23), _write_row(X23))
+    close(tx.vmap(_write_row)(X23), tf.vmap(_write_row)(X23))
+    close(tx.jit(tx.vmap(_write_row))(X23), tf.vmap(_write_row)(X23))
+
+
+def test_write_through_view_gradient_matches_torch_func():
+    f = lambda x: (_write_row(x) ** 2).sum()  # noqa: E731
+    close(tx.grad(f)(X23), tf.grad(f)(X23))
+    close(tx.jit(tx.grad(f))(X23), tf.grad(f)(X23))
+
+
+def test_inplace_sin_of_a_row_value_and_grad():
+    x = torch.tensor([0.5, 1.0, 2.0], dtype=F64)
+    v, g = tx.value_and_grad(_sin_row)(x)
+    tv, tg = tf.grad_and_value(_sin_row)(x)[::-1]
+    close((v, g), (tv, tg))
+    close(tx.jit(_sin_row)(x), _sin_row(x))
+    x1 = torch.ones(3, dtype=F64)
+    close(tx.value_and_grad(_sin_row)(x1)[1], torch.tensor([math.cos(1), 1, 1], dtype=F64))
+
+
+def test_copy_into_view_of_a_clone_under_jvp():
+    def f(x, y):
+        c = x.clone()
+        v = c[0]
+        v.copy_(y)
+        return c, v
+
+    p = (torch.ones(3, 2, dtype=F64), torch.zeros(2, dtype=F64))
+    t = (torch.full((3, 2), 2.0, dtype=F64), torch.full((2,), 5.0, dtype=F64))
+    close(tx.jvp(f, p, t), tf.jvp(f, p, t))
+
+
+def test_write_through_view_of_an_input_is_refused():
+    def f(x, y):
+        x[0].copy_(y)
+        return x
+
+    p = (torch.ones(3, 2), torch.zeros(2))
+    with pytest.raises(MutationError, match="view of an input"):
+        tx.jvp(f, p, p)
+    with pytest.raises(MutationError):
+        tx.grad(lambda x: f(x, torch.zeros(2)).sum())(p[0])
+
+
+def test_views_of_views_and_sibling_views_are_refreshed():
+    def f(x):
+        y = x * 1
+        col = y[:, 1]
+        diag = y.diagonal()
+        t = y.t()
+        row = y.select(0, 1)
+        t[2].mul_(-1)  # writes y[:, 2]
+        row[0] = 7.0  # writes y[1, 0]
+        diag.add_(10)
+        flat = y.view(-1)
+        flat[-1] = flat[0]
+        return y, col, diag, t, row, flat
+
+    x = torch.arange(9.0, dtype=F64).reshape(3, 3)
+    close(tx.jit(f)(x), f(x.clone()))
+    close(tx.vmap(f)(torch.stack([x, -x])), tf.vmap(f)(torch.stack([x, -x])))
+    g = lambda x: sum((o**2).sum() for o in f(x))  # noqa: E731
+    close(tx.grad(g)(x), tf.grad(g)(x))
+
+
+def test_outputs_of_split_and_unbind_are_views():
+    def f(x):
+        y = x * 1
+        a, b = y.split(2, dim=1)
+        rows = y.unbind(0)
+        b.mul_(3)
+        rows[0].sub_(1)
+        return y, a, rows[1]
+
+    x = torch.arange(8.0).reshape(2, 4)
+    close(tx.jit(f)(x), f(x))
+
+
+def test_reshape_of_a_non_contiguous_view_is_a_copy():
+    def f(x):
+        y = x * 1
+        r = y.t().reshape(-1)  # torch copies here: writes to r do not reach y
+        r.add_(1)
+        v = y[0].reshape(-1)  # a view: writes reach y
+        v.add_(100)
+        return y, r
+
+    x = torch.arange(6.0).reshape(2, 3)
+    close(tx.jit(f)(x), f(x))
+
+
+def test_write_into_expanded_view_is_refused_like_torch():
+    def f(x, whole):
+        y = x * 1
+        e = y.expand(3, 2)
+        (e if whole else e[1]).add_(1)  # one row of the expansion does not overlap itself
+        return y
+
+    x = torch.ones(2)
+    close(tx.jit(f, static_argnums=1)(x, False), f(x, False))
+    with pytest.raises(RuntimeError):
+        f(x, True)
+    with pytest.raises(MutationError, match="single memory location"):
+        tx.jit(f, static_argnums=1)(x, True)
+
+
+def test_inplace_on_a_local_copy_under_grad():
+    def f(a):
+        y = a.clone()
+        y.mul_(2)
+        return (y * a).sum()
+
+    a = torch.tensor([1.0, -2.0, 3.0])
+    close(tx.grad(f)(a), tf.grad(f)(a))
+    close(f(a.clone()), tx.jit(f)(a))
+
+
+@pytest.mark.parametrize(
+    "op, args",
+    [
+        ("t_", ()),
+        ("transpose_", (0, 1)),
+        ("swapaxes_", (1, 0)),
+        ("unsqueeze_", (1,)),
+        ("squeeze_", ()),
+    ],
+)
+def test_inplace_layout_ops(op, args):
+    def f(x):
+        y = x.clone() * 1
+        getattr(y, op)(*args)
+        y.mul_(torch.arange(1.0, 1 + y.numel()).reshape(y.shape))  # the new layout is used
+        return y
+
+    x = torch.arange(6.0).reshape(2, 3)
+    if op == "squeeze_":
+        x = x.reshape(1, 2, 3)
+    close(tx.jit(f)(x), f(x))
+    g = lambda x: (f(x) ** 2).sum()  # noqa: E731
+    close(tx.grad(g)(x), tf.grad(g)(x))
+    close(tx.vmap(f)(torch.stack([x, x + 1])), torch.stack([f(x), f(x + 1)]))
+
+
+def test_inplace_layout_op_on_a_view_leaves_the_base_layout():
+    def f(x):
+        y = x * 1
+        v = y[:, :2]
+        v.t_()
+        v[0].add_(10)  # column 0 of y
+        return y, v
+
+    x = torch.arange(6.0).reshape(2, 3)
+    close(tx.jit(f)(x), f(x))
+
+
+def test_resize_as_keeps_the_elements():
+    def f(a, b):
+        y = a * 1
+        y.resize_as_(b)
+        return y + b
+
+    a, b = torch.arange(6.0), torch.ones(2, 3)
+    close(tx.jit(f)(a, b), f(a, b))
+    with pytest.raises(MutationError, match="number of elements"):
+        tx.jit(f)(torch.arange(5.0), b)
