@@ -285,7 +285,7 @@ def _views():
     view += [(torch.transpose, "transpose"), (torch.swapaxes, "swapaxes")]
     view += [(torch.swapdims, "swapdims"), (torch.adjoint, "adjoint"), (torch.movedim, "movedim")]
     view += [(torch.moveaxis, "moveaxis"), (torch.narrow, "narrow"), (torch.select, "select")]
-    view += [(torch.diagonal, "diagonal")]
+    view += [(torch.diagonal, "diagonal"), (torch.detach, "detach")]
     expand = [(None, "expand"), (None, "expand_as"), (torch.broadcast_to, "broadcast_to")]
     multi = [(torch.split, "split"), (torch.tensor_split, "tensor_split")]
     multi += [(torch.chunk, "chunk"), (torch.unbind, "unbind")]
