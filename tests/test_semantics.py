@@ -272,3 +272,49 @@ def test_data_and_detach_are_constants_under_every_transform():
         # stop_gradient holds at every level (JAX's rule; torch.func detaches only the innermost
         # level and gives the identity here: docs/conventions.md)
         close(tx.hessian(f)(x), torch.zeros(3, 3))
+
+
+# --------------------------------------------------------------------------------- vmap axes
+
+
+def test_vmap_none_argument_does_not_shift_in_axes():
+    def f(w, b, y):
+        assert b is None
+        return w * y
+
+    w, y = torch.randn(3), torch.randn(4, 3)
+    out = tx.vmap(f, in_axes=(None, None, 0))(w, None, y)
+    close(out, tf.vmap(f, in_dims=(None, None, 0))(w, None, y))
+    close(tx.vmap(f, in_axes=(0, None, 0))(y, None, y), y * y)
+
+
+def test_vmap_keeps_torch_rank_checks():
+    with pytest.raises(RuntimeError):
+        tf.vmap(torch.mv)(torch.ones(4, 2, 3, 3), torch.ones(4, 3))
+    with pytest.raises(ValueError, match="mv: expected a 2-D matrix"):
+        tx.vmap(torch.mv)(torch.ones(4, 2, 3, 3), torch.ones(4, 3))
+    close(tx.vmap(torch.mv)(torch.ones(4, 3, 3), torch.ones(4, 3)), torch.full((4, 3), 3.0))
+
+
+def test_vmap_out_axes_moves_the_batch_axis():
+    x = torch.randn(2, 3, 4, 5)
+    close(tx.vmap(lambda v: v, out_axes=3)(x), tf.vmap(lambda v: v, out_dims=3)(x))
+    close(tx.vmap(lambda v: v * 2, out_axes=-1)(x), tf.vmap(lambda v: v * 2, out_dims=-1)(x))
+    with pytest.raises(ValueError, match="out_axes=3 is out of range"):
+        tx.vmap(lambda v: v, out_axes=3)(torch.ones(2, 3, 4)[:, :, 0])
+
+
+# ---------------------------------------------------------------------- traced integer index
+
+
+def test_indexing_with_a_traced_0d_integer_tensor():
+    def f(h, i):
+        y = h * 1
+        y[i].mul_(10)  # a 0-d integer tensor index is a view in torch: the write reaches y
+        return h[i] * h[1:][i - 1] + h[..., i].sum(), y
+
+    h = torch.arange(12.0).reshape(3, 4)
+    for i in (torch.tensor(2), torch.tensor(-1), torch.tensor(0, dtype=torch.int32)):
+        close(tx.jit(f)(h, i), f(h, i))
+    g = lambda h, i: (f(h, i)[1] ** 2).sum()  # noqa: E731
+    close(tx.grad(g)(h, torch.tensor(1)), tf.grad(g)(h, torch.tensor(1)))

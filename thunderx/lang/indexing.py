@@ -50,8 +50,10 @@ def _expand_index(x, idx):
     n = ndim(x)
     if consumed > n:
         raise IndexError(f"too many indices for a tensor of dimension {n}")
-    if Ellipsis in out:
-        k = out.index(Ellipsis)
+    # identity tests: `in` / `index` would compare traced indices with == (elementwise)
+    ellipsis = [k for k, i in enumerate(out) if i is Ellipsis]
+    if ellipsis:
+        k = ellipsis[0]
         out = out[:k] + [slice(None)] * (n - consumed) + out[k + 1 :]
     else:
         out = out + [slice(None)] * (n - consumed)
