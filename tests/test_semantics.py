@@ -405,6 +405,7 @@ KINKS = {
     "prod with zeros": (lambda x: torch.prod(x), T(0, 2, 3)),
     "normalize of 0": (lambda x: F.normalize(x, dim=0).sum(), T(0, 0, 0)),
     "elu at 0": (lambda x: F.elu(x, alpha=2.0).sum(), T(0, -0.5, 1)),
+    "cosine_similarity of 0": (lambda x: F.cosine_similarity(x, x * 0 + 1, dim=0), T(0, 0)),
 }
 
 

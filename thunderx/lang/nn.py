@@ -306,10 +306,16 @@ def normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     (a, b), _ = promote(x1, x2, to_float=True)
     d = canon_dims(dim, ndim(a))
-    dot = R.reduce_sum(B.mul(a, b), d)
-    na = U.sqrt(R.reduce_sum(B.mul(a, a), d))
-    nb = U.sqrt(R.reduce_sum(B.mul(b, b), d))
-    return B.div(dot, B.maximum(B.mul(na, nb), eps))
+    # torch's formula: each input divided by its norm, the norm clamped to eps outside
+    # autograd (the clamp changes the value, not the derivative)
+    from thunderx.primitives.higher_order import stop_gradient
+
+    def unit(v):
+        n = vector_norm(v, 2, d, keepdim=True)
+        clamped = B.add(n, stop_gradient(B.sub(B.maximum(n, eps), n)))
+        return B.div(v, S.broadcast_to(clamped, shape(v)))
+
+    return R.reduce_sum(B.mul(unit(a), unit(b)), d)
 
 
 @register(F.pairwise_distance, torch.pairwise_distance)
