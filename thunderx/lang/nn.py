@@ -22,7 +22,7 @@ from thunderx.lang._base import (
     where,
 )
 from thunderx.lang.linalg import matmul
-from thunderx.lang.reductions import logsumexp, vector_norm
+from thunderx.lang.reductions import vector_norm
 from thunderx.primitives import binary as B
 from thunderx.primitives import creation as C
 from thunderx.primitives import indexing as I
