@@ -89,8 +89,14 @@ def assign(x, new) -> None:
             object.__setattr__(x, slot, getattr(new, slot))
 
 
+_ALIAS_SLOT = Tracer._alias  # the slot's descriptor: reading it skips Tracer.__getattr__
+
+
 def view_of(x) -> ViewOf | None:
-    return getattr(x, "_alias", None)
+    try:
+        return _ALIAS_SLOT.__get__(x)
+    except (AttributeError, TypeError):  # never set, or not a tracer: no shared storage
+        return None
 
 
 def _apply(step: Step, value, *, concrete: bool = False):
