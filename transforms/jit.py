@@ -332,6 +332,10 @@ class JitFunction:
             from thunderx.primitives.higher_order import jit_call_p
 
             outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
+            if not torch.is_grad_enabled():  # called in a no_grad block of a traced function
+                from thunderx.primitives.higher_order import stop_gradient
+
+                outs = stop_gradient(outs)
         return tree.unflatten(entry.out_tree, outs)
 
     def _remember_fast(self, args, entry, prog):
