@@ -113,6 +113,13 @@ def read_chain(value, chain):
 
 def _member(x, out, step: Step):
     """Record `out` as a view of `x` (making `x`'s storage on its first view)."""
+    if not isinstance(out, Tracer):
+        # a value with no derivative (detach under jvp) comes back as the plain primal: make it
+        # a tracer of x's trace so that it can take part in the storage
+        try:
+            out = x._trace.lift(out)
+        except NotImplementedError:
+            return out
     va = view_of(x)
     if va is None:
         st = Storage(alias_of(x), readonly=id(x) in x._trace_inputs())
@@ -211,10 +218,16 @@ def write(x, new, what: str):
         base = place(st.value, _positions(st.value, va.chain), new)
     else:
         base = new
-    st.value = alias_of(base)
+    st.value = alias_of(_tracer(x, base))
     for m in st.live():
-        assign(m, read_chain(st.value, view_of(m).chain))
+        assign(m, _tracer(m, read_chain(st.value, view_of(m).chain)))
     return x
+
+
+def _tracer(like, value):
+    """`value` as a tracer: a view that carries no derivative (detach) reads back as the plain
+    primal value, which becomes a value of `like`'s trace again."""
+    return value if isinstance(value, Tracer) else like._trace.lift(value)
 
 
 def _positions(base, chain):
