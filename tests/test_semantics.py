@@ -431,3 +431,10 @@ def test_random_view_programs_match_eager(seed):
             e_i = e_i.view_as(x)
             want.view(-1)[i] = (g(x + e_i) - g(x - e_i)) / 2e-6
     close(tx.grad(g)(x), want, tol=1e-5)
+
+
+def test_make_jaxpr_python_float_is_weak_float64():
+    jaxpr = tx.make_jaxpr(lambda x, s: x * s)(torch.ones(2), 1 / 3)
+    assert [str(v.aval.dtype) for v in jaxpr.jaxpr.invars] == ["torch.float32", "torch.float64"]
+    out = tx.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, torch.ones(2), torch.tensor(1 / 3, dtype=F64))
+    assert out[0].dtype == torch.float32
