@@ -2,6 +2,7 @@
 
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
     binary,
+    cond,
     conv,
     creation,
     custom,
@@ -10,7 +11,10 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     indexing,
     linalg,
     reductions,
+    remat,
+    scan,
     shape,
     slicing,
     unary,
+    while_loop,
 )

@@ -428,3 +428,13 @@ def _(d):
     x = d.tensor((n, c) + spatial)
     w = d.tensor((o, c // groups) + window)
     return Sample([x, w], params)
+
+
+def _control_flow(name):
+    from .samples_control_flow import SAMPLERS
+
+    return lambda d: SAMPLERS[name](d, Sample)
+
+
+for _name in ("cond", "scan", "while", "checkpoint"):
+    SAMPLES[_name] = _control_flow(_name)
