@@ -145,6 +145,15 @@ def _trunc(x):
     return unary.trunc(x)
 
 
+def _atan2_recip(x, y):
+    # 1 / (x^2 + y^2), 0 at the origin: torch's convention for atan2's derivative at (0, 0)
+    from thunderx.primitives import unary
+
+    denom = add(mul(x, x), mul(y, y))
+    zero = eq(denom, 0.0)
+    return unary.select(zero, 0.0, div(1.0, unary.select(zero, 1.0, denom)))
+
+
 def _div_impl(x, y):
     if not get_aval(x if not is_scalar(x) else y).dtype.is_floating_point:
         return torch.div(x, y, rounding_mode="trunc")
@@ -152,7 +161,7 @@ def _div_impl(x, y):
 
 
 def _div_codegen(args, avals):
-    if any(a.dtype.is_floating_point for a in avals if not a.weak_type):
+    if any(a.dtype.is_floating_point for a in ([a for a in avals if not a.weak_type] or avals)):
         return f"({args[0]} / {args[1]})"
     return f"torch.div({args[0]}, {args[1]}, rounding_mode='trunc')"
 
@@ -223,8 +232,8 @@ atan2_p = def_binary(
     _call("torch.atan2", "atan2"),
     "atan2",
     partials=(
-        lambda t, x, y, out: mul(t, div(y, add(mul(x, x), mul(y, y)))),
-        lambda t, x, y, out: mul(t, div(neg(x), add(mul(x, x), mul(y, y)))),
+        lambda t, x, y, out: mul(t, mul(y, _atan2_recip(x, y))),
+        lambda t, x, y, out: mul(t, mul(neg(x), _atan2_recip(x, y))),
     ),
 )
 rem_p = def_binary(

@@ -41,7 +41,8 @@ ALLOWED_UPWARD = {
         "trace_flat starts a staging trace in the language layer's randomness mode"
     ),
     ("thunderx.lang", "thunderx.transforms"): (
-        "random draws ask vmap's trace for its randomness setting and batch size"
+        "random draws ask vmap's trace for its randomness setting and batch size; "
+        "decompositions with torch's derivative conventions use custom_jvp"
     ),
     ("thunderx.primitives", "thunderx.transforms"): (
         "the call primitives' rules (jit_call, custom_jvp/vjp) run jvp/vmap/jit on sub-jaxprs"

@@ -104,8 +104,21 @@ SCAN = {
     "cumsum": lambda x, d: x.cumsum(d),
     "cumprod": lambda x, d: torch.tanh(x).cumprod(d),
     "softmax": lambda x, d: torch.softmax(x, d),
+    "cummax": lambda x, d: torch.cummax(x, d).values,
+    "cummin": lambda x, d: torch.cummin(x, d).values,
+    "logcumsumexp": lambda x, d: torch.logcumsumexp(x, d),
+    "sort": lambda x, d: torch.sort(x, d).values,
+    "topk_all": lambda x, d: torch.topk(x, x.shape[d], d).values,
+    # insertion points (integers, no derivative) of x into a fixed grid, as a weight
+    "searchsorted": lambda x, d: (
+        x * torch.searchsorted(torch.linspace(-2, 2, 5, dtype=x.dtype), x.detach()).to(x.dtype)
+    ),
 }
 
+_MATRIX_REASON = (
+    "a matrix decomposition: its derivative needs well-conditioned square inputs (distinct "
+    "eigen/singular values) that random programs do not guarantee; see tests/test_linalg.py"
+)
 # Primitives no step reaches, and why.
 NOT_GENERATED = {
     "random_uniform": "random: eager and traced runs draw different numbers; see test_properties",
@@ -122,6 +135,15 @@ NOT_GENERATED = {
     "scan": "control flow: torch.func cannot run torch's scan; see tests/test_control_flow.py",
     "while": "control flow: torch.func cannot run torch's while_loop; see test_control_flow.py",
     "checkpoint": "thunderx.checkpoint has no torch counterpart; see tests/test_control_flow.py",
+    "cholesky": _MATRIX_REASON,
+    "eigh": _MATRIX_REASON,
+    "expm": _MATRIX_REASON,
+    "expm_frechet": _MATRIX_REASON,
+    "lu": _MATRIX_REASON,
+    "lu_pivots_to_permutation": _MATRIX_REASON,
+    "qr": _MATRIX_REASON,
+    "svd": _MATRIX_REASON,
+    "triangular_solve": _MATRIX_REASON,
 }
 
 
