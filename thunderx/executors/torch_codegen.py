@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from thunderx.core import impl_rules, missing_rule, torch_codegen_rules
+from thunderx.executors.base import Executor, register_executor
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.printing import _names
 
@@ -57,6 +58,14 @@ _VIEWS = {
     "stop_gradient",
     "convert_element_type",
 }
+
+
+def is_view_primitive(prim) -> bool:
+    """Whether `prim`'s torch implementation may return a view of its first operand. The one
+    place executors and passes ask; it reads the name set above until primitives declare it."""
+    return prim.name in _VIEWS
+
+
 # Fresh outputs that must not be written in place (iota is an expanded arange).
 _NOT_WRITABLE = {"iota"}
 
@@ -132,6 +141,9 @@ class CompiledProgram:
     def __repr__(self) -> str:
         return self.source
 
+    def as_text(self) -> str:
+        return self.source
+
 
 def generate_source(
     jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = True, bare_return: bool = False
@@ -177,7 +189,7 @@ def generate_source(
                 expr = rule(args, avals, **e.params)
             else:
                 expr = _default_codegen(e.prim, args, e.params, namespace)
-            fresh = e.prim.name not in _VIEWS
+            fresh = not is_view_primitive(e.prim)
         else:
             fresh = True
         lhs = ", ".join(namer(v) for v in out)
@@ -308,3 +320,50 @@ def _exec(src: str, namespace: dict, name: str):
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     return namespace[name]
+
+
+def eqn_source(e, namer, namespace) -> str:
+    """One equation as a line of Python calling torch (no in-place reuse)."""
+    args = [namer(x) for x in e.inputs]
+    rule = torch_codegen_rules.get(e.prim)
+    if rule is not None:
+        expr = rule(args, [x.aval for x in e.inputs], **e.params)
+    else:
+        expr = _default_codegen(e.prim, args, e.params, namespace)
+    lhs = ", ".join(namer(v) for v in e.outputs)
+    if e.prim.multiple_results and len(e.outputs) == 1:
+        lhs += ","
+    return f"    {lhs} = {expr}"
+
+
+def new_namer() -> _Namer:
+    """Names for generated source: valid identifiers, never a keyword or a namespace entry."""
+    return _Namer()
+
+
+def base_namespace() -> dict:
+    """The globals generated source starts from: torch, constants, every primitive's impl."""
+    ns: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
+    ns.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
+    return ns
+
+
+def exec_source(src: str, namespace: dict, name: str):
+    """Compile generated source (registered for tracebacks) and return its function `name`."""
+    return _exec(src, namespace, name)
+
+
+class TorchExecutor(Executor):
+    """Readable generated Python calling torch ops directly; any device."""
+
+    name = "torch"
+    title = "torch codegen"
+
+    def is_default_for(self, device_types: set[str]) -> bool:
+        return True
+
+    def lower(self, jaxpr: Jaxpr) -> CompiledProgram:
+        return compile_jaxpr(jaxpr)
+
+
+register_executor(TorchExecutor())
