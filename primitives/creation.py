@@ -13,6 +13,7 @@ from thunderx.core import (
     nvfuser_rules,
     torch_codegen_rules,
 )
+from thunderx.passes import effectful_primitives
 
 
 def _fmt_shape(shape) -> str:
@@ -90,6 +91,8 @@ for _p, _fn in ((random_uniform_p, "rand"), (random_normal_p, "randn")):
         )
     )(_fn)
     not_differentiable[_p] = "a random draw has no operands"
+    # each draw is new: never merged by CSE, folded or dropped as if pure
+    effectful_primitives.add(_p)
 
 
 def random_uniform(shape, dtype, device):

@@ -8,8 +8,8 @@ import collections
 from typing import Callable
 
 from thunderx.core import nvfuser_checks, nvfuser_rules
-from thunderx.executors.torch_codegen import is_view_primitive
 from thunderx.ir import Jaxpr, Var
+from thunderx.passes import is_view_primitive
 
 
 def fusible(eqn) -> bool:

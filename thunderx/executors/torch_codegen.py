@@ -16,6 +16,7 @@ import torch
 from thunderx.core import impl_rules, missing_rule, torch_codegen_rules
 from thunderx.executors.base import Executor, register_executor
 from thunderx.ir import Jaxpr, Literal, Var
+from thunderx.passes import is_view_primitive
 from thunderx.printing import _names
 
 # Elementwise primitives with an in-place Tensor method, by primitive name.
@@ -47,25 +48,6 @@ _INPLACE_UNARY = {
 }
 _INPLACE_BINARY = {"add": "add_", "sub": "sub_", "mul": "mul_", "div": "div_"}
 _COMMUTATIVE = {"add", "mul"}
-# Primitives whose output may share storage with their first operand.
-_VIEWS = {
-    "reshape",
-    "transpose",
-    "squeeze",
-    "expand_dims",
-    "broadcast_in_dim",
-    "slice",
-    "stop_gradient",
-    "convert_element_type",
-}
-
-
-def is_view_primitive(prim) -> bool:
-    """Whether `prim`'s torch implementation may return a view of its first operand. The one
-    place executors and passes ask; it reads the name set above until primitives declare it."""
-    return prim.name in _VIEWS
-
-
 # Fresh outputs that must not be written in place (iota is an expanded arange).
 _NOT_WRITABLE = {"iota"}
 
