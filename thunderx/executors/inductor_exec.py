@@ -31,6 +31,13 @@ _state: dict = {}
 COMPILE_OPTIONS = {"dynamic": False, "fullgraph": False}
 
 
+def clear_kernel_cache() -> None:
+    """Forget compiled regions (programs holding one keep it): the next new program compiles
+    afresh, e.g. to measure a first call."""
+    with _lock:
+        _kernels.clear()
+
+
 def inductor_unavailable_reason() -> str | None:
     """None when torch.compile with inductor can run here, else why not (checked once)."""
     if "reason" not in _state:
