@@ -7,6 +7,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     higher_order,
     indexing,
     linalg,
+    pooling,
     reductions,
     shape,
     slicing,

@@ -429,6 +429,32 @@ def _(d):
     return Sample([x, w], params)
 
 
+def _pool_sample(d):
+    nsp = d.int(1, 2)
+    kernel = tuple(d.int(1, 3) for _ in range(nsp))
+    dilation = tuple(d.choice([1, 1, 2]) for _ in range(nsp))
+    params = {
+        "kernel": kernel,
+        "stride": tuple(d.int(1, 2) for _ in range(nsp)),
+        "padding": tuple(d.int(0, k // 2) for k in kernel),
+        "dilation": dilation,
+        "ceil_mode": d.bool(),
+    }
+    spatial = tuple(d.int((k - 1) * r + 1, (k - 1) * r + 4) for k, r in zip(kernel, dilation))
+    lead = d.shape(1, 2, max_side=3)
+    return Sample([d.tensor(lead + spatial)], params)
+
+
+@sample("max_pool")
+def _(d):
+    return _pool_sample(d)
+
+
+@sample("max_pool_argmax")
+def _(d):
+    return _pool_sample(d)
+
+
 @sample("conv_kernel_grad")
 def _(d):
     from thunderx.primitives.conv import _out_shape
