@@ -115,3 +115,29 @@ def test_per_example_grads_of_a_small_cnn_match_torch_func():
     want = tf.vmap(tf.grad(loss_ref), in_dims=(None, 0))(params, x)
     for k in params:
         _close(got[k], want[k])
+
+
+POOLS = [
+    dict(kernel_size=2),
+    dict(kernel_size=3, stride=2, padding=1),
+    dict(kernel_size=3, stride=2, ceil_mode=True),
+    dict(kernel_size=2, dilation=2),
+]
+
+
+@pytest.mark.parametrize("kw", POOLS)
+def test_max_pool_runs_torch_kernel_and_routes_ties_like_torch(kw):
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 9, 8, generator=g, dtype=D)
+    x[0, 0, :3, :3] = 1.0  # ties inside windows: torch sends the gradient to the first
+    f = lambda x: F.max_pool2d(x, **kw).sin().sum()  # noqa: E731
+    jaxpr = str(tx.make_jaxpr(f)(x))
+    assert "max_pool" in jaxpr and "reduce_max" not in jaxpr
+    torch.testing.assert_close(tx.jit(f)(x), f(x), rtol=0, atol=0)
+    _close(tx.grad(f)(x), tf.grad(f)(x))
+    _close(tx.jit(tx.vmap(tx.grad(f)))(x[:, None]), tf.vmap(tf.grad(f))(x[:, None]))
+    hess = lambda h: h(lambda v: F.max_pool2d(v, **kw).square().sum())(x[:1, :1])  # noqa: E731
+    _close(hess(tx.hessian), hess(tf.hessian))
+    values, idx = tx.jit(lambda v: F.max_pool2d(v, **kw, return_indices=True))(x)
+    want_values, want_idx = F.max_pool2d(x, **kw, return_indices=True)
+    assert torch.equal(idx, want_idx) and torch.equal(values, want_values)
