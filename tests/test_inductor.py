@@ -4,6 +4,7 @@ torch.compile, everything else torch calls; numbers against eager torch and torc
 import pytest
 import torch
 import torch.func as tf
+from hypothesis import given
 
 import thunderx as tx
 from thunderx.executors import (
@@ -15,9 +16,12 @@ from thunderx.executors import (
     unregister_executor,
 )
 from thunderx.executors.inductor_exec import inductor_unavailable_reason
-from thunderx.executors.regions import partition, refine
+from thunderx.executors.nvfuser_exec import NvFuserProgram
+from thunderx.executors.regions import is_layout, partition, refine, schedule
 from thunderx.ir import eval_jaxpr
 from thunderx.passes import closure_convert, optimize
+
+from .test_nvfuser import _run, programs
 
 needs_inductor = pytest.mark.skipif(
     inductor_unavailable_reason() is not None,
@@ -124,6 +128,22 @@ def test_layout_ops_feeding_the_region_stay_inside():
     opt = _opt(f, torch.randn(3, 4), torch.randn(4))
     regions = refine(opt, partition(opt))
     assert len({r for r in regions}) == 1 and regions[0] is not None, regions
+
+
+@given(programs())
+def test_refined_partition_of_random_programs_is_schedulable_and_exact(steps):
+    x = torch.randn(3, 3, dtype=torch.float64)
+    closed = tx.make_jaxpr(lambda v: _run(steps, v))(x)
+    jaxpr = optimize(closure_convert(closed.jaxpr))
+    regions = refine(jaxpr, partition(jaxpr))
+    available = {id(v) for v in jaxpr.invars}
+    for u in schedule(jaxpr, regions):
+        assert all(id(v) in available for v in u.inputs), "a unit runs before its inputs exist"
+        available.update(id(v) for e in u.eqns for v in e.outputs)
+        if u.region is not None:
+            assert sum(not is_layout(e) for e in u.eqns) >= 2, "a single-op region survived"
+    got = NvFuserProgram(jaxpr, refined=True)(*closed.consts, x)
+    torch.testing.assert_close(got[0], _run(steps, x))
 
 
 # --------------------------------------------------------------------------------- inductor
