@@ -200,3 +200,5 @@ def test_explorer_shows_the_inductor_choice_and_its_regions():
     assert "used by jit" in header and "def region" in text
     assert "used by jit" not in ex.programs["torch"][1]
     assert "inductor" in ex._repr_html_()
+    h = tx.jit(_gelu_gate, executor="inductor").lower(*args)._repr_html_()
+    assert "execution program: inductor executor" in h and 'class="region"' in h

@@ -166,3 +166,10 @@ def test_operand_transposes_fold_into_dimension_numbers():
     h = lambda c, w: torch.tensordot(c.permute(2, 0, 1), w, dims=([2], [0]))  # noqa: E731
     w = torch.randn(4, 6, generator=g)
     torch.testing.assert_close(tx.jit(h)(c, w), h(c, w))
+
+
+def test_a_folded_fill_keeps_its_dtype_rounding():
+    x = torch.randn(64, dtype=torch.float64).to(torch.float16)
+    f = lambda v: v * torch.full_like(v, 0.1)  # noqa: E731  (0.1 rounds in float16)
+    assert "full" not in _names(optimize(_jaxpr(f, x)))
+    _exact(tx.jit(f)(x), f(x))

@@ -59,7 +59,9 @@ def fold_constants(jaxpr: Jaxpr, max_numel: int = 1) -> Jaxpr:
     for e in jaxpr.eqns:
         out = e.outputs[0] if len(e.outputs) == 1 else None
         if e.prim is full_p:
-            uniform[id(out)] = e.params["fill_value"]
+            # the value the tensor holds: the fill rounded to its dtype (0.1 in float16 is not 0.1)
+            fill = torch.tensor(e.params["fill_value"], dtype=e.params["dtype"])
+            uniform[id(out)] = _scalar(fill)
             eqns.append(e)
             continue
         ins = list(e.inputs)
