@@ -12,6 +12,7 @@ from thunderx.executors import (
     default_executor,
     executor_names,
     get_executor,
+    inductor_exec,
     register_executor,
     unregister_executor,
 )
@@ -27,6 +28,12 @@ needs_inductor = pytest.mark.skipif(
     inductor_unavailable_reason() is not None,
     reason=f"inductor cannot run here: {inductor_unavailable_reason()}",
 )
+
+
+@pytest.fixture
+def compile_small(monkeypatch):
+    """Compile regions of any size (on CPU small ones otherwise run uncompiled)."""
+    monkeypatch.setattr(inductor_exec, "CPU_MIN_ELEMENTS", 0)
 
 
 def _gelu_gate(x, w, b):
@@ -150,7 +157,7 @@ def test_refined_partition_of_random_programs_is_schedulable_and_exact(steps):
 
 
 @needs_inductor
-def test_inductor_matches_eager_and_keeps_matmul_in_torch():
+def test_inductor_matches_eager_and_keeps_matmul_in_torch(compile_small):
     args = _args()
     j = tx.jit(_gelu_gate, executor="inductor")
     torch.testing.assert_close(j(*args), _gelu_gate(*args), rtol=1e-12, atol=1e-12)
@@ -163,7 +170,7 @@ def test_inductor_matches_eager_and_keeps_matmul_in_torch():
 
 
 @needs_inductor
-def test_regions_compile_once_and_are_shared_by_structure():
+def test_regions_compile_once_and_are_shared_by_structure(compile_small):
     args = _args(torch.float32)
     j1 = tx.jit(_gelu_gate, executor="inductor")
     j2 = tx.jit(lambda x, w, b: _gelu_gate(x, w, b), executor="inductor")
@@ -179,7 +186,7 @@ def test_regions_compile_once_and_are_shared_by_structure():
 
 
 @needs_inductor
-def test_inductor_grad_matches_torch_func_and_torch_autograd_runs_through():
+def test_inductor_grad_matches_torch_func_and_torch_autograd_runs_through(compile_small):
     x, w, b = _args()
     loss = lambda w, x, b: _gelu_gate(x, w, b).square().mean()  # noqa: E731
     got = tx.jit(tx.grad(loss), executor="inductor")(w, x, b)
@@ -191,7 +198,7 @@ def test_inductor_grad_matches_torch_func_and_torch_autograd_runs_through():
 
 
 @needs_inductor
-def test_explorer_shows_the_inductor_choice_and_its_regions():
+def test_explorer_shows_the_inductor_choice_and_its_regions(compile_small):
     args = _args()
     ex = tx.explain(tx.jit(_gelu_gate, executor="inductor"))(*args)
     assert ex.executor == "inductor"
@@ -202,3 +209,15 @@ def test_explorer_shows_the_inductor_choice_and_its_regions():
     assert "inductor" in ex._repr_html_()
     h = tx.jit(_gelu_gate, executor="inductor").lower(*args)._repr_html_()
     assert "execution program: inductor executor" in h and 'class="region"' in h
+
+
+@needs_inductor
+def test_small_cpu_regions_run_uncompiled_and_large_ones_compile():
+    f = lambda x: torch.sigmoid(torch.tanh(x) * 2) + 1  # noqa: E731
+    small, large = torch.randn(8, 8), torch.randn(512, 512)
+    (k_small,) = tx.jit(f, executor="inductor").lower(small).program.kernels
+    (k_large,) = tx.jit(f, executor="inductor").lower(large).program.kernels
+    assert not k_small.compiles and k_large.compiles
+    assert "runs uncompiled" in tx.jit(f, executor="inductor").lower(small).as_text()
+    for x in (small, large):
+        torch.testing.assert_close(tx.jit(f, executor="inductor")(x), f(x))
