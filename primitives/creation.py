@@ -7,13 +7,13 @@ import torch
 from thunderx.avals import CPU, ShapedArray
 from thunderx.core import (
     abstract_eval_rules,
+    effectful_primitives,
     impl_rules,
     new_primitive,
     not_differentiable,
     nvfuser_rules,
     torch_codegen_rules,
 )
-from thunderx.passes import effectful_primitives
 
 
 def _fmt_shape(shape) -> str:

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.core import Primitive
+from thunderx.core import Primitive, effectful_primitives
 from thunderx.ir import Eqn, Jaxpr, Literal, Var
 
 # Primitives holding a sub-jaxpr in params["jaxpr"] whose invars match the equation's inputs.
 call_primitives: set[Primitive] = set()
-# Primitives with effects (random draws): never removed, merged or folded.
-effectful_primitives: set[Primitive] = set()
 
 # Primitives whose torch implementation may return a view of their first operand.
 _VIEW_NAMES = {
