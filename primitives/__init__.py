@@ -2,6 +2,7 @@
 
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
     binary,
+    cond,
     conv,
     creation,
     custom,
@@ -11,7 +12,10 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     linalg,
     pooling,
     reductions,
+    remat,
+    scan,
     shape,
     slicing,
     unary,
+    while_loop,
 )

@@ -478,3 +478,13 @@ def _(d):
         "groups": groups,
     }
     return Sample([d.tensor(out), d.tensor((n, c) + spatial)], params)
+
+
+def _control_flow(name):
+    from .samples_control_flow import SAMPLERS
+
+    return lambda d: SAMPLERS[name](d, Sample)
+
+
+for _name in ("cond", "scan", "while", "checkpoint"):
+    SAMPLES[_name] = _control_flow(_name)

@@ -221,3 +221,17 @@ def test_small_cpu_regions_run_uncompiled_and_large_ones_compile():
     assert "runs uncompiled" in tx.jit(f, executor="inductor").lower(small).as_text()
     for x in (small, large):
         torch.testing.assert_close(tx.jit(f, executor="inductor")(x), f(x))
+
+
+@needs_inductor
+def test_control_flow_runs_in_the_host_program():
+    from thunderx import lax
+
+    def f(x):
+        y = lax.fori_loop(0, 3, lambda i, c: torch.tanh(c * 1.5 + 0.1).sigmoid() * 2, x)
+        return lax.cond(y.sum() > 0, lambda a: a.exp() * 2 + 1, lambda a: a.sin() * 3 - 1, y)
+
+    for x in (torch.randn(5, 4, dtype=torch.float64), -torch.rand(5, 4, dtype=torch.float64)):
+        torch.testing.assert_close(tx.jit(f, executor="inductor")(x), f(x), rtol=0, atol=0)
+    text = tx.jit(f, executor="inductor").lower(x).as_text()
+    assert "for " in text and "if " in text

@@ -14,6 +14,7 @@ import torch
 
 from thunderx import tree
 from thunderx.ad_util import Zero
+from thunderx.ad_util import instantiate as _instantiate
 from thunderx.core import EvalTrace, Tracer, _state, get_aval, is_top_level
 from thunderx.errors import user_frame
 from thunderx.executors import default_executor, executor_names, get_executor
@@ -42,9 +43,11 @@ def _compile(jaxpr: Jaxpr, executor: str):
     return get_executor(executor).lower(optimize(jaxpr))
 
 
-def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
-    """(jvp jaxpr, its consts, which tangent outputs are nonzero), cached per nonzero pattern."""
-    key = ("jvp", nonzero)
+def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple, instantiate: tuple | bool = False):
+    """(jvp jaxpr, its consts, which tangent outputs are nonzero), cached per nonzero pattern.
+    `instantiate` (per output, or for all) materializes symbolic-zero output tangents, so a loop
+    carry or the branches of a cond agree on which tangents they produce."""
+    key = ("jvp", nonzero, instantiate)
     hit = jaxpr._cache.get(key)
     if hit is not None:
         return hit
@@ -57,6 +60,9 @@ def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
         ps, ts = args[:n], iter(args[n:])
         tangents = [next(ts) if nz else None for nz in nonzero]
         p_out, t_out = jvp_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), ps, tangents)
+        if instantiate:
+            inst = instantiate if isinstance(instantiate, tuple) else (True,) * len(t_out)
+            t_out = [_instantiate(t) if i else t for t, i in zip(t_out, inst)]
         meta["nz"] = tuple(type(t) is not Zero for t in t_out)
         return p_out + [t for t in t_out if type(t) is not Zero], None
 
@@ -69,7 +75,8 @@ def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
 
 
 def batch_of_jaxpr(jaxpr: Jaxpr, dims: tuple, size: int, force_out=None):
-    """(batched jaxpr over batched operands, consts, out batch dims), cached per dims and size."""
+    """(batched jaxpr over batched operands, consts, out batch dims), cached per dims and size.
+    `force_out`: None, one dim for every output, or a tuple with a dim (or None) per output."""
     key = ("batch", dims, size, force_out)
     hit = jaxpr._cache.get(key)
     if hit is not None:
@@ -86,14 +93,13 @@ def batch_of_jaxpr(jaxpr: Jaxpr, dims: tuple, size: int, force_out=None):
             outs = eval_jaxpr(jaxpr, [], *ins)
             unpacked = [trace.unpack(o) for o in outs]
         results, out_dims = [], []
-        for val, d in unpacked:
-            if force_out is not None:
+        forces = force_out if isinstance(force_out, tuple) else (force_out,) * len(unpacked)
+        for (val, d), force in zip(unpacked, forces):
+            if force is not None:
                 val = (
-                    S.broadcast_batch(val, size, force_out)
-                    if d is None
-                    else S.moveaxis(val, d, force_out)
+                    S.broadcast_batch(val, size, force) if d is None else S.moveaxis(val, d, force)
                 )
-                d = force_out
+                d = force
             results.append(val)
             out_dims.append(d)
         meta["out_dims"] = tuple(out_dims)

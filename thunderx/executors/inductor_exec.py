@@ -118,13 +118,13 @@ class InductorProgram:
     def __init__(self, jaxpr: Jaxpr, name: str = "inductor_program"):
         self.jaxpr = jaxpr
         self.units = schedule(jaxpr, refine(jaxpr, partition(jaxpr)))
-        namer, namespace = new_namer(), base_namespace()
+        namer, namespace, prelude = new_namer(), base_namespace(), []
         params = [namer(v) for v in jaxpr.constvars + jaxpr.invars]
         lines = [f"def {name}({', '.join(params)}):"]
         self.kernels: list[RegionKernel] = []
         for u in self.units:
             if u.region is None:
-                lines.append(eqn_source(u.eqns[0], namer, namespace))
+                lines.extend(eqn_source(u.eqns[0], namer, namespace, prelude))
                 continue
             if not u.outputs:
                 continue
@@ -136,7 +136,7 @@ class InductorProgram:
             lines.append(f"    {lhs} = _{kernel.name}({ins})")
         outs = ", ".join(namer(x) for x in jaxpr.outvars)
         lines.append(f"    return ({outs}{',' if len(jaxpr.outvars) == 1 else ''})")
-        self.source = "\n".join(lines) + "\n"
+        self.source = "\n".join(prelude + lines) + "\n"  # control-flow bodies first
         self.fn = self.fn_plain = exec_source(self.source, namespace, name)
         self.fn_single = self.fn_single_plain = None
 
