@@ -29,8 +29,15 @@ def _row(case, cand, base, res, key, note=""):
     }
 
 
+# `run.py --no-compile` turns the torch.compile peers off (they cost most of the suite's time:
+# a cold compile of a functorch transform takes 10-60 s on 2 threads).
+COMPILE_PEERS = [True]
+
+
 def compile_peer(fn, *args):
     """(torch.compile(fn), its cold first call in seconds, None), or (None, None, why not)."""
+    if not COMPILE_PEERS[0]:
+        return None, None, "torch.compile peer skipped (--no-compile)"
     try:
         comp = torch.compile(fn)
         return comp, first_call(comp, *args), None

@@ -93,12 +93,18 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     ap.add_argument(
+        "--no-compile",
+        action="store_true",
+        help="skip the torch.compile peers of the transform cases (the slowest part of the run)",
+    )
+    ap.add_argument(
         "--gpu-dry-run",
         action="store_true",
         help="rehearse the GPU cases on tiny CPU tensors (checks the script without a GPU)",
     )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    cases.COMPILE_PEERS[0] = not args.no_compile
     torch.manual_seed(0)
     header = (
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
