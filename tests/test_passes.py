@@ -173,3 +173,23 @@ def test_a_folded_fill_keeps_its_dtype_rounding():
     f = lambda v: v * torch.full_like(v, 0.1)  # noqa: E731  (0.1 rounds in float16)
     assert "full" not in _names(optimize(_jaxpr(f, x)))
     _exact(tx.jit(f)(x), f(x))
+
+
+# ------------------------------------------------------------------ relu in generated code
+
+
+def test_relu_is_torch_relu_and_an_explicit_where_is_not():
+    x = torch.tensor([float("nan"), -1.0, 2.0, -0.0, 0.0, float("inf"), float("-inf")])
+    relu = lambda v: torch.relu(v * 2)  # noqa: E731
+    where = lambda v: torch.where(v > 0, v, 0.0)  # noqa: E731
+    assert ".relu_()" in tx.jit(relu).lower(x).program.source  # one kernel, in place
+    for f in (relu, where):
+        _exact(tx.jit(f)(x), f(x))
+        _exact(tx.jit(f, executor="nvfuser")(x), f(x))
+    assert torch.equal(torch.signbit(tx.jit(relu)(x)), torch.signbit(relu(x)))  # -0.0 kept
+    torch.testing.assert_close(
+        tx.grad(lambda v: torch.relu(v).sum())(x),
+        tf.grad(lambda v: torch.relu(v).sum())(x),
+        rtol=0,
+        atol=0,
+    )

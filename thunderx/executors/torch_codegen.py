@@ -203,11 +203,11 @@ def generate_source(
         out = e.outputs
         expr = None
         if i in relus:
-            x = e.inputs[1]
+            x = e.inputs[2]
             reusable = reuse_buffers and _reusable(
                 x, out[0].aval, i, last_use, root, owned, live_views
             )
-            expr = f"{args[1]}.relu_()" if reusable else f"torch.relu({args[1]})"
+            expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
         elif reuse_buffers and len(out) == 1:
             expr = _inplace(e, args, i, last_use, root, owned, live_views)
         if expr is None and e.prim in statement_rules:
@@ -268,8 +268,9 @@ def generate_source(
 
 
 def _relu_patterns(jaxpr):
-    """`select(gt(x, 0), x, 0)` whose comparison has no other use is one `torch.relu(x)`:
-    one kernel and one allocation instead of two."""
+    """`select(le(x, 0), 0, x)` whose comparison has no other use is one `torch.relu(x)`:
+    one kernel and one allocation instead of two, and the same numbers (NaN stays NaN, -0.0
+    stays -0.0). `select(gt(x, 0), x, 0)` is not relu: it maps NaN to 0."""
     uses: dict[int, int] = {}
     producer: dict[int, int] = {}
     for i, e in enumerate(jaxpr.eqns):
@@ -285,14 +286,14 @@ def _relu_patterns(jaxpr):
     for i, e in enumerate(jaxpr.eqns):
         if e.prim.name != "select" or not e.outputs[0].aval.dtype.is_floating_point:
             continue
-        pred, x, zero = e.inputs
+        pred, zero, x = e.inputs
         if not (isinstance(zero, Literal) and zero.val == 0 and isinstance(pred, Var)):
             continue
         p = producer.get(id(pred))
         if p is None or uses.get(id(pred)) != 1:
             continue
         cmp = jaxpr.eqns[p]
-        if cmp.prim.name != "gt":
+        if cmp.prim.name != "le":
             continue
         a, b = cmp.inputs
         if a is x and isinstance(b, Literal) and b.val == 0:
