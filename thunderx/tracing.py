@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 from typing import Callable
 
+import torch
+
 from thunderx.avals import ShapedArray
 from thunderx.core import Trace, Tracer, abstract_eval, get_aval, new_trace, stage_rules
 from thunderx.ir import ClosedJaxpr, Eqn, Jaxpr, Literal, Var
@@ -91,7 +93,9 @@ def trace_flat(flat_fun: Callable, in_avals) -> tuple[ClosedJaxpr, object]:
     try:
         with new_trace(StagingTrace) as trace:
             in_tracers = [trace.new_arg(a) for a in in_avals]
-            with RandomnessMode(None):
+            # a no_grad block around the transform is not the function's (as in torch.func):
+            # only blocks inside the function stop gradients
+            with RandomnessMode(None), torch.enable_grad():
                 outs, extra = flat_fun(*in_tracers)
             return trace.finalize(in_tracers, outs), extra
     finally:

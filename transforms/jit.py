@@ -142,6 +142,18 @@ def _leaf_key(x):
     )
 
 
+def _scalar_leaf(x):
+    return torch.tensor(x, dtype=torch.float64) if type(x) is float else torch.tensor(x)
+
+
+def _weak(aval):
+    """A Python scalar argument's aval: weakly typed, so it takes the dtype of the tensors it
+    meets (torch's rule for Python scalars), while its value keeps float64 precision."""
+    from thunderx.avals import ShapedArray
+
+    return ShapedArray(aval.shape, aval.dtype, aval.device, weak_type=True)
+
+
 class JitFunction:
     """The callable `jit` returns; see `jit`."""
 
@@ -211,12 +223,13 @@ class JitFunction:
         leaves, treedef = tree.flatten((dyn_args, dyn_kwargs))
         keys = tuple(_leaf_key(x) for x in leaves)
         if _SCALAR_KEYS.intersection(keys):
-            # Python scalars are dynamic: they travel as 0-dim tensors (same promotion rules)
-            leaves = [torch.tensor(x) if type(x) in _SCALARS else x for x in leaves]
+            # Python scalars are dynamic and weakly typed (as in JAX): they travel as 0-dim
+            # tensors, floats in float64 so that no precision is lost before they meet a tensor
+            leaves = [_scalar_leaf(x) if type(x) in _SCALARS else x for x in leaves]
         return (treedef, keys, statics), leaves, dyn_args, dyn_kwargs
 
     # -- tracing
-    def _trace(self, args, kwargs, leaves, treedef_args):
+    def _trace(self, args, kwargs, leaves, treedef_args, keys):
         static_pos = self._static_positions(len(args), kwargs)
 
         def flat(*xs):
@@ -228,7 +241,9 @@ class JitFunction:
             out_leaves, out_tree = tree.flatten(out)
             return out_leaves, out_tree
 
-        in_avals = [get_aval(x) for x in leaves]
+        in_avals = [
+            _weak(get_aval(x)) if k in _SCALAR_KEYS else get_aval(x) for x, k in zip(leaves, keys)
+        ]
         closed, out_tree = trace_flat(flat, in_avals)
         entry = _Entry()
         entry.closed = closed
@@ -252,7 +267,7 @@ class JitFunction:
                 return entry, leaves
             self.misses += 1
             _, treedef = tree.flatten((dyn_args, dyn_kwargs))
-            entry = self._trace(args, kwargs, leaves, treedef)
+            entry = self._trace(args, kwargs, leaves, treedef, key[1])
             if not any(isinstance(c, Tracer) for c in entry.consts):
                 self._cache[key] = entry
                 while len(self._cache) > self.cache_size:
@@ -316,6 +331,10 @@ class JitFunction:
             from thunderx.primitives.higher_order import jit_call_p
 
             outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
+            if not torch.is_grad_enabled():  # called in a no_grad block of a traced function
+                from thunderx.primitives.higher_order import stop_gradient
+
+                outs = stop_gradient(outs)
         return tree.unflatten(entry.out_tree, outs)
 
     def _remember_fast(self, args, entry, prog):
