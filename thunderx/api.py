@@ -7,9 +7,9 @@ from typing import Callable
 
 import torch
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.core import get_aval, is_tensor_like
-from thunderx.errors import user_frame
+from thunderx.errors import ArgumentTypeError, ArgumentValueError, user_frame
 from thunderx.ir import ClosedJaxpr
 from thunderx.passes import dce
 from thunderx.tracing import trace_flat
@@ -24,13 +24,12 @@ def make_jaxpr(fun: Callable, static_argnums: int | tuple = ()) -> Callable[...,
         c:f32[] = reduce_sum[axes=(0,)] b
       in (c,) }
     """
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
+    validate.check_callable(fun, "make_jaxpr")
+    static_argnums, _ = validate.check_static_args(fun, static_argnums, (), "make_jaxpr")
 
     @functools.wraps(fun)
     def traced(*args, **kwargs) -> ClosedJaxpr:
-        n = len(args)
-        static = {a % n for a in static_argnums}
+        static = validate.static_positions(static_argnums, len(args), "make_jaxpr")
         dyn = tuple(None if i in static else a for i, a in enumerate(args))
         leaves, in_tree = tree.flatten((dyn, kwargs))
         for x in leaves:
@@ -79,11 +78,22 @@ def functional_call(module: torch.nn.Module, params_and_buffers: dict, args, kwa
     >>> g["weight"]
     tensor([[2., 2., 2.]])
     """
+    if not isinstance(module, torch.nn.Module):
+        raise ArgumentTypeError(
+            f"functional_call: module must be a torch.nn.Module, got {type(module).__name__} "
+            f"(at {user_frame()})"
+        )
+    replacements = _merge_replacements(params_and_buffers)
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ArgumentTypeError(
+            f"functional_call: kwargs must be a dict or None, got {type(kwargs).__name__} "
+            f"(at {user_frame()})"
+        )
     if not isinstance(args, tuple):
         args = (args,)
     saved = []
     try:
-        for name, value in params_and_buffers.items():
+        for name, value in replacements.items():
             owner, attr = _resolve(module, name)
             if attr in owner._parameters:
                 saved.append((owner, "_parameters", attr, owner._parameters[attr]))
@@ -92,9 +102,9 @@ def functional_call(module: torch.nn.Module, params_and_buffers: dict, args, kwa
                 saved.append((owner, "_buffers", attr, owner._buffers[attr]))
                 owner._buffers[attr] = value
             else:
-                raise KeyError(
+                raise ArgumentValueError(
                     f"functional_call: {type(module).__name__} has no parameter or "
-                    f"buffer named {name!r}"
+                    f"buffer named {name!r} (at {user_frame()})"
                 )
         return module(*args, **(kwargs or {}))
     finally:
@@ -102,8 +112,42 @@ def functional_call(module: torch.nn.Module, params_and_buffers: dict, args, kwa
             getattr(owner, table)[attr] = old
 
 
+def _merge_replacements(params_and_buffers) -> dict:
+    """A dict, or (as torch.func accepts) a tuple/list of dicts with distinct keys."""
+    dicts = (
+        list(params_and_buffers)
+        if isinstance(params_and_buffers, (tuple, list))
+        else [params_and_buffers]
+    )
+    merged: dict = {}
+    for d in dicts:
+        if not isinstance(d, dict):
+            raise ArgumentTypeError(
+                "functional_call: parameter_and_buffer_dicts must be a dict or a tuple of dicts "
+                f"(name -> tensor), got {type(d).__name__} (at {user_frame()})"
+            )
+        for k, v in d.items():
+            if not isinstance(k, str):
+                raise ArgumentTypeError(
+                    f"functional_call: parameter names must be str, got {k!r} (at {user_frame()})"
+                )
+            if k in merged:
+                raise ArgumentValueError(
+                    f"functional_call: {k!r} appears in more than one of the dicts "
+                    f"(at {user_frame()})"
+                )
+            merged[k] = v
+    return merged
+
+
 def _resolve(module, name):
     parts = name.split(".")
     for p in parts[:-1]:
-        module = getattr(module, p)
+        sub = getattr(module, p, None)
+        if not isinstance(sub, torch.nn.Module):
+            raise ArgumentValueError(
+                f"functional_call: {name!r} names no parameter or buffer: "
+                f"{type(module).__name__} has no submodule {p!r} (at {user_frame()})"
+            )
+        module = sub
     return module, parts[-1]

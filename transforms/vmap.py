@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.avals import ShapedArray
 from thunderx.core import (
     Trace,
@@ -17,7 +17,7 @@ from thunderx.core import (
     new_trace,
     set_trace,
 )
-from thunderx.errors import user_frame
+from thunderx.errors import ArgumentValueError, user_frame
 
 
 class BatchTracer(Tracer):
@@ -106,10 +106,16 @@ def vmap(
     >>> thunderx.vmap(torch.dot, in_axes=(0, None))(torch.ones(5, 3), torch.ones(3)).shape
     torch.Size([5])
     """
+    validate.check_callable(fun, "vmap")
     if randomness not in ("error", "different", "same"):
-        raise ValueError(
-            f"vmap: randomness must be 'error', 'different' or 'same', not {randomness!r}"
+        raise ArgumentValueError(
+            f"vmap: randomness must be 'error', 'different' or 'same', not {randomness!r} "
+            f"(at {user_frame()})"
         )
+    if axis_size is not None:
+        validate.check_int(axis_size, "vmap", "axis_size", minimum=0)
+    validate.check_axis_spec(in_axes, "vmap", "in_axes")
+    validate.check_axis_spec(out_axes, "vmap", "out_axes")
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
 
@@ -155,7 +161,10 @@ def vmap(
         if distinct:
             size = distinct.pop()
             if axis_size is not None and axis_size != size:
-                raise ValueError(f"vmap axis_size={axis_size} but the inputs have size {size}")
+                raise ArgumentValueError(
+                    f"vmap axis_size={axis_size} but the inputs have size {size} "
+                    f"(at {user_frame()})"
+                )
         elif axis_size is None:
             raise ValueError(
                 f"vmap needs at least one batched input (in_axes not all None) or an explicit "
@@ -173,6 +182,7 @@ def vmap(
                 call_args, call_kwargs = tree.unflatten(in_tree, ins)
                 out = fun(*call_args, **call_kwargs)
             out_leaves, out_tree = tree.flatten(out)
+            validate.check_leaves(out_leaves, "vmap", "the function's outputs")
             unpacked = [trace.unpack(o) for o in out_leaves]
         oaxes = _axes_for(out_axes, out, "out_axes")
         from thunderx.primitives import shape as S
@@ -192,7 +202,9 @@ def vmap(
 
                 val = creation.full((), val, get_aval(val).dtype)
             nd = len(get_aval(val).shape) + (1 if bdim is None else 0)
-            oax = oax % nd
+            oax = validate.normalize_axis(
+                oax, nd, "vmap", "out_axes", f"an output of rank {nd} (with the batch axis)"
+            )
             if bdim is None:
                 results.append(S.broadcast_batch(val, size, oax))
             else:
