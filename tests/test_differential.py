@@ -117,6 +117,20 @@ def test_a_planted_bug_is_found_and_blamed_on_its_op(monkeypatch):
     assert ("planted", "jit", "forward") in report.failures
 
 
+def test_a_check_that_overwrites_the_callers_input_is_a_failure():
+    x = torch.randn(3, dtype=torch.float64)
+
+    def fn(v):
+        if isinstance(v, Tracer):
+            x.mul_(2)  # planted: the traced program writes into the caller's tensor
+        return v * 1
+
+    case = Case("planted", "normal", fn, [x], 1, {})
+    found = dc.run_check("jit", dc.Ctx(case, 0))
+    assert found.category == "forward" and "overwrote" in found.detail
+    assert dc.run_check("grad", dc.Ctx(case, 0)).category == "forward"
+
+
 def test_every_edge_kind_builds_cases():
     rng = random.Random(0)
     for edge in EDGES:

@@ -35,6 +35,10 @@ from thunderx.testing.diff_ops import EDGES, OPS, Case, draw_shape, fill, make_c
 # derivatives built from select/sign terms, traced integer indexing), or "lead" where no part does.
 _TIE = "torch sends a tie's whole derivative to one operand/index; thunderx splits it"
 _SECOND = "second derivative from select(x > 0)/sign(x) terms that vanish at 0 (issue item 3)"
+_VIEW = (
+    "dynamic_slice returns a view; jit's in-place buffer reuse writes through it, into the "
+    "caller's input (the issue's first example)"
+)
 KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
     ("atan2", "*", "kink"): ("semantics", "atan2(0, 0): thunderx nan, torch 0"),
     ("atan2", "*", "unresolved"): ("semantics", "atan2(0, 0) second derivative: nan vs torch 0"),
@@ -75,6 +79,11 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
     ("gather", "*", "error"): ("semantics", "x[i] with a traced integer tensor i under jit"),
     ("getitem_dynamic", "*", "error"): ("semantics", "x[i] with a traced 0-d integer i"),
     ("setitem_dynamic", "*", "error"): ("semantics", "y[i] = v with a traced 0-d integer i"),
+    ("norm", "*", "thunderx-wrong"): (
+        "semantics",
+        "jvp of vector_norm of an empty vector: nan, torch 0 (the zero-vector case)",
+    ),
+    ("<with narrow_dynamic>", "*", "forward"): ("declare", _VIEW),
     ("div_raw", "*", "unresolved"): ("lead", "x / 0 under jvp: thunderx nan, torch inf"),
     ("var", "*", "thunderx-wrong"): ("lead", "jvp of var over no elements: nan, torch 0"),
     ("var", "*", "unresolved"): ("lead", "Hessian of var of one element (dof 0): nan, torch 0"),
@@ -85,8 +94,11 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
     ),
 }
 # (op, check, category) -> (edge, seed, check): make_case(OPS[op], edge, Random(seed)) through
-# that check (with Ctx seed `seed`) shows the failure (found by `find_reproducer`).
-KNOWN_REPROS: dict[tuple[str, str, str], tuple[str, int, str]] = {
+# that check (with Ctx seed `seed`) shows the failure (found by `find_reproducer`); for a
+# "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it.
+KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
+    ("norm", "*", "thunderx-wrong"): ("empty", 0, "jvp"),
+    ("<with narrow_dynamic>", "*", "forward"): ("normal", 0, "jit", ("narrow_dynamic", "exp")),
     ("atan2", "*", "kink"): ("zero", 5, "grad"),
     ("atan2", "*", "unresolved"): ("zero", 5, "hessian"),
     ("bce_with_logits", "*", "thunderx-wrong"): ("tie", 0, "hessian"),
@@ -146,6 +158,17 @@ def reproduce(op: str, edge: str, seed: int, check: str) -> list:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return check_case(case, [check], Report(), seed, program="reproduce")
+
+
+def reproduce_program(chain: tuple, edge: str, seed: int, check: str) -> set:
+    """The failure keys of one check on the program of ops `chain` (edge, seed)."""
+    prog, steps = make_program(random.Random(seed), edge, len(chain), chain)
+    report = Report()
+    if prog is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check_program(prog, steps, [check], report, seed)
+    return set(report.failures)
 
 
 def find_reproducer(op: str, category: str, check: str, edges=EDGES, seeds=range(40)):
@@ -213,7 +236,8 @@ class Report:
 
 
 def check_case(case: Case, names, report: Report, seed: int, program: str = "") -> list:
-    """Run the checks on one case; findings go to the report. Returns the failing findings."""
+    """Run the checks on one case; findings go to the report (failures of a single-op case under
+    its own key; a program's are keyed by `check_program`). Returns every finding, notes too."""
     try:
         ctx = dc.Ctx(case, seed)
     except Exception:  # noqa: BLE001 - eager torch rejects these inputs: not a valid case
@@ -228,10 +252,11 @@ def check_case(case: Case, names, report: Report, seed: int, program: str = "") 
         report.per_check[name] += 1
         if res is None:
             continue
-        if res.category in NOTES:
-            report.notes.append(f"{res.category}: {case!r} {name}: {res.detail}")
-            continue
         found.append(res)
+        if res.category in NOTES:
+            if program != "localize":
+                report.notes.append(f"{res.category}: {case!r} {name}: {res.detail}")
+            continue
         if not program:
             report.add(Failure((case.op, name, res.category), repr(case), res.detail))
     return found
@@ -248,16 +273,17 @@ class Step:
     params: dict
 
 
-def make_program(rng: random.Random, edge: str, length: int):
-    """A chain of `length` ops: each takes the previous value first, plus fresh inputs."""
+def make_program(rng: random.Random, edge: str, length: int, chain=None):
+    """A chain of `length` ops (or the ops named in `chain`): each takes the previous value
+    first, plus fresh inputs. Returns (program case, steps), or (None, []) where none fits."""
     g = torch.Generator().manual_seed(rng.randrange(2**31))
     floats = [fill(draw_shape(rng, edge), edge, g)]
     ints, steps = [], []
     v = floats[0]
     names = sorted(OPS)
-    for _ in range(length):
+    for k in range(length):
         for _attempt in range(12):
-            op = OPS[rng.choice(names)]
+            op = OPS[chain[k] if chain else rng.choice(names)]
             drawn = op.shapes(rng, tuple(v.shape))
             if drawn is None or tuple(drawn[0][0]) != tuple(v.shape):
                 continue
@@ -279,7 +305,7 @@ def make_program(rng: random.Random, edge: str, length: int):
             steps.append(Step(op.name, [-1] + fpos, ipos, params))
             v = out
             break
-    if not steps:
+    if not steps or (chain and len(steps) != len(chain)):
         return None, []
     nf = len(floats)
 
@@ -295,30 +321,49 @@ def make_program(rng: random.Random, edge: str, length: int):
     return Case(f"program:{name}", edge, program, floats + ints, nf, {}), steps
 
 
-def localize(prog: Case, steps: list, check: str, seed: int) -> tuple:
-    """The first step whose own check fails at its actual inputs -> (op, check, category);
-    ("<composition>", check, category-of-program) when every step passes alone."""
+# A second derivative of a composition inherits each step's first-derivative convention.
+_ALSO_FIRST_ORDER = {"hessian": ("grad", "jvp")}
+
+
+def localize(prog: Case, steps: list, check: str, seed: int) -> tuple | None:
+    """The first step whose own checks fail at its actual inputs: (its op, its finding); None
+    when every step passes alone (a composition bug)."""
     nf = prog.ndiff
     fs, ks = prog.args[:nf], prog.args[nf:]
     val = fs[0]
-    scratch = Report()
+    names = (check,) + _ALSO_FIRST_ORDER.get(check, ())
     for st in steps:
         xs = [val if p == -1 else fs[p] for p in st.floats]
         its = [ks[p] for p in st.ints]
         op = OPS[st.op]
         fn = (lambda o, p: lambda *a: o.fn(*a, **p))(op, st.params)
         single = Case(st.op, prog.edge, fn, [x.detach() for x in xs] + its, len(xs), st.params)
-        found = check_case(single, [check], scratch, seed, program="localize")
+        found = check_case(single, names, Report(), seed, program="localize")
         if found:
-            return (st.op, check, found[0].category)
+            return st.op, found[0]
         val = fn(*xs, *its)
     return None
 
 
 def check_program(prog: Case, steps, names, report: Report, seed: int) -> None:
-    found = check_case(prog, names, report, seed, program=prog.op)
-    for f in found:
-        key = localize(prog, steps, f.check, seed) or ("<composition>", f.check, f.category)
+    """Findings of a program are blamed on the first step that fails alone; a step whose own
+    finding is a note (torch wrong) turns the program's finding into a note. A composition bug
+    is keyed `("<with OP>", check, category)` when the table lists one for an op of the program,
+    else `("<composition>", check, category)`, which is never known."""
+    for f in check_case(prog, names, report, seed, program=prog.op):
+        if f.category in NOTES:
+            continue
+        blamed = localize(prog, steps, f.check, seed)
+        if blamed is not None and blamed[1].category in NOTES:
+            report.notes.append(
+                f"{blamed[1].category} ({blamed[0]}): {prog!r} {f.check}: {f.detail}"
+            )
+            continue
+        if blamed is not None:
+            key = (blamed[0], f.check, blamed[1].category)
+        else:
+            with_op = [(f"<with {st.op}>", f.check, f.category) for st in steps]
+            key = next((k for k in with_op if known(k)), ("<composition>", f.check, f.category))
         report.add(Failure(key, repr(prog), f.detail, program=f" in {prog.op}"))
 
 
@@ -382,9 +427,14 @@ def stale_entries() -> list[str]:
     stale = []
     for key in KNOWN_FAILURES:
         op, _, category = key
-        edge, seed, check = KNOWN_REPROS[key]
-        if not any(f.category == category for f in reproduce(op, edge, seed, check)):
-            stale.append(f"{key}: reproducer ({edge!r}, {seed}, {check!r}) no longer fails")
+        edge, seed, check, *chain = KNOWN_REPROS[key]
+        if chain:
+            keys = reproduce_program(chain[0], edge, seed, check)
+            fails = any(known(k) == key for k in keys)
+        else:
+            fails = any(f.category == category for f in reproduce(op, edge, seed, check))
+        if not fails:
+            stale.append(f"{key}: reproducer {KNOWN_REPROS[key]} no longer fails")
     return stale
 
 
