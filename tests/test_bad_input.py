@@ -129,7 +129,13 @@ def _valid_testing():
     check_transpose(lambda t: t * 3, (X,))
 
 
+def _valid_eval_jaxpr():
+    closed = tx.make_jaxpr(f)(X)
+    _close(tx.eval_jaxpr(closed.jaxpr, closed.consts, X2[0])[0], f(X2[0]))
+
+
 VALID = {
+    "eval_jaxpr": _valid_eval_jaxpr,
     "grad": _valid_grad,
     "value_and_grad": _valid_value_and_grad,
     "vjp": _valid_vjp,
@@ -275,6 +281,15 @@ CASES = [
     ("make_jaxpr", "static 5", lambda: tx.make_jaxpr(f, static_argnums=5), VE, r"static_argnums 5"),
     ("make_jaxpr", "static str", lambda: tx.make_jaxpr(f, static_argnums="a"), TE, r"static_arg"),
     ("make_jaxpr", "arg obj", lambda: tx.make_jaxpr(f)([object()]), TypeError, r"object"),
+    (
+        "eval_jaxpr",
+        "too few args",
+        lambda: tx.eval_jaxpr(tx.make_jaxpr(two)(X, X).jaxpr, [], X),
+        VE,
+        r"eval_jaxpr: the jaxpr takes 0 consts and 2 arguments, got 0 and 1",
+    ),
+    ("jit", "lower arg str", lambda: tx.jit(f).lower("s"), TypeError, r"jit.*str"),
+    ("jit", "lower static", lambda: tx.jit(f, static_argnames="k"), VE, r"'k' is not a param"),
     # stop_gradient, functional_call
     ("stop_gradient", "str", lambda: tx.stop_gradient("a"), TE, r"stop_gradient.*str"),
     ("stop_gradient", "obj leaf", lambda: tx.stop_gradient([X, object()]), TE, r"object"),

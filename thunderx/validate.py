@@ -245,8 +245,8 @@ def check_rule_outputs(
     transpose or silently broadcasting."""
     if len(got) != len(expected):
         raise ArgumentValueError(
-            f"custom rule {where_defined(rule)} returned {len(got)} {role}s, expected "
-            f"{len(expected)}"
+            f"custom rule {where_defined(rule)} returned {len(got)} values ({role} ...), "
+            f"expected {len(expected)}"
         )
     for i, (g, want) in enumerate(zip(got, expected)):
         if g is None and allow_none:
@@ -257,7 +257,7 @@ def check_rule_outputs(
                 f"{type(g).__name__}"
             )
         a = get_aval(g)
-        if tuple(a.shape) != tuple(want.shape) and not (a.weak_type and not a.shape):
+        if tuple(a.shape) != tuple(want.shape):
             raise ArgumentValueError(
                 f"custom rule {where_defined(rule)}: {role} {i} has shape {tuple(a.shape)}, "
                 f"expected {tuple(want.shape)} (the shape of {want.str_short()})"
