@@ -210,7 +210,7 @@ CASES = [
     ("jacrev", "argnums str", lambda: tx.jacrev(f, argnums="x"), TE, r"jacrev: argnums.*str"),
     ("jacrev", "aux not pair", lambda: tx.jacrev(f, has_aux=True)(X), TE, r"jacrev.*pair"),
     ("jacrev", "has_aux", lambda: tx.jacrev(f, has_aux=None), TE, r"jacrev: has_aux"),
-    ("hessian", "argnums range", lambda: tx.hessian(scalar, argnums=5)(X), VE, r"argnums 5"),
+    ("hessian", "argnums range", lambda: tx.hessian(scalar, argnums=5)(X), VE, r"hessian: argnums 5"),
     ("hessian", "not callable", lambda: tx.hessian(3), TE, r"hessian: fun must be callable"),
     ("hessian", "has_aux int", lambda: tx.hessian(scalar, has_aux=2), TE, r"hessian: has_aux"),
     # vmap

@@ -460,4 +460,12 @@ def hessian(fun: Callable, argnums=0, has_aux: bool = False):
             [ 0., 12.]])
     """
     _check_api(fun, has_aux, "hessian", argnums)
-    return jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux)
+    inner = jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux)
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+        _normalize_argnums(argnums, len(args), "hessian")  # errors name hessian, not jacfwd
+        return inner(*args, **kwargs)
+
+    wrapper.__thunderx_transform__ = inner.__thunderx_transform__
+    return wrapper
