@@ -4,6 +4,8 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     binary,
     conv,
     creation,
+    custom,
+    debug,
     higher_order,
     indexing,
     linalg,

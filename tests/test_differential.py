@@ -25,6 +25,7 @@ NOT_IN_TABLE = {
     "custom_vjp_call": "user-defined rules: tests/test_ad.py and the custom-rule tests",
     "jit_call": "reached by every nested check (jit(grad), jit(vmap(grad)))",
     "stop_gradient": "an identity with a zero derivative: tests/test_ad.py",
+    "debug_callback": "a host callback (printing), no value of its own: tests/test_api_pieces.py",
 }
 
 

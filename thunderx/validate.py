@@ -221,54 +221,6 @@ def check_tangents(primal_avals, tangent_leaves, api: str, what: str = "tangent"
         check_tangent(pa, get_aval(t), api, what, i)
 
 
-# ------------------------------------------------------------------------- custom rules
-
-
-def where_defined(fn: Callable) -> str:
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return getattr(fn, "__qualname__", repr(fn))
-    return (
-        f"{getattr(fn, '__qualname__', code.co_name)} at {code.co_filename}:{code.co_firstlineno}"
-    )
-
-
-def check_rule_outputs(
-    rule: Callable, role: str, got: Sequence, expected: Sequence[ShapedArray], allow_none: bool
-) -> None:
-    """A custom_jvp/custom_vjp rule's flat outputs (`role`: 'tangent output', 'cotangent for
-    argument', 'primal output') against the avals they stand for: the same number, shape and,
-    for floating values, dtype. `None` means a zero where `allow_none`.
-
-    The lead's custom-rule code calls this after flattening a rule's result, so a rule returning
-    a (3,) cotangent for a (2,) argument fails here, naming the rule, instead of deep inside a
-    transpose or silently broadcasting."""
-    if len(got) != len(expected):
-        raise ArgumentValueError(
-            f"custom rule {where_defined(rule)} returned {len(got)} values ({role} ...), "
-            f"expected {len(expected)}"
-        )
-    for i, (g, want) in enumerate(zip(got, expected)):
-        if g is None and allow_none:
-            continue
-        if not is_tensor_like(g) and type(g) not in _SCALARS:
-            raise ArgumentTypeError(
-                f"custom rule {where_defined(rule)}: {role} {i} must be a tensor, got "
-                f"{type(g).__name__}"
-            )
-        a = get_aval(g)
-        if tuple(a.shape) != tuple(want.shape):
-            raise ArgumentValueError(
-                f"custom rule {where_defined(rule)}: {role} {i} has shape {tuple(a.shape)}, "
-                f"expected {tuple(want.shape)} (the shape of {want.str_short()})"
-            )
-        if is_float(want.dtype) and not a.weak_type and a.dtype != want.dtype:
-            raise ArgumentTypeError(
-                f"custom rule {where_defined(rule)}: {role} {i} has dtype {a.dtype}, expected "
-                f"{want.dtype}"
-            )
-
-
 # --------------------------------------------------------------------------------- has_aux
 
 

@@ -368,7 +368,9 @@ class JitFunction:
         from thunderx.lowering import Lowered
 
         entry, leaves = self._lookup(args, kwargs)
-        return Lowered(entry, executor or self._executor_for(leaves), self.__name__)
+        return Lowered(
+            entry, executor or self._executor_for(leaves), self.__name__, (self, args, kwargs)
+        )
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)

@@ -89,6 +89,20 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "lead",
         "smooth_l1_loss at a nan input: derivative nan, torch 0",
     ),
+    ("maximum", "*", "unresolved"): (
+        "semantics",
+        "maximum with a nan operand: torch gives the "
+        "whole gradient to one side, thunderx splits it",
+    ),
+    ("<with div_raw>", "*", "unresolved"): (
+        "lead",
+        "x / 0 inside a composition: gradient nan, torch inf",
+    ),
+    ("<with log10>", "*", "forward"): (
+        "lead",
+        "log10 is log(x) * (1 / ln 10): one ulp off torch.log10 (log10(0.1) = "
+        "-0.9999999999999998), which a later ceil/floor turns into a different value",
+    ),
     ("div_raw", "*", "unresolved"): ("lead", "x / 0 under jvp: thunderx nan, torch inf"),
     ("var", "*", "thunderx-wrong"): ("lead", "jvp of var over no elements: nan, torch 0"),
     ("var", "*", "unresolved"): ("lead", "Hessian of var of one element (dof 0): nan, torch 0"),
@@ -102,6 +116,9 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
 # that check (with Ctx seed `seed`) shows the failure (found by `find_reproducer`); for a
 # "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it.
 KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
+    ("maximum", "*", "unresolved"): ("empty", 0, "grad", ("huber_loss", "maximum")),
+    ("<with div_raw>", "*", "unresolved"): ("tie", 0, "grad", ("logsigmoid", "div", "div_raw")),
+    ("<with log10>", "*", "forward"): ("scalar", 0, "vmap", ("relu", "tan", "log10", "ceil")),
     ("cosine_similarity", "*", "kink"): ("tie", 0, "hessian"),
     ("normalize", "*", "kink"): ("tie", 2, "hessian"),
     ("elu", "*", "thunderx-wrong"): ("big", 0, "grad", ("cosh", "elu")),
