@@ -103,6 +103,28 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "log10 is log(x) * (1 / ln 10): one ulp off torch.log10 (log10(0.1) = "
         "-0.9999999999999998), which a later ceil/floor turns into a different value",
     ),
+    ("relu", "*", "forward"): (
+        "semantics",
+        "relu(nan) is 0, torch nan: select(x > 0, x, 0) drops the nan",
+    ),
+    ("relu", "*", "unresolved"): ("semantics", "relu's tangent at nan: 0, torch nan"),
+    ("hardsigmoid", "*", "unresolved"): ("semantics", "hardsigmoid's tangent at nan: nan, torch 0"),
+    ("huber_loss", "*", "kink"): ("semantics", "huber_loss's Hessian where |d| == delta"),
+    ("<with max_dim>", "*", "thunderx-wrong"): (
+        "semantics",
+        "max(dim)'s jvp multiplies unselected entries' tangents by 0: a nan tangent there "
+        "gives nan, torch selects (the issue's min(1/x) example)",
+    ),
+    **{
+        (f"<with {op}>", "*", "unresolved"): (
+            "lead",
+            f"{op}'s derivative is a symbolic zero, so 0 * nan upstream stays 0 (as in JAX); "
+            "torch multiplies explicit zeros and gets nan. Decide and document",
+        )
+        for op in ("ceil", "floor", "round", "trunc")
+    },
+    ("conv1d", "*", "error"): ("lead", "conv1d with 0 input channels: internal shape error"),
+    ("<with conv1d>", "*", "error"): ("lead", "conv1d with 0 input channels: internal shape error"),
     ("div_raw", "*", "unresolved"): ("lead", "x / 0 under jvp: thunderx nan, torch inf"),
     ("var", "*", "thunderx-wrong"): ("lead", "jvp of var over no elements: nan, torch 0"),
     ("var", "*", "unresolved"): ("lead", "Hessian of var of one element (dof 0): nan, torch 0"),
@@ -116,6 +138,17 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
 # that check (with Ctx seed `seed`) shows the failure (found by `find_reproducer`); for a
 # "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it.
 KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
+    ("relu", "*", "forward"): ("one", 2, "vmap", ("std", "relu")),
+    ("relu", "*", "unresolved"): ("one", 2, "jvp", ("std", "relu")),
+    ("hardsigmoid", "*", "unresolved"): ("empty", 2, "jvp", ("mean", "asinh", "hardsigmoid")),
+    ("huber_loss", "*", "kink"): ("zero", 0, "hessian", ("log2", "selu", "hardtanh", "huber_loss")),
+    ("<with max_dim>", "*", "thunderx-wrong"): ("zero", 0, "jvp", ("hypot", "max_dim")),
+    **{
+        (f"<with {op}>", "*", "unresolved"): ("empty", 0, "grad", ("l1_loss", "mul", op))
+        for op in ("ceil", "floor", "round", "trunc")
+    },
+    ("conv1d", "*", "error"): ("empty", 0, "grad"),
+    ("<with conv1d>", "*", "error"): ("empty", 1, "jit", ("conv1d", "erfc", "softmax")),
     ("maximum", "*", "unresolved"): ("empty", 0, "grad", ("huber_loss", "maximum")),
     ("<with div_raw>", "*", "unresolved"): ("tie", 0, "grad", ("logsigmoid", "div", "div_raw")),
     ("<with log10>", "*", "forward"): ("scalar", 0, "vmap", ("relu", "tan", "log10", "ceil")),

@@ -37,6 +37,7 @@ class Case:
     args: list  # the first `ndiff` are float64 tensors, the rest integer tensors
     ndiff: int
     params: dict
+    scale: float = 1.0  # the largest finite magnitude of the case's intermediate values
 
     def __repr__(self) -> str:
         shapes = ", ".join(

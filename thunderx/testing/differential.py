@@ -174,6 +174,7 @@ def make_program(rng: random.Random, edge: str, length: int, chain=None):
     floats = [fill(draw_shape(rng, edge), edge, g)]
     ints, steps = [], []
     v = floats[0]
+    scale = dc.max_finite(v)
     names = sorted(OPS)
     for k in range(length):
         for _attempt in range(12):
@@ -198,6 +199,7 @@ def make_program(rng: random.Random, edge: str, length: int, chain=None):
             ints += new_ints
             steps.append(Step(op.name, [-1] + fpos, ipos, params))
             v = out
+            scale = max(scale, dc.max_finite(out), *[dc.max_finite(e) for e in extra])
             break
     if not steps or (chain and len(steps) != len(chain)):
         return None, []
@@ -212,7 +214,7 @@ def make_program(rng: random.Random, edge: str, length: int, chain=None):
         return val
 
     name = ">".join(st.op for st in steps)
-    return Case(f"program:{name}", edge, program, floats + ints, nf, {}), steps
+    return Case(f"program:{name}", edge, program, floats + ints, nf, {}, scale), steps
 
 
 # A second derivative of a composition inherits each step's first-derivative convention.
@@ -221,21 +223,25 @@ _ALSO_FIRST_ORDER = {"hessian": ("grad", "jvp")}
 
 def localize(prog: Case, steps: list, check: str, seed: int) -> tuple | None:
     """The first step whose own checks fail at its actual inputs: (its op, its finding); None
-    when every step passes alone (a composition bug)."""
-    nf = prog.ndiff
-    fs, ks = prog.args[:nf], prog.args[nf:]
-    val = fs[0]
+    when every step passes alone (a composition bug). A batched check also ran the program on a
+    second batch row: its intermediate values are tried too."""
+    rows = [prog.args]
+    if check in dc.BATCHED_CHECKS:
+        ctx = dc.Ctx(prog, seed)
+        rows.append([b[1] for b in ctx.batch] + list(prog.args[prog.ndiff :]))
     names = (check,) + _ALSO_FIRST_ORDER.get(check, ())
-    for st in steps:
-        xs = [val if p == -1 else fs[p] for p in st.floats]
-        its = [ks[p] for p in st.ints]
-        op = OPS[st.op]
-        fn = (lambda o, p: lambda *a: o.fn(*a, **p))(op, st.params)
-        single = Case(st.op, prog.edge, fn, [x.detach() for x in xs] + its, len(xs), st.params)
-        found = check_case(single, names, Report(), seed, program="localize")
-        if found:
-            return st.op, found[0]
-        val = fn(*xs, *its)
+    for args in rows:
+        fs, ks = args[: prog.ndiff], args[prog.ndiff :]
+        val = fs[0]
+        for st in steps:
+            xs = [val if p == -1 else fs[p] for p in st.floats]
+            its = [ks[p] for p in st.ints]
+            fn = (lambda o, p: lambda *a: o.fn(*a, **p))(OPS[st.op], st.params)
+            single = Case(st.op, prog.edge, fn, [x.detach() for x in xs] + its, len(xs), st.params)
+            found = check_case(single, names, Report(), seed, program="localize")
+            if found:
+                return st.op, found[0]
+            val = fn(*xs, *its)
     return None
 
 
