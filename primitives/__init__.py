@@ -2,6 +2,7 @@
 
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
     binary,
+    cond,
     conv,
     creation,
     custom,
@@ -9,8 +10,14 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     higher_order,
     indexing,
     linalg,
+    linalg_decomp,
+    matrix_functions,
     reductions,
+    remat,
+    scan,
     shape,
     slicing,
+    sort,
     unary,
+    while_loop,
 )

@@ -24,6 +24,9 @@ class Sample:
     rtol: float = 1e-5
     atol: float = 1e-6
     eps: float = 1e-6
+    # position -> function applied to that operand inside every checked function (symmetric
+    # operands of cholesky/eigh, whose tangents torch symmetrizes)
+    prepare: dict = dataclasses.field(default_factory=dict)
 
 
 # Checked by other tests (API, custom rules, jit) rather than from random operands.
@@ -428,3 +431,17 @@ def _(d):
     x = d.tensor((n, c) + spatial)
     w = d.tensor((o, c // groups) + window)
     return Sample([x, w], params)
+
+
+def _control_flow(name):
+    from .samples_control_flow import SAMPLERS
+
+    return lambda d: SAMPLERS[name](d, Sample)
+
+
+for _name in ("cond", "scan", "while", "checkpoint"):
+    SAMPLES[_name] = _control_flow(_name)
+
+
+# Samples of the linear algebra and sorting primitives register themselves into SAMPLES.
+from . import samples_linalg  # noqa: E402, F401

@@ -55,6 +55,14 @@ def _params_html(eqn, namer) -> tuple[str, list[str]]:
     for k, v in eqn.params.items():
         if k.startswith("_"):
             continue
+        if isinstance(v, tuple) and v and all(isinstance(b, Jaxpr) for b in v):
+            for i, b in enumerate(v):  # the branches of a cond
+                subs.append(
+                    f"<details><summary>{esc(k)}[{i}]: {len(b.eqns)} equations</summary>"
+                    f"{jaxpr_body(b, Namer())}</details>"
+                )
+            inline.append(f"{esc(k)}=&lt;{len(v)} jaxprs&gt;")
+            continue
         if isinstance(v, (Jaxpr, ClosedJaxpr)):
             sub = v.jaxpr if isinstance(v, ClosedJaxpr) else v
             subs.append(

@@ -101,7 +101,9 @@ def trace_flat(flat_fun: Callable, in_avals) -> tuple[ClosedJaxpr, object]:
     try:
         with new_trace(StagingTrace) as trace:
             in_tracers = [trace.new_arg(a) for a in in_avals]
-            with RandomnessMode(None):
+            # a no_grad block around the transform is not the function's (as in torch.func):
+            # only blocks inside the function stop gradients
+            with RandomnessMode(None), torch.enable_grad():
                 outs, extra = flat_fun(*in_tracers)
             return trace.finalize(in_tracers, outs), extra
     finally:

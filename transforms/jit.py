@@ -14,6 +14,7 @@ import torch
 
 from thunderx import tree, validate
 from thunderx.ad_util import Zero
+from thunderx.ad_util import instantiate as _instantiate
 from thunderx.core import EvalTrace, Tracer, _state, get_aval, is_top_level
 from thunderx.errors import ArgumentValueError, user_frame
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
@@ -49,9 +50,11 @@ def _compile(jaxpr: Jaxpr, executor: str):
     return prog
 
 
-def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
-    """(jvp jaxpr, its consts, which tangent outputs are nonzero), cached per nonzero pattern."""
-    key = ("jvp", nonzero)
+def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple, instantiate: tuple | bool = False):
+    """(jvp jaxpr, its consts, which tangent outputs are nonzero), cached per nonzero pattern.
+    `instantiate` (per output, or for all) materializes symbolic-zero output tangents, so a loop
+    carry or the branches of a cond agree on which tangents they produce."""
+    key = ("jvp", nonzero, instantiate)
     hit = jaxpr._cache.get(key)
     if hit is not None:
         return hit
@@ -64,6 +67,9 @@ def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
         ps, ts = args[:n], iter(args[n:])
         tangents = [next(ts) if nz else None for nz in nonzero]
         p_out, t_out = jvp_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), ps, tangents)
+        if instantiate:
+            inst = instantiate if isinstance(instantiate, tuple) else (True,) * len(t_out)
+            t_out = [_instantiate(t) if i else t for t, i in zip(t_out, inst)]
         meta["nz"] = tuple(type(t) is not Zero for t in t_out)
         return p_out + [t for t in t_out if type(t) is not Zero], None
 
@@ -76,7 +82,8 @@ def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
 
 
 def batch_of_jaxpr(jaxpr: Jaxpr, dims: tuple, size: int, force_out=None):
-    """(batched jaxpr over batched operands, consts, out batch dims), cached per dims and size."""
+    """(batched jaxpr over batched operands, consts, out batch dims), cached per dims and size.
+    `force_out`: None, one dim for every output, or a tuple with a dim (or None) per output."""
     key = ("batch", dims, size, force_out)
     hit = jaxpr._cache.get(key)
     if hit is not None:
@@ -93,14 +100,13 @@ def batch_of_jaxpr(jaxpr: Jaxpr, dims: tuple, size: int, force_out=None):
             outs = eval_jaxpr(jaxpr, [], *ins)
             unpacked = [trace.unpack(o) for o in outs]
         results, out_dims = [], []
-        for val, d in unpacked:
-            if force_out is not None:
+        forces = force_out if isinstance(force_out, tuple) else (force_out,) * len(unpacked)
+        for (val, d), force in zip(unpacked, forces):
+            if force is not None:
                 val = (
-                    S.broadcast_batch(val, size, force_out)
-                    if d is None
-                    else S.moveaxis(val, d, force_out)
+                    S.broadcast_batch(val, size, force) if d is None else S.moveaxis(val, d, force)
                 )
-                d = force_out
+                d = force
             results.append(val)
             out_dims.append(d)
         meta["out_dims"] = tuple(out_dims)
@@ -141,6 +147,18 @@ def _leaf_key(x):
         f"jit: arguments must be tensors, Python scalars or pytrees of them, got {t.__name__} "
         f"(at {user_frame()}); mark non-array arguments static with static_argnums"
     )
+
+
+def _scalar_leaf(x):
+    return torch.tensor(x, dtype=torch.float64) if type(x) is float else torch.tensor(x)
+
+
+def _weak(aval):
+    """A Python scalar argument's aval: weakly typed, so it takes the dtype of the tensors it
+    meets (torch's rule for Python scalars), while its value keeps float64 precision."""
+    from thunderx.avals import ShapedArray
+
+    return ShapedArray(aval.shape, aval.dtype, aval.device, weak_type=True)
 
 
 class JitFunction:
@@ -212,12 +230,13 @@ class JitFunction:
         leaves, treedef = tree.flatten((dyn_args, dyn_kwargs))
         keys = tuple(_leaf_key(x) for x in leaves)
         if _SCALAR_KEYS.intersection(keys):
-            # Python scalars are dynamic: they travel as 0-dim tensors (same promotion rules)
-            leaves = [torch.tensor(x) if type(x) in _SCALARS else x for x in leaves]
+            # Python scalars are dynamic and weakly typed (as in JAX): they travel as 0-dim
+            # tensors, floats in float64 so that no precision is lost before they meet a tensor
+            leaves = [_scalar_leaf(x) if type(x) in _SCALARS else x for x in leaves]
         return (treedef, keys, statics), leaves, dyn_args, dyn_kwargs
 
     # -- tracing
-    def _trace(self, args, kwargs, leaves, treedef_args):
+    def _trace(self, args, kwargs, leaves, treedef_args, keys):
         static_pos = self._static_positions(len(args), kwargs)
 
         def flat(*xs):
@@ -229,7 +248,9 @@ class JitFunction:
             out_leaves, out_tree = tree.flatten(out)
             return out_leaves, out_tree
 
-        in_avals = [get_aval(x) for x in leaves]
+        in_avals = [
+            _weak(get_aval(x)) if k in _SCALAR_KEYS else get_aval(x) for x, k in zip(leaves, keys)
+        ]
         closed, out_tree = trace_flat(flat, in_avals)
         entry = _Entry()
         entry.closed = closed
@@ -253,7 +274,7 @@ class JitFunction:
                 return entry, leaves
             self.misses += 1
             _, treedef = tree.flatten((dyn_args, dyn_kwargs))
-            entry = self._trace(args, kwargs, leaves, treedef)
+            entry = self._trace(args, kwargs, leaves, treedef, key[1])
             if not any(isinstance(c, Tracer) for c in entry.consts):
                 self._cache[key] = entry
                 while len(self._cache) > self.cache_size:
@@ -317,6 +338,10 @@ class JitFunction:
             from thunderx.primitives.higher_order import jit_call_p
 
             outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
+            if not torch.is_grad_enabled():  # called in a no_grad block of a traced function
+                from thunderx.primitives.higher_order import stop_gradient
+
+                outs = stop_gradient(outs)
         return tree.unflatten(entry.out_tree, outs)
 
     def _remember_fast(self, args, entry, prog):

@@ -82,13 +82,19 @@ class BatchTrace(Trace):
 
 
 def _axes_for(spec, args, what: str):
+    """One axis per leaf of `args` (as tree.leaves gives them). A None in `args` is an empty
+    subtree, not a leaf: its entry in `spec` is skipped, so later arguments keep their axes."""
     try:
-        return tree.broadcast_prefix(spec, args)
+        axes = tree.broadcast_prefix(spec, args)
     except (ValueError, TypeError) as e:
         raise ValueError(
             f"vmap {what} specification {spec!r} does not match the structure of the "
             f"{'arguments' if what == 'in_axes' else 'outputs'} ({e}) (at {user_frame()})"
         ) from None
+    import optree
+
+    with_none = optree.tree_leaves(args, none_is_leaf=True, namespace=tree.NAMESPACE)
+    return [ax for ax, leaf in zip(axes, with_none) if leaf is not None]
 
 
 class _DefaultAxis(int):

@@ -214,6 +214,9 @@ class NvFuserProgram:
         lines.append("")
         for u in self.regions:
             lines.append(u.record.as_python())
+        for u in self.units:  # control flow: the host runs the loop, each body is fused
+            if u.region is None:
+                lines += _sub_programs(u.eqns[0], namer)
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -222,6 +225,16 @@ class NvFuserProgram:
         return code_html(f"nvFuser program: {len(self.regions)} fusion regions", self.as_text())
 
     def __call__(self, *args):
+        from thunderx.primitives._subjaxpr import current_executor
+
+        # bodies of control flow run by this program are fused too (the loop runs on the host)
+        token = current_executor.set("nvfuser")
+        try:
+            return self._run(args)
+        finally:
+            current_executor.reset(token)
+
+    def _run(self, args):
         env: dict[int, object] = {}
         for v, a in zip(self.jaxpr.constvars + self.jaxpr.invars, args):
             env[id(v)] = a
@@ -248,6 +261,22 @@ class NvFuserProgram:
         if tensors and all(t.is_cuda for t in tensors) and nvfuser_available():
             return _run_nvfuser(u, ins)
         return u.record.interpret(ins)
+
+
+def _sub_programs(eqn, namer) -> list[str]:
+    from thunderx.passes import optimize
+
+    lines = []
+    for k, v in eqn.params.items():
+        subs = v if isinstance(v, tuple) else (v,)
+        for i, sub in enumerate(subs):
+            if isinstance(sub, Jaxpr):
+                name = f"{k}[{i}]" if isinstance(v, tuple) else k
+                outs = ", ".join(namer(o) for o in eqn.outputs)
+                lines.append(f"# {eqn.prim.name} -> {outs}: {name}, run by the host per step")
+                text = NvFuserProgram(optimize(sub)).as_text()
+                lines += ["#   " + ln if ln else "#" for ln in text.splitlines()]
+    return lines
 
 
 def _descriptor(x):

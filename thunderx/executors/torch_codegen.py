@@ -133,13 +133,58 @@ class CompiledProgram:
         return self.source
 
 
+class CodegenContext:
+    """What a statement rule (control flow) gets: the output names, and a way to emit a sub-jaxpr
+    as a generated function defined before the main one (its name is returned)."""
+
+    def __init__(self, namespace: dict, prelude: list, reuse_buffers: bool, outs: list):
+        self.namespace = namespace
+        self.prelude = prelude
+        self.reuse_buffers = reuse_buffers
+        self.outs = outs
+
+    def function(self, jaxpr: Jaxpr, hint: str, bare_return: bool = False) -> str:
+        from thunderx.passes import optimize
+
+        name = f"_{hint}{len(self.prelude)}"
+        self.prelude.append(None)  # reserve the name before nested bodies take theirs
+        index = len(self.prelude) - 1
+        src, _ = generate_source(
+            optimize(jaxpr),
+            name,
+            self.reuse_buffers,
+            bare_return,
+            namespace=self.namespace,
+            prelude=self.prelude,
+        )
+        self.prelude[index] = src
+        return name
+
+    def param(self, value) -> str:
+        return _param_src(value, self.namespace)
+
+
+# Rules that emit statements (real `if` / `while` / `for`) rather than an expression: called as
+# `rule(args, avals, ctx=CodegenContext, **params)`, they return lines that assign `ctx.outs`.
+statement_rules: set = set()
+
+
 def generate_source(
-    jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = True, bare_return: bool = False
+    jaxpr: Jaxpr,
+    name: str = "jitted",
+    reuse_buffers: bool = True,
+    bare_return: bool = False,
+    namespace: dict | None = None,
+    prelude: list | None = None,
 ):
-    """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple."""
+    """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple; the
+    functions of control-flow bodies come first in the source."""
     namer = _Namer()
-    namespace: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
-    namespace.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
+    top = prelude is None
+    prelude = [] if prelude is None else prelude
+    if namespace is None:
+        namespace = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
+        namespace.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
     params = [namer(v) for v in jaxpr.constvars + jaxpr.invars]
     lines = [f"def {name}({', '.join(params)}):"]
     last_use: dict[int, int] = {}
@@ -171,6 +216,19 @@ def generate_source(
             expr = f"{args[1]}.relu_()" if reusable else f"torch.relu({args[1]})"
         elif reuse_buffers and len(out) == 1:
             expr = _inplace(e, args, i, last_use, root, owned, live_views)
+        if expr is None and e.prim in statement_rules:
+            ctx = CodegenContext(namespace, prelude, reuse_buffers, [namer(v) for v in out])
+            rule = torch_codegen_rules[e.prim]
+            lines.extend("    " + ln for ln in rule(args, avals, ctx=ctx, **e.params))
+            for v in out:  # may alias an input (a loop that ran zero times): never reused
+                root[id(v)] = id(v)
+                live_views[id(v)] = live_views.get(id(v), 0) + 1
+            for x in e.inputs:
+                if isinstance(x, Var) and root.get(id(x)) is not None:
+                    owned.discard(root[id(x)])  # an output may be this very buffer
+                    if last_use.get(id(x)) == i:
+                        live_views[root[id(x)]] -= 1
+            continue
         if expr is None:
             rule = torch_codegen_rules.get(e.prim)
             if rule is not None:
@@ -209,7 +267,10 @@ def generate_source(
         lines.append(f"    return {outs}")
     else:
         lines.append(f"    return ({outs}{',' if len(jaxpr.outvars) == 1 else ''})")
-    return "\n".join(lines) + "\n", namespace
+    src = "\n".join(lines) + "\n"
+    if top and prelude:
+        src = "\n".join(prelude) + "\n" + src
+    return src, namespace
 
 
 def _relu_patterns(jaxpr):

@@ -49,7 +49,14 @@ def numerical_jvp(f: Callable, args: Sequence, tangents: Sequence, eps: float = 
     plus = [a + eps * t if t is not None else a for a, t in zip(args, tangents)]
     minus = [a - eps * t if t is not None else a for a, t in zip(args, tangents)]
     fp, fm = f(*plus), f(*minus)
-    return tree.map(lambda p, m: (p - m) / (2 * eps) if _is_float(p) else None, fp, fm)
+
+    def quotient(p, m):
+        if _is_float(p):
+            return (p - m) / (2 * eps)
+        # an integer output (indices) has no derivative; a placeholder keeps outputs aligned
+        return torch.zeros_like(p) if isinstance(p, torch.Tensor) else None
+
+    return tree.map(quotient, fp, fm)
 
 
 def _assert_close(actual, expected, rtol, atol, what):

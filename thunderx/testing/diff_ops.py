@@ -170,6 +170,11 @@ def _table() -> dict[str, Op]:
     add("clamp", lambda x, **p: torch.clamp(x, **p), sh.clamp)
     for n in ("cumsum", "cumprod", "softmax", "log_softmax"):
         add(n, (lambda f: lambda x, *, dim: f(x, dim))(getattr(torch, n)), sh.along_dim())
+    add("cummax", lambda x, *, dim: torch.cummax(x, dim).values, sh.along_dim())
+    add("cummin", lambda x, *, dim: torch.cummin(x, dim).values, sh.along_dim())
+    add("logcumsumexp", lambda x, *, dim: torch.logcumsumexp(x, dim), sh.along_dim())
+    add("sort", lambda x, *, dim: torch.sort(x, dim).values, sh.along_dim())
+    add("topk", lambda x: torch.topk(x, 1, -1).values, sh.lastdim())
     add("flip", lambda x, *, dim: torch.flip(x, (dim,)), sh.along_dim(min_rank=1))
     add("roll", lambda x, *, dim: torch.roll(x, 1, dim), sh.along_dim(min_rank=1))
     add("transpose", lambda x: x.transpose(0, -1), sh.rank(1))
