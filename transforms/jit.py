@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import torch
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.ad_util import Zero
 from thunderx.ad_util import instantiate as _instantiate
 from thunderx.core import EvalTrace, Tracer, _state, get_aval, is_top_level
-from thunderx.errors import user_frame
+from thunderx.errors import ArgumentValueError, user_frame
 from thunderx.executors import default_executor, executor_names, get_executor
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.passes import closure_convert, optimize
@@ -445,13 +445,16 @@ def jit(
         return lambda f: jit(
             f, static_argnums, static_argnames, cache_size=cache_size, executor=executor
         )
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
-    if isinstance(static_argnames, str):
-        static_argnames = (static_argnames,)
+    validate.check_callable(fun, "jit")
+    static_argnums, static_argnames = validate.check_static_args(
+        fun, static_argnums, static_argnames, "jit"
+    )
+    validate.check_int(cache_size, "jit", "cache_size", minimum=1)
     if executor is not None and executor not in executor_names():
         names = ", ".join(repr(n) for n in executor_names())
-        raise ValueError(f"jit: executor must be one of {names} or None, not {executor!r}")
+        raise ArgumentValueError(
+            f"jit: executor must be one of {names} or None, not {executor!r} (at {user_frame()})"
+        )
     impl = JitFunction(fun, static_argnums, static_argnames, cache_size, executor)
     jitted = functools.wraps(fun)(impl.make_caller())
     for name in ("lower", "trace", "cache_info", "clear_cache"):
