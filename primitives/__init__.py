@@ -12,6 +12,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     linalg,
     linalg_decomp,
     matrix_functions,
+    pooling,
     reductions,
     remat,
     scan,

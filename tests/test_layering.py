@@ -19,11 +19,11 @@ PACKAGES["transforms"] = "thunderx.transforms"
 LAYERS = [
     ("base", ["thunderx.errors", "thunderx.avals", "thunderx.tree"]),
     ("core", ["thunderx.ad_util", "thunderx.core"]),
-    ("ir", ["thunderx.ir"]),
+    ("ir", ["thunderx.ir", "thunderx.validate"]),
     ("text", ["thunderx.printing"]),
     ("tracing", ["thunderx.tracing"]),
     ("primitives", ["thunderx.primitives"]),
-    ("passes", ["thunderx.passes"]),
+    ("passes", ["thunderx.passes", "thunderx.rewrites"]),
     ("language", ["thunderx.lang"]),
     ("executors", ["thunderx.executors"]),
     ("transforms", ["thunderx.transforms", "thunderx.api", "thunderx.shapes", "thunderx.lowering"]),

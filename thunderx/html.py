@@ -8,7 +8,7 @@ import collections
 import html
 
 from thunderx.executors.fusion_record import FusionRecord
-from thunderx.executors.nvfuser_exec import NvFuserProgram, partition
+from thunderx.executors.nvfuser_exec import NvFuserProgram
 from thunderx.ir import ClosedJaxpr, Jaxpr, Literal
 from thunderx.lowering import Lowered
 from thunderx.printing import Namer, format_param
@@ -131,12 +131,10 @@ def code_html(title: str, code: str) -> str:
 
 def lowered_html(lowered) -> str:
     parts = [f'{STYLE}<div class="tx"><h4>{esc(lowered.name)}: optimized jaxpr</h4>']
-    regions = None
-    if lowered.executor == "nvfuser":
-        regions = partition(lowered.optimized)
+    regions = lowered.regions
     parts.append(counts_html(lowered.optimized))
     parts.append(jaxpr_body(lowered.optimized, Namer(), regions))
-    parts.append(f"<h4>execution program ({esc(lowered.executor)} executor)</h4>")
+    parts.append(f"<h4>execution program: {esc(lowered.executor_impl.describe())}</h4>")
     parts.append(f"<pre>{esc(lowered.program_text())}</pre></div>")
     return "".join(parts)
 

@@ -1,7 +1,11 @@
 """Jaxpr passes: inlining of call primitives, dead-code elimination, common-subexpression
-elimination, and NaN-safe simplification (`x * 0` is not folded: NaN * 0 is NaN)."""
+elimination (commutative operands in either order), NaN-safe simplification (`x * 0` is not
+folded: NaN * 0 is NaN), and the rewrites in `thunderx.rewrites` (constant folding, transposes
+absorbed into contractions)."""
 
 from __future__ import annotations
+
+import torch
 
 from thunderx.core import Primitive, call_primitives, effectful_primitives
 from thunderx.ir import Eqn, Jaxpr, Literal, Var, closure_convert
@@ -23,10 +27,25 @@ __all__ = [
 ]
 
 
+def is_view_primitive(prim: Primitive) -> bool:
+    """Whether `prim`'s output is a view of its first operand (and of nothing else): the one
+    place executors and passes ask (buffer reuse, fusion regions, constant folding), answered by
+    the primitive's declared properties (tests/test_properties.py proves them against the
+    implementation). Calls and control flow, whose outputs may be any operand, are not views."""
+    return prim.props.aliases == (0,)
+
+
 def has_effects(prim: Primitive) -> bool:
-    """A primitive with effects (a random draw, a debug callback) is never removed or merged;
-    one whose properties were never declared is assumed to have some."""
+    """A primitive with effects (a random draw, a debug callback) is never removed, merged or
+    folded; one whose properties were never declared is assumed to have some."""
     return prim in effectful_primitives or bool(prim.props.effects)
+
+
+def is_commutative(prim: Primitive) -> bool:
+    """`prim(x, y) == prim(y, x)` exactly, for every input (NaN and signed zeros included)."""
+    from thunderx.primitives import binary as B
+
+    return prim in (B.add_p, B.mul_p, B.eq_p, B.ne_p, B.and_p, B.or_p)
 
 
 def inline_calls(jaxpr: Jaxpr, prims=None) -> Jaxpr:
@@ -100,7 +119,8 @@ def _param_key(params: dict):
 
 
 def cse(jaxpr: Jaxpr) -> Jaxpr:
-    """Merge equations with the same primitive, inputs and params."""
+    """Merge equations with the same primitive, inputs and params; the operands of a
+    commutative primitive match in either order (`mul h k` and `mul k h`)."""
     seen: dict = {}
     subst: dict[int, Var] = {}
     eqns = []
@@ -116,7 +136,10 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
         ins = [get(x) for x in e.inputs]
         pkey = None if has_effects(e.prim) else _param_key(e.params)
         if pkey is not None:
-            key = (e.prim, tuple(atom_key(x) for x in ins), pkey)
+            akeys = tuple(atom_key(x) for x in ins)
+            if len(akeys) == 2 and is_commutative(e.prim):
+                akeys = tuple(sorted(akeys, key=repr))
+            key = (e.prim, akeys, pkey)
             prev = seen.get(key)
             if prev is not None:
                 for v, p in zip(e.outputs, prev):
@@ -135,8 +158,10 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
     """NaN-safe algebra: `x + 0`, `x - 0`, `x * 1`, `x / 1`, `neg(neg(x))`, no-op converts and
-    stop_gradient (an identity once no transform follows) vanish; `x * 0` stays (NaN and inf
-    times 0 are NaN). Chains of layout ops are composed."""
+    stop_gradient (an identity once no transform follows) vanish; `x + x` becomes `x * 2`
+    (exact, inf and NaN included); `x * 0` stays (NaN and inf times 0 are NaN). Chains of
+    layout ops are composed."""
+    bool_ = torch.bool
     subst: dict[int, object] = {}
     producers: dict[int, Eqn] = {}
     eqns = []
@@ -166,6 +191,16 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
                 repl = y
             elif e.prim is B.div_p and lit(y, 1) and isinstance(x, Var):
                 repl = x
+            elif (
+                e.prim is B.add_p
+                and x is y
+                and isinstance(x, Var)
+                and x.aval.dtype != bool_
+                and not x.aval.weak_type
+            ):
+                two = 2.0 if x.aval.dtype.is_floating_point or x.aval.dtype.is_complex else 2
+                e = Eqn(B.mul_p, [x, Literal(two)], e.outputs, e.params)
+                ins, changed = e.inputs, True
         elif out is not None and e.prim is U.neg_p:
             prev = producers.get(id(ins[0]))
             if prev is not None and prev.prim is U.neg_p:
@@ -228,4 +263,10 @@ def _fold_layout(e, ins, producers):
 
 
 def optimize(jaxpr: Jaxpr) -> Jaxpr:
-    return dce(cse(simplify(inline_calls(jaxpr))))
+    """The pass pipeline jit runs before lowering; every step is exact (NaN-safe)."""
+    from thunderx.rewrites import absorb_transposes, fold_constants
+
+    jaxpr = fold_constants(simplify(inline_calls(jaxpr)))
+    jaxpr = cse(absorb_transposes(jaxpr))
+    # CSE can make `add l m` an `add l l`; simplify then doubles it
+    return dce(simplify(jaxpr))

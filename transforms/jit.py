@@ -12,11 +12,12 @@ from typing import Any, Callable
 
 import torch
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.ad_util import Zero
 from thunderx.ad_util import instantiate as _instantiate
 from thunderx.core import EvalTrace, Tracer, _state, get_aval, is_top_level
-from thunderx.errors import user_frame
+from thunderx.errors import ArgumentValueError, user_frame
+from thunderx.executors import default_executor, executor_names, get_executor
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.passes import closure_convert, optimize
 from thunderx.tracing import trace_flat
@@ -39,15 +40,7 @@ def compiled_for(jaxpr: Jaxpr, executor: str = "torch"):
 
 
 def _compile(jaxpr: Jaxpr, executor: str):
-    opt = optimize(jaxpr)
-    if executor == "nvfuser":
-        from thunderx.executors.nvfuser_exec import compile_nvfuser
-
-        return compile_nvfuser(opt)
-    from thunderx.executors.torch_codegen import compile_jaxpr
-
-    prog = compile_jaxpr(opt)
-    return prog
+    return get_executor(executor).lower(optimize(jaxpr))
 
 
 def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple, instantiate: tuple | bool = False):
@@ -361,11 +354,8 @@ class JitFunction:
     def _executor_for(self, leaves):
         if self.executor is not None:
             return self.executor
-        from thunderx.executors.nvfuser_exec import nvfuser_available
-
-        if any(isinstance(x, torch.Tensor) and x.is_cuda for x in leaves) and nvfuser_available():
-            return "nvfuser"
-        return "torch"
+        devices = {x.device.type for x in leaves if isinstance(x, torch.Tensor)}
+        return default_executor(devices or {"cpu"}).name
 
     # -- inspection
     def cache_info(self) -> dict:
@@ -387,7 +377,8 @@ class JitFunction:
 
     def lower(self, *args, executor: str | None = None, **kwargs):
         """The staged program for these arguments: `.as_text()` shows the optimized jaxpr and
-        the execution program (generated torch code, or nvFuser regions and definitions)."""
+        the execution program of the executor that runs it (generated torch code, nvFuser or
+        inductor regions), named in its header."""
         from thunderx.lowering import Lowered
 
         entry, leaves = self._lookup(args, kwargs)
@@ -439,6 +430,11 @@ def jit(
     The signature is the pytree structure, each leaf's (shape, dtype, device) and the values of
     static arguments; Python side effects in `fun` run only when it is traced.
 
+    `executor` names who runs the program (`thunderx.executors.executor_names()`): "torch"
+    (generated torch code), "nvfuser" (fusion regions as nvFuser definitions; the default on CUDA
+    when nvFuser imports) or "inductor" (fusion regions compiled by torch.compile: opt-in, its
+    first call compiles for seconds). None picks the default for the arguments' devices.
+
     >>> f = thunderx.jit(lambda x: torch.sin(x) * 2)
     >>> f(torch.zeros(3))
     tensor([0., 0., 0.])
@@ -447,12 +443,16 @@ def jit(
         return lambda f: jit(
             f, static_argnums, static_argnames, cache_size=cache_size, executor=executor
         )
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
-    if isinstance(static_argnames, str):
-        static_argnames = (static_argnames,)
-    if executor not in (None, "torch", "nvfuser"):
-        raise ValueError(f"jit: executor must be 'torch' or 'nvfuser', not {executor!r}")
+    validate.check_callable(fun, "jit")
+    static_argnums, static_argnames = validate.check_static_args(
+        fun, static_argnums, static_argnames, "jit"
+    )
+    validate.check_int(cache_size, "jit", "cache_size", minimum=1)
+    if executor is not None and executor not in executor_names():
+        names = ", ".join(repr(n) for n in executor_names())
+        raise ArgumentValueError(
+            f"jit: executor must be one of {names} or None, not {executor!r} (at {user_frame()})"
+        )
     impl = JitFunction(fun, static_argnums, static_argnames, cache_size, executor)
     jitted = functools.wraps(fun)(impl.make_caller())
     for name in ("lower", "trace", "cache_info", "clear_cache"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.avals import ShapedArray
 from thunderx.core import (
     Trace,
@@ -17,7 +17,7 @@ from thunderx.core import (
     new_trace,
     set_trace,
 )
-from thunderx.errors import user_frame
+from thunderx.errors import ArgumentValueError, user_frame
 
 
 class BatchTracer(Tracer):
@@ -148,12 +148,18 @@ def vmap(
     >>> thunderx.vmap(torch.sum, in_dims=1, chunk_size=2)(torch.ones(4, 5))
     tensor([4., 4., 4., 4., 4.])
     """
+    validate.check_callable(fun, "vmap")
     in_axes = _alias(in_axes, in_dims, "in_axes", "in_dims")
     out_axes = _alias(out_axes, out_dims, "out_axes", "out_dims")
     if randomness not in ("error", "different", "same"):
-        raise ValueError(
-            f"vmap: randomness must be 'error', 'different' or 'same', not {randomness!r}"
+        raise ArgumentValueError(
+            f"vmap: randomness must be 'error', 'different' or 'same', not {randomness!r} "
+            f"(at {user_frame()})"
         )
+    if axis_size is not None:
+        validate.check_int(axis_size, "vmap", "axis_size", minimum=0)
+    validate.check_axis_spec(in_axes, "vmap", "in_axes")
+    validate.check_axis_spec(out_axes, "vmap", "out_axes")
     if chunk_size is not None and (
         not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1
     ):
@@ -203,7 +209,10 @@ def vmap(
         if distinct:
             size = distinct.pop()
             if axis_size is not None and axis_size != size:
-                raise ValueError(f"vmap axis_size={axis_size} but the inputs have size {size}")
+                raise ArgumentValueError(
+                    f"vmap axis_size={axis_size} but the inputs have size {size} "
+                    f"(at {user_frame()})"
+                )
         elif axis_size is None:
             raise ValueError(
                 f"vmap needs at least one batched input (in_axes not all None) or an explicit "
@@ -236,6 +245,7 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes):
             call_args, call_kwargs = tree.unflatten(in_tree, ins)
             out = fun(*call_args, **call_kwargs)
         out_leaves, out_tree = tree.flatten(out)
+        validate.check_leaves(out_leaves, "vmap", "the function's outputs")
         unpacked = [trace.unpack(o) for o in out_leaves]
     oaxes = _axes_for(out_axes, out, "out_axes")
     from thunderx.primitives import shape as S
@@ -256,12 +266,9 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes):
 
             val = creation.full((), val, get_aval(val).dtype)
         nd = len(get_aval(val).shape) + (1 if bdim is None else 0)
-        if not isinstance(oax, int) or isinstance(oax, bool) or not -nd <= oax < nd:
-            raise ValueError(
-                f"vmap out_axes={oax!r} is out of range for an output of rank {nd} "
-                f"(batch axis included) (at {user_frame()})"
-            )
-        oax = oax % nd
+        oax = validate.normalize_axis(
+            oax, nd, "vmap", "out_axes", f"an output of rank {nd} (with the batch axis)"
+        )
         norm_oaxes.append(oax)
         if bdim is None:
             results.append(S.broadcast_batch(val, size, oax))

@@ -18,8 +18,9 @@ from typing import Callable
 import torch
 
 from thunderx.core import impl_rules, missing_rule, statement_rules, torch_codegen_rules
+from thunderx.executors.base import Executor, register_executor
 from thunderx.ir import Jaxpr, Literal, Var
-from thunderx.primitives.binary import gt_p
+from thunderx.primitives.binary import le_p
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
 
@@ -98,6 +99,9 @@ class CompiledProgram:
     def __repr__(self) -> str:
         return self.source
 
+    def as_text(self) -> str:
+        return self.source
+
 
 class CodegenContext:
     """What a statement rule (control flow) gets: the output names, and a way to emit a sub-jaxpr
@@ -170,11 +174,11 @@ def generate_source(
         out = e.outputs
         expr = None
         if i in relus:
-            x = e.inputs[1]
+            x = e.inputs[2]
             reusable = reuse_buffers and _reusable(
                 x, out[0].aval, i, last_use, root, owned, live_views
             )
-            expr = f"{args[1]}.relu_()" if reusable else f"torch.relu({args[1]})"
+            expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
         elif reuse_buffers and len(out) == 1:
             expr = _inplace(e, args, i, last_use, root, owned, live_views)
         if expr is None and e.prim in statement_rules:
@@ -233,8 +237,9 @@ def generate_source(
 
 
 def _relu_patterns(jaxpr):
-    """`select(gt(x, 0), x, 0)` whose comparison has no other use is one `torch.relu(x)`:
-    one kernel and one allocation instead of two."""
+    """`select(le(x, 0), 0, x)` whose comparison has no other use is one `torch.relu(x)`:
+    one kernel and one allocation instead of two, and the same numbers (NaN stays NaN, -0.0
+    stays -0.0). `select(gt(x, 0), x, 0)` is not relu: it maps NaN to 0."""
     uses: dict[int, int] = {}
     producer: dict[int, int] = {}
     for i, e in enumerate(jaxpr.eqns):
@@ -250,14 +255,14 @@ def _relu_patterns(jaxpr):
     for i, e in enumerate(jaxpr.eqns):
         if e.prim is not select_p or not e.outputs[0].aval.dtype.is_floating_point:
             continue
-        pred, x, zero = e.inputs
+        pred, zero, x = e.inputs
         if not (isinstance(zero, Literal) and zero.val == 0 and isinstance(pred, Var)):
             continue
         p = producer.get(id(pred))
         if p is None or uses.get(id(pred)) != 1:
             continue
         cmp = jaxpr.eqns[p]
-        if cmp.prim is not gt_p:
+        if cmp.prim is not le_p:
             continue
         a, b = cmp.inputs
         if a is x and isinstance(b, Literal) and b.val == 0:
@@ -339,3 +344,56 @@ def _exec(src: str, namespace: dict, name: str):
 def _forget_source(filename: str, number: int) -> None:
     linecache.cache.pop(filename, None)
     _free_numbers.append(number)
+
+
+def eqn_source(e, namer, namespace, prelude: list) -> list[str]:
+    """One equation as lines of Python calling torch (no in-place reuse); control flow emits
+    statements, and the functions of its bodies go to `prelude` (to be placed first)."""
+    args = [namer(x) for x in e.inputs]
+    avals = [x.aval for x in e.inputs]
+    outs = [namer(v) for v in e.outputs]
+    if e.prim in statement_rules:
+        ctx = CodegenContext(namespace, prelude, False, outs)
+        return ["    " + ln for ln in torch_codegen_rules[e.prim](args, avals, ctx=ctx, **e.params)]
+    rule = torch_codegen_rules.get(e.prim)
+    if rule is not None:
+        expr = rule(args, avals, **e.params)
+    else:
+        expr = _default_codegen(e.prim, args, e.params, namespace)
+    if not outs:  # a statement (a debug callback)
+        return [f"    {expr}"]
+    lhs = ", ".join(outs) + ("," if e.prim.multiple_results and len(outs) == 1 else "")
+    return [f"    {lhs} = {expr}"]
+
+
+def new_namer() -> _Namer:
+    """Names for generated source: valid identifiers, never a keyword or a namespace entry."""
+    return _Namer()
+
+
+def base_namespace() -> dict:
+    """The globals generated source starts from: torch, constants, every primitive's impl."""
+    ns: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
+    ns.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
+    return ns
+
+
+def exec_source(src: str, namespace: dict, name: str):
+    """Compile generated source (registered for tracebacks) and return its function `name`."""
+    return _exec(src, namespace, name)
+
+
+class TorchExecutor(Executor):
+    """Readable generated Python calling torch ops directly; any device."""
+
+    name = "torch"
+    title = "torch codegen"
+
+    def is_default_for(self, device_types: set[str]) -> bool:
+        return True
+
+    def lower(self, jaxpr: Jaxpr) -> CompiledProgram:
+        return compile_jaxpr(jaxpr)
+
+
+register_executor(TorchExecutor())

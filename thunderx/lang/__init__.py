@@ -36,6 +36,12 @@ install_inplace()
 
 
 def _torch_function(cls, func, types, args=(), kwargs=None):
+    if kwargs and kwargs.get("out") is not None:
+        # A write into a caller's buffer is a side effect the traced program cannot express.
+        raise unsupported(
+            f"{getattr(func, '__name__', func)}(..., out=...)",
+            "write `t = op(...)` (or `t.copy_(op(...))` on a local tensor) instead",
+        )
     impl = torch_table.get(func)
     if impl is None:
         out = opaque_call(func, args, kwargs or {})

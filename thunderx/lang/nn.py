@@ -35,7 +35,8 @@ from thunderx.primitives import unary as U
 
 @register(F.relu, torch.relu, methods=("relu",))
 def relu(x, inplace=False):
-    return U.select(B.gt(x, 0), x, 0.0 if is_float(dtype(x)) else 0)
+    # x <= 0 picks 0, so NaN stays NaN and its gradient passes through, as torch's relu does
+    return U.select(B.le(x, 0), 0.0 if is_float(dtype(x)) else 0, x)
 
 
 @register(F.relu6)

@@ -128,6 +128,8 @@ NOT_GENERATED = {
     "custom_vjp_call": "user-defined rules: tested by the custom_vjp tests",
     "custom_lin": "exists only in reverse mode of custom_vjp; tested there",
     "torch_call": "the opaque fallback has no derivative or batching rule to fuzz",
+    "conv_kernel_grad": "the kernel cotangent: random programs hold conv weights constant; "
+    "see tests/test_conv.py",
     "debug_callback": "no outputs to compare (thunderx.debug): torch.func cannot run it",
     # torch.func (the oracle here) cannot run torch.cond / while_loop / scan, and checkpoint is
     # thunderx's own API: tests/test_control_flow.py checks them against Python loops
@@ -242,6 +244,8 @@ def _step(kind, name, xs, params):
     if kind == "conv":
         w = torch.tensor(params["weight"], dtype=x.dtype)
         return F.conv1d(x.unsqueeze(0), w, padding=1).squeeze(0)
+    if kind == "max_pool":
+        return F.max_pool1d(x.unsqueeze(0), 2, 1).squeeze(0)
     if kind == "view_reuse":
         # a view of an intermediate that dies right after an elementwise op on the view:
         # writing that op into the view's buffer would change h, read again below
@@ -303,6 +307,8 @@ def _shape_after(kind, name, shapes, params):
         return tuple(out)
     if kind == "conv":
         return (s[0], s[1] + 1)
+    if kind == "max_pool":
+        return (s[0], s[1] - 1)
     raise ValueError(kind)
 
 
@@ -321,7 +327,7 @@ def _kinds(s) -> list:
     if len(s) >= 2:
         kinds += ["transpose", "reshape", "matmul"]
     if len(s) == 2:
-        kinds.append("conv")
+        kinds += ["conv", "max_pool"] if s[1] >= 2 else ["conv"]
     if len(s) < 3:
         kinds.append("unsqueeze_expand")
     return kinds
@@ -461,6 +467,7 @@ def single_step_programs(shape=(3, 4)) -> list[Program]:
         ("index_add", {"dim": 0, "index": first}),
         ("conv", {"weight": [[[0.5, -0.25]] * s[0]] * s[0]}),
         ("inplace_chain", {}),
+        ("max_pool", {}),
     ):
         add(kind, kind, params)
     for view in ("narrow", "slice", "transpose", "reshape", "expand"):
