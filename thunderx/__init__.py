@@ -8,13 +8,14 @@ tensor([1., 1., 1.])
 
 from __future__ import annotations
 
-from thunderx import errors, tree  # noqa: F401
+from thunderx import errors, lax, tree  # noqa: F401
 from thunderx import lang as _lang  # noqa: F401  (installs the language layer)
 from thunderx import primitives as _primitives  # noqa: F401  (registers the primitive set)
 from thunderx.api import functional_call, make_jaxpr
 from thunderx.explain import explain
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.primitives.higher_order import stop_gradient
+from thunderx.shard_map import P, shard_map
 from thunderx.transforms.ad import (
     grad,
     hessian,
@@ -34,6 +35,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ClosedJaxpr",
     "Jaxpr",
+    "P",
     "custom_jvp",
     "custom_vjp",
     "errors",
@@ -46,8 +48,10 @@ __all__ = [
     "jacrev",
     "jit",
     "jvp",
+    "lax",
     "linearize",
     "make_jaxpr",
+    "shard_map",
     "stop_gradient",
     "tree",
     "value_and_grad",

@@ -43,6 +43,11 @@ torch_codegen_rules: dict[Primitive, Callable] = {}
 nvfuser_rules: dict[Primitive, Callable] = {}
 # Optional per-equation checks for the nvFuser rule (params it cannot express run in torch).
 nvfuser_checks: dict[Primitive, Callable] = {}
+# Collectives over a vmapped axis name: `rule(axis, vals, dims, **params) -> (out, out_dim)`, used
+# by the batch trace that binds `axis` (even for unbatched operands); `batch_rules` covers the
+# collective's other names. `axis_names_rules[prim](**params)` says which names a primitive uses.
+axis_batch_rules: dict[Primitive, Callable] = {}
+axis_names_rules: dict[Primitive, Callable] = {}
 # Why a primitive has no jvp / transpose rule: checked by the coverage tests.
 not_differentiable: dict[Primitive, str] = {}
 linear_primitives: set[Primitive] = set()
@@ -122,6 +127,8 @@ class EvalTrace(Trace):
 class _State(threading.local):
     def __init__(self):
         self.trace: Trace = EvalTrace(None)
+        # The named axes in scope (vmap's axis_name, shard_map's mesh dims), innermost last.
+        self.axis_env: tuple[NamedAxis, ...] = ()
 
 
 _state = _State()
@@ -165,6 +172,54 @@ class new_trace:
     def __exit__(self, *exc):
         _state.trace = self.prev
         self.trace.alive = False
+        return False
+
+
+class NamedAxis:
+    """A named axis in scope: its size and, for a mesh dim, the mesh (None for a vmap axis).
+
+    Collectives hold these in their params, so a staged collective still knows its process group
+    after the shard_map that bound the name has returned.
+    """
+
+    __slots__ = ("name", "size", "mesh")
+
+    def __init__(self, name: str, size: int, mesh=None):
+        self.name = name
+        self.size = size
+        self.mesh = mesh
+
+    def _key(self):
+        return (self.name, self.size, id(self.mesh))
+
+    def __eq__(self, other) -> bool:
+        return type(other) is NamedAxis and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def axis_env() -> tuple[NamedAxis, ...]:
+    return _state.axis_env
+
+
+class extend_axis_env:
+    """Context manager putting named axes in scope (innermost last) for the body of a transform."""
+
+    __slots__ = ("axes", "prev")
+
+    def __init__(self, axes):
+        self.axes = tuple(axes)
+
+    def __enter__(self):
+        self.prev = _state.axis_env
+        _state.axis_env = self.prev + self.axes
+
+    def __exit__(self, *exc):
+        _state.axis_env = self.prev
         return False
 
 

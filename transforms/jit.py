@@ -14,7 +14,7 @@ import torch
 
 from thunderx import tree
 from thunderx.ad_util import Zero
-from thunderx.core import EvalTrace, Tracer, _state, get_aval, is_top_level
+from thunderx.core import EvalTrace, Tracer, _state, axis_env, get_aval, is_top_level
 from thunderx.errors import user_frame
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.passes import closure_convert, optimize
@@ -214,7 +214,8 @@ class JitFunction:
         if _SCALAR_KEYS.intersection(keys):
             # Python scalars are dynamic: they travel as 0-dim tensors (same promotion rules)
             leaves = [torch.tensor(x) if type(x) in _SCALARS else x for x in leaves]
-        return (treedef, keys, statics), leaves, dyn_args, dyn_kwargs
+        # named axes in scope (vmap axis_name, shard_map mesh dims) shape the trace
+        return (treedef, keys, statics, axis_env()), leaves, dyn_args, dyn_kwargs
 
     # -- tracing
     def _trace(self, args, kwargs, leaves, treedef_args):
@@ -311,7 +312,9 @@ class JitFunction:
                 outs = prog.fn_plain(*entry.consts, *leaves)
             else:
                 outs = prog.fn(*entry.consts, *leaves)
-            if self._fast_ok and not kwargs and all(type(a) in _PLAIN for a in args):
+            # the fast path's key has no axis env: only programs traced without one go there
+            fast = self._fast_ok and not kwargs and not axis_env()
+            if fast and all(type(a) in _PLAIN for a in args):
                 self._remember_fast(args, entry, prog)
         else:
             from thunderx.primitives.higher_order import jit_call_p

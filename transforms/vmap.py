@@ -8,9 +8,14 @@ from typing import Any, Callable
 from thunderx import tree
 from thunderx.avals import ShapedArray
 from thunderx.core import (
+    NamedAxis,
     Trace,
     Tracer,
+    abstract_eval,
+    axis_batch_rules,
+    axis_names_rules,
     batch_rules,
+    extend_axis_env,
     get_aval,
     is_tensor_like,
     missing_rule,
@@ -36,12 +41,14 @@ class BatchTracer(Tracer):
 
 
 class BatchTrace(Trace):
-    __slots__ = ("axis_size", "randomness")
+    __slots__ = ("axis_size", "randomness", "axis")
 
-    def __init__(self, parent, axis_size: int, randomness: str = "error"):
+    def __init__(self, parent, axis_size: int, randomness: str = "error", axis_name=None):
         super().__init__(parent)
         self.axis_size = axis_size
         self.randomness = randomness
+        # The named axis this trace binds (vmap's axis_name), or None.
+        self.axis = None if axis_name is None else NamedAxis(axis_name, axis_size)
 
     def unpack(self, x):
         if type(x) is BatchTracer and x._trace is self:
@@ -51,6 +58,10 @@ class BatchTrace(Trace):
         return x, None
 
     def process_primitive(self, prim, args, params):
+        if self.axis is not None:
+            named = self.process_named(prim, args, params)
+            if named is not None:
+                return named
         vals, dims = [], []
         batched = False
         for a in args:
@@ -69,6 +80,27 @@ class BatchTrace(Trace):
             return [self.wrap(o, d) for o, d in zip(out, out_dim)]
         return self.wrap(out, out_dim)
 
+    def process_named(self, prim, args, params):
+        """A collective over this trace's axis name reduces over the batch dim (even where its
+        operands are unbatched); a call whose body uses the name is evaluated inline here."""
+        names = axis_names_rules.get(prim)
+        if names is not None:
+            if self.axis not in names(**params):
+                return None
+            abstract_eval(prim, [get_aval(a) for a in args], params)  # checks shapes, as JAX
+            vals, dims = zip(*[self.unpack(a) for a in args]) if args else ((), ())
+            with set_trace(self.parent):
+                out, out_dim = axis_batch_rules[prim](self.axis, list(vals), list(dims), **params)
+            if prim.multiple_results:
+                return [self.wrap(o, d) for o, d in zip(out, out_dim)]
+            return self.wrap(out, out_dim)
+        sub = params.get("jaxpr")
+        if sub is not None and _uses_axis(sub, self.axis):
+            from thunderx.ir import eval_jaxpr
+
+            return eval_jaxpr(sub, [], *args)
+        return None
+
     def lift(self, value):
         from thunderx.primitives import shape as S
 
@@ -79,6 +111,17 @@ class BatchTrace(Trace):
         if bdim is None:
             return val
         return BatchTracer(self, val, bdim)
+
+
+def _uses_axis(jaxpr, axis) -> bool:
+    for e in jaxpr.eqns:
+        names = axis_names_rules.get(e.prim)
+        if names is not None and axis in names(**e.params):
+            return True
+        sub = e.params.get("jaxpr")
+        if sub is not None and hasattr(sub, "eqns") and _uses_axis(sub, axis):
+            return True
+    return False
 
 
 def _axes_for(spec, args, what: str):
@@ -97,15 +140,22 @@ def vmap(
     out_axes: Any = 0,
     axis_size: int | None = None,
     randomness: str = "error",
+    axis_name: str | None = None,
 ) -> Callable:
     """Vectorize `fun` over a batch axis of its inputs.
 
     `in_axes`: an int, None, or a pytree prefix of the positional arguments; `out_axes` likewise
     for the outputs. `randomness`: 'error' (default), 'different' or 'same' for random ops.
+    `axis_name` names the batch axis for collectives (`thunderx.lax.psum(x, axis_name)` sums
+    over the batch), so an SPMD program written for `shard_map` also runs under `vmap`.
 
     >>> thunderx.vmap(torch.dot, in_axes=(0, None))(torch.ones(5, 3), torch.ones(3)).shape
     torch.Size([5])
+    >>> thunderx.vmap(lambda x: x / thunderx.lax.psum(x, "i"), axis_name="i")(torch.ones(4))
+    tensor([0.2500, 0.2500, 0.2500, 0.2500])
     """
+    if axis_name is not None and not isinstance(axis_name, str):
+        raise TypeError(f"vmap: axis_name must be a str, got {axis_name!r}")
     if randomness not in ("error", "different", "same"):
         raise ValueError(
             f"vmap: randomness must be 'error', 'different' or 'same', not {randomness!r}"
@@ -163,13 +213,14 @@ def vmap(
             )
         else:
             size = axis_size
-        with new_trace(BatchTrace, size, randomness) as trace:
+        with new_trace(BatchTrace, size, randomness, axis_name) as trace:
             ins = [
                 x if ax is None else BatchTracer(trace, x, ax)
                 for x, ax in zip(flat_args, norm_axes)
             ]
             trace.input_ids.update(id(t) for t in ins)
-            with _random_mode(trace):
+            env = () if trace.axis is None else (trace.axis,)
+            with _random_mode(trace), extend_axis_env(env):
                 call_args, call_kwargs = tree.unflatten(in_tree, ins)
                 out = fun(*call_args, **call_kwargs)
             out_leaves, out_tree = tree.flatten(out)
