@@ -82,18 +82,62 @@ def _elementwise_batch(prim):
     return rule
 
 
-def _def_all_reduce(name, op, reduce_batch):
+def _sum_batch(x, d, size):
+    return x * size if d is None else x.sum(d)
+
+
+# psum takes any number of operands (a pytree's leaves), so a gradient's leaves travel in one
+# all_reduce over one flat buffer, as DDP's buckets do.
+psum_p = new_primitive("psum", multiple_results=True)
+
+
+def _psum_impl(*xs, axes):
+    rt = _runtime()
+    outs = list(xs)
+    for axis in axes:
+        outs = rt.all_reduce_runtime(outs, "sum", axis, "psum")
+    return outs
+
+
+def _psum_axis_batch(axis, vals, dims, *, axes):
+    outs = [_sum_batch(x, d, axis.size) for x, d in zip(vals, dims)]
+    rest = _rest(axes, axis)
+    if rest:
+        outs = psum_p.bind(*outs, axes=rest)
+    return list(outs), [None] * len(outs)
+
+
+def _psum_transpose(cts, *xs, axes):
+    live = [i for i, c in enumerate(cts) if type(c) is not Zero]
+    out = [None] * len(cts)
+    if live:
+        for i, c in zip(live, psum_p.bind(*[cts[i] for i in live], axes=axes)):
+            out[i] = c
+    return out
+
+
+_register(
+    psum_p,
+    lambda *xs, axes: [x.strip_weak() for x in xs],
+    _psum_impl,
+    lambda args, dims, *, axes: (psum_p.bind(*args, axes=axes), list(dims)),
+    _psum_axis_batch,
+)
+deflinear(psum_p, transpose=_psum_transpose)
+
+
+def _def_extremum(name, op, reduce_batch):
     prim = new_primitive(name)
 
     def impl(x, *, axes):
         rt = _runtime()
         for axis in axes:
-            x = rt.all_reduce_runtime(x, op, axis, name)
+            (x,) = rt.all_reduce_runtime([x], op, axis, name)
         return x
 
     def axis_batch(axis, vals, dims, *, axes):
         x, d = vals[0], dims[0]
-        y = reduce_batch(x, d, axis.size)
+        y = x if d is None else reduce_batch(x, d)
         rest = _rest(axes, axis)
         return (prim.bind(y, axes=rest) if rest else y), None
 
@@ -101,15 +145,8 @@ def _def_all_reduce(name, op, reduce_batch):
     return prim
 
 
-def _sum_batch(x, d, size):
-    return x * size if d is None else x.sum(d)
-
-
-psum_p = _def_all_reduce("psum", "sum", _sum_batch)
-pmax_p = _def_all_reduce("pmax", "max", lambda x, d, size: x if d is None else x.amax(d))
-pmin_p = _def_all_reduce("pmin", "min", lambda x, d, size: x if d is None else x.amin(d))
-
-deflinear(psum_p, transpose=lambda ct, x, *, axes: [psum_p.bind(ct, axes=axes)])
+pmax_p = _def_extremum("pmax", "max", lambda x, d: x.amax(d))
+pmin_p = _def_extremum("pmin", "min", lambda x, d: x.amin(d))
 
 
 def _extremum_jvp(prim):
@@ -121,7 +158,10 @@ def _extremum_jvp(prim):
         if type(t) is Zero:
             return out, Zero(get_aval(out))
         tie = (x == out).to(get_aval(x).dtype)
-        return out, psum_p.bind(t * tie, axes=axes) / psum_p.bind(tie, axes=axes)
+        # two binds: one equation mixing primal and tangent operands would make both linear
+        (count,) = psum_p.bind(tie, axes=axes)
+        (num,) = psum_p.bind(t * tie, axes=axes)
+        return out, num / count
 
     jvp_rules[prim] = jvp
 

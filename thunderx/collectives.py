@@ -138,13 +138,15 @@ def psum(x: Any, axis_name):
     """
     axes = _resolve(axis_name, "psum")
     size = math.prod(a.size for a in axes)
-
-    def one(v):
-        if type(v) in (bool, int, float):
-            return v * size
-        return psum_p.bind(_tensor(v, "psum"), axes=axes)
-
-    return _map(one, x)
+    leaves, treedef = tree.flatten(x)
+    tensors = [i for i, v in enumerate(leaves) if type(v) not in (bool, int, float)]
+    out = [v * size for v in leaves]  # Python numbers: one count per member
+    summed = (
+        psum_p.bind(*[_tensor(leaves[i], "psum") for i in tensors], axes=axes) if tensors else []
+    )
+    for i, s in zip(tensors, summed):
+        out[i] = s
+    return tree.unflatten(treedef, out)
 
 
 def pmean(x: Any, axis_name):
@@ -295,10 +297,26 @@ def axis_index_runtime(axis: NamedAxis):
     return torch.tensor(axis.mesh.get_local_rank(axis.name), dtype=torch.int32)
 
 
-def all_reduce_runtime(x, op: str, axis: NamedAxis, what: str):
+def all_reduce_runtime(xs: list, op: str, axis: NamedAxis, what: str) -> list:
+    """One all_reduce per dtype: the tensors travel flattened in one buffer."""
     group = _group(axis, what)
+    out = list(xs)
+    by_dtype: dict = {}
+    for i, x in enumerate(xs):
+        by_dtype.setdefault(x.dtype, []).append(i)
     with _peer_failures(what, axis):
-        return _fc().wait_tensor(_fc().all_reduce(x.contiguous(), op, group))
+        for idx in by_dtype.values():
+            flat = torch.cat([xs[i].reshape(-1) for i in idx]) if len(idx) > 1 else xs[idx[0]]
+            red = _fc().wait_tensor(_fc().all_reduce(flat.contiguous(), op, group))
+            if len(idx) == 1:
+                out[idx[0]] = red.reshape(xs[idx[0]].shape)
+                continue
+            offset = 0
+            for i in idx:
+                n = xs[i].numel()
+                out[i] = red[offset : offset + n].reshape(xs[i].shape)
+                offset += n
+    return out
 
 
 def all_gather_runtime(x, axis: NamedAxis, dim: int, tiled: bool):

@@ -56,6 +56,8 @@ _VIEWS = {
     "slice",
     "stop_gradient",
     "convert_element_type",
+    "shard_slice",  # the local block of a global value (itself when unsharded)
+    "shard_gather",  # the global value (the block itself when unsharded)
 }
 # Fresh outputs that must not be written in place (iota is an expanded arange).
 _NOT_WRITABLE = {"iota"}
