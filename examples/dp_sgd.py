@@ -113,6 +113,7 @@ def main():
         spread = max((g - flat).abs().max().item() for g in gathered)
         if rank == 0:
             print(f"{world} processes; max parameter difference across them: {spread:.1e}")
+        dist.barrier()  # nobody tears down its connections while a peer still uses them
         dist.destroy_process_group()
 
 
