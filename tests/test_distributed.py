@@ -62,7 +62,7 @@ def _worker(rank, world, port, jobs, results):
             results.close()
             results.join_thread()
             os._exit(1)  # as an uncaught exception ends a script: peers see this rank go
-    dist.destroy_process_group()
+    os._exit(0)  # every rank got the stop signal and none is in a collective: no teardown
 
 
 class Pool:
@@ -135,7 +135,7 @@ class Pool:
         for q in self.jobs:
             try:
                 q.put(None)
-            except Exception:
+            except Exception:  # a queue whose reader is gone
                 pass
         deadline = time.monotonic() + 10
         for p in self.procs:
@@ -159,6 +159,9 @@ def pool(world: int) -> Pool:
 @pytest.fixture(scope="module", autouse=True)
 def _close_pools():
     yield
+    for p in _pools.values():  # signal all pools first, so they stop together
+        for q in p.jobs:
+            q.put(None)
     for p in _pools.values():
         p.close()
     _pools.clear()

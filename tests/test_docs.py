@@ -1,12 +1,14 @@
 """The examples in the public API's docstrings run and print what they show."""
 
 import doctest
+import importlib
 
 import pytest
 import torch
 
 import thunderx
 import thunderx.api
+import thunderx.collectives
 import thunderx.primitives.higher_order
 import thunderx.transforms.ad
 import thunderx.transforms.custom
@@ -16,6 +18,8 @@ import thunderx.tree
 
 MODULES = [
     thunderx.api,
+    thunderx.collectives,
+    importlib.import_module("thunderx.shard_map"),  # the attribute is the function
     thunderx.primitives.higher_order,
     thunderx.transforms.ad,
     thunderx.transforms.custom,

@@ -138,6 +138,9 @@ def psum(x: Any, axis_name):
     """
     axes = _resolve(axis_name, "psum")
     size = math.prod(a.size for a in axes)
+    axes = tuple(a for a in axes if a.size != 1)  # over a one-member axis psum is the identity
+    if not axes:
+        return x
     leaves, treedef = tree.flatten(x)
     tensors = [i for i, v in enumerate(leaves) if type(v) not in (bool, int, float)]
     out = [v * size for v in leaves]  # Python numbers: one count per member
@@ -165,7 +168,9 @@ def pmax(x: Any, axis_name):
     >>> thunderx.vmap(lambda x: thunderx.lax.pmax(x, "i"), axis_name="i")(torch.arange(3.))
     tensor([2., 2., 2.])
     """
-    axes = _resolve(axis_name, "pmax")
+    axes = tuple(a for a in _resolve(axis_name, "pmax") if a.size != 1)
+    if not axes:
+        return x
     return _map(lambda v: pmax_p.bind(_tensor(v, "pmax"), axes=axes), x)
 
 
@@ -175,7 +180,9 @@ def pmin(x: Any, axis_name):
     >>> thunderx.vmap(lambda x: thunderx.lax.pmin(x, "i"), axis_name="i")(torch.arange(3.))
     tensor([0., 0., 0.])
     """
-    axes = _resolve(axis_name, "pmin")
+    axes = tuple(a for a in _resolve(axis_name, "pmin") if a.size != 1)
+    if not axes:
+        return x
     return _map(lambda v: pmin_p.bind(_tensor(v, "pmin"), axes=axes), x)
 
 
@@ -297,24 +304,31 @@ def axis_index_runtime(axis: NamedAxis):
     return torch.tensor(axis.mesh.get_local_rank(axis.name), dtype=torch.int32)
 
 
+_REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
+
+
 def all_reduce_runtime(xs: list, op: str, axis: NamedAxis, what: str) -> list:
-    """One all_reduce per dtype: the tensors travel flattened in one buffer."""
+    """One all_reduce per dtype: the tensors travel flattened in one buffer that this function
+    allocates, so the in-place c10d op serves (a functional all_reduce would copy it again)."""
+    import torch.distributed as dist
+
     group = _group(axis, what)
+    reduce_op = getattr(dist.ReduceOp, _REDUCE_OPS[op])
     out = list(xs)
     by_dtype: dict = {}
     for i, x in enumerate(xs):
         by_dtype.setdefault(x.dtype, []).append(i)
     with _peer_failures(what, axis):
         for idx in by_dtype.values():
-            flat = torch.cat([xs[i].reshape(-1) for i in idx]) if len(idx) > 1 else xs[idx[0]]
-            red = _fc().wait_tensor(_fc().all_reduce(flat.contiguous(), op, group))
             if len(idx) == 1:
-                out[idx[0]] = red.reshape(xs[idx[0]].shape)
-                continue
+                buf = xs[idx[0]].clone(memory_format=torch.contiguous_format)
+            else:
+                buf = torch.cat([xs[i].reshape(-1) for i in idx])
+            dist.all_reduce(buf, op=reduce_op, group=group)
             offset = 0
             for i in idx:
                 n = xs[i].numel()
-                out[i] = red[offset : offset + n].reshape(xs[i].shape)
+                out[i] = buf if len(idx) == 1 else buf[offset : offset + n].view(xs[i].shape)
                 offset += n
     return out
 
