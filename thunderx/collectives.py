@@ -398,16 +398,20 @@ def _store():
         return None
 
 
+_registered_stores: set[int] = set()  # once per process group (its store)
+
+
 def register_process() -> None:
     """Record this rank's host and pid, so a peer whose collective breaks can tell which rank
     exited."""
     import torch.distributed as dist
 
     store = _store()
-    if store is None:
+    if store is None or id(store) in _registered_stores:
         return
     key = f"{_STORE_PREFIX}pid/{dist.get_rank()}"
     store.set(key, f"{socket.gethostname()}:{os.getpid()}")
+    _registered_stores.add(id(store))
 
 
 def record_failure(exc: BaseException) -> None:

@@ -280,7 +280,7 @@ def shard_map(
     def mapped(*args):
         from thunderx.collectives import record_failure, register_process
 
-        register_process_once(register_process)
+        register_process()
         try:
             return _call(f, mesh, axes, in_specs, out_specs, dtensor_out, args)
         except BaseException as e:
@@ -289,15 +289,6 @@ def shard_map(
 
     mapped.__thunderx_transform__ = ("shard_map", f, in_specs)
     return mapped
-
-
-_registered = [False]
-
-
-def register_process_once(register) -> None:
-    if not _registered[0]:
-        register()
-        _registered[0] = True
 
 
 def _call(f, mesh, axes, in_specs, out_specs, dtensor_out, args):
