@@ -5,6 +5,8 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     collectives,
     conv,
     creation,
+    custom,
+    debug,
     higher_order,
     indexing,
     linalg,

@@ -7,6 +7,7 @@ import torch
 from thunderx.avals import CPU, ShapedArray
 from thunderx.core import (
     abstract_eval_rules,
+    effectful_primitives,
     impl_rules,
     new_primitive,
     not_differentiable,
@@ -90,6 +91,7 @@ for _p, _fn in ((random_uniform_p, "rand"), (random_normal_p, "randn")):
         )
     )(_fn)
     not_differentiable[_p] = "a random draw has no operands"
+    effectful_primitives.add(_p)
 
 
 def random_uniform(shape, dtype, device):

@@ -9,21 +9,29 @@ import torch
 import thunderx
 import thunderx.api
 import thunderx.collectives
+import thunderx.debug
+import thunderx.lowering
 import thunderx.primitives.higher_order
+import thunderx.shapes
 import thunderx.transforms.ad
 import thunderx.transforms.custom
 import thunderx.transforms.jit
+import thunderx.transforms.linear_transpose
 import thunderx.transforms.vmap
 import thunderx.tree
 
 MODULES = [
     thunderx.api,
     thunderx.collectives,
+    thunderx.debug,
+    thunderx.lowering,
     importlib.import_module("thunderx.shard_map"),  # the attribute is the function
     thunderx.primitives.higher_order,
+    thunderx.shapes,
     thunderx.transforms.ad,
     thunderx.transforms.custom,
     thunderx.transforms.jit,
+    thunderx.transforms.linear_transpose,
     thunderx.transforms.vmap,
     thunderx.tree,
     thunderx,

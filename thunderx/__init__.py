@@ -8,13 +8,14 @@ tensor([1., 1., 1.])
 
 from __future__ import annotations
 
-from thunderx import errors, lax, tree  # noqa: F401
+from thunderx import debug, errors, lax, tree  # noqa: F401
 from thunderx import lang as _lang  # noqa: F401  (installs the language layer)
 from thunderx import primitives as _primitives  # noqa: F401  (registers the primitive set)
-from thunderx.api import functional_call, make_jaxpr
+from thunderx.api import functional_call, make_jaxpr, stack_module_state
 from thunderx.explain import explain
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.primitives.higher_order import stop_gradient
+from thunderx.shapes import ShapeDtypeStruct, eval_shape
 from thunderx.shard_map import P, shard_map
 from thunderx.transforms.ad import (
     grad,
@@ -28,6 +29,7 @@ from thunderx.transforms.ad import (
 )
 from thunderx.transforms.custom import custom_jvp, custom_vjp
 from thunderx.transforms.jit import jit
+from thunderx.transforms.linear_transpose import linear_transpose
 from thunderx.transforms.vmap import vmap
 
 __version__ = "0.1.0"
@@ -36,11 +38,14 @@ __all__ = [
     "ClosedJaxpr",
     "Jaxpr",
     "P",
+    "ShapeDtypeStruct",
     "custom_jvp",
     "custom_vjp",
+    "debug",
     "errors",
-    "explain",
     "eval_jaxpr",
+    "eval_shape",
+    "explain",
     "functional_call",
     "grad",
     "hessian",
@@ -49,9 +54,11 @@ __all__ = [
     "jit",
     "jvp",
     "lax",
+    "linear_transpose",
     "linearize",
     "make_jaxpr",
     "shard_map",
+    "stack_module_state",
     "stop_gradient",
     "tree",
     "value_and_grad",

@@ -1,44 +1,46 @@
-"""make_jaxpr and functional_call."""
+"""make_jaxpr, functional_call and stack_module_state."""
 
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from thunderx import tree
-from thunderx.core import get_aval, is_tensor_like
 from thunderx.errors import user_frame
 from thunderx.ir import ClosedJaxpr
 from thunderx.passes import dce
+from thunderx.shapes import ShapeDtypeStruct, aval_of_argument
 from thunderx.tracing import trace_flat
 
 
-def make_jaxpr(fun: Callable, static_argnums: int | tuple = ()) -> Callable[..., ClosedJaxpr]:
-    """Trace `fun` and return its closed jaxpr (inputs and outputs any pytree).
+def make_jaxpr(
+    fun: Callable, static_argnums: int | tuple = (), *, return_shape: bool = False
+) -> Callable[..., Any]:
+    """Trace `fun` and return its closed jaxpr (inputs and outputs any pytree; arguments may be
+    ShapeDtypeStructs). With `return_shape=True` the traced function returns
+    `(jaxpr, out_shapes)`, out_shapes a pytree of ShapeDtypeStruct like `eval_shape`'s.
 
     >>> print(thunderx.make_jaxpr(lambda x: torch.sin(x).sum())(torch.ones(3)))
     { lambda ; a:f32[3]. let
         b:f32[3] = sin a
         c:f32[] = reduce_sum[axes=(0,)] b
       in (c,) }
+    >>> jaxpr, shape = thunderx.make_jaxpr(torch.sin, return_shape=True)(torch.ones(2))
+    >>> shape
+    ShapeDtypeStruct(shape=(2,), dtype=torch.float32)
     """
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
 
     @functools.wraps(fun)
-    def traced(*args, **kwargs) -> ClosedJaxpr:
+    def traced(*args, **kwargs):
         n = len(args)
         static = {a % n for a in static_argnums}
         dyn = tuple(None if i in static else a for i, a in enumerate(args))
         leaves, in_tree = tree.flatten((dyn, kwargs))
-        for x in leaves:
-            if not (is_tensor_like(x) or type(x) in (bool, int, float)):
-                raise TypeError(
-                    f"make_jaxpr: arguments must be tensors, Python scalars or pytrees of them, "
-                    f"got {type(x).__name__} (at {user_frame()}); mark it static"
-                )
+        avals = [aval_of_argument(x, "make_jaxpr", "; mark it static") for x in leaves]
 
         def flat(*xs):
             d, kw = tree.unflatten(in_tree, xs)
@@ -47,7 +49,7 @@ def make_jaxpr(fun: Callable, static_argnums: int | tuple = ()) -> Callable[...,
             out_leaves, out_tree = tree.flatten(out)
             return out_leaves, out_tree
 
-        closed, _ = trace_flat(flat, [get_aval(x) for x in leaves])
+        closed, out_tree = trace_flat(flat, avals)
         jaxpr = dce(closed.jaxpr)
         used = {id(v) for v in _used_vars(jaxpr)}
         keep = [i for i, v in enumerate(jaxpr.constvars) if id(v) in used]
@@ -57,8 +59,13 @@ def make_jaxpr(fun: Callable, static_argnums: int | tuple = ()) -> Callable[...,
             jaxpr = Jaxpr(
                 [jaxpr.constvars[i] for i in keep], jaxpr.invars, jaxpr.eqns, jaxpr.outvars
             )
-            return ClosedJaxpr(jaxpr, [closed.consts[i] for i in keep])
-        return ClosedJaxpr(jaxpr, closed.consts)
+            result = ClosedJaxpr(jaxpr, [closed.consts[i] for i in keep])
+        else:
+            result = ClosedJaxpr(jaxpr, closed.consts)
+        if return_shape:
+            shapes = [ShapeDtypeStruct.from_aval(a.strip_weak()) for a in closed.out_avals]
+            return result, tree.unflatten(out_tree, shapes)
+        return result
 
     return traced
 
@@ -69,9 +76,10 @@ def _used_vars(jaxpr):
     yield from jaxpr.outvars
 
 
-def functional_call(module: torch.nn.Module, params_and_buffers: dict, args, kwargs=None):
-    """Call `module` with its parameters and buffers replaced by `params_and_buffers` (tensors or
-    traced values), like `torch.func.functional_call`; the module is restored afterwards.
+def functional_call(module: torch.nn.Module, params_and_buffers, args, kwargs=None):
+    """Call `module` with its parameters and buffers replaced by `params_and_buffers` (a dict of
+    tensors or traced values, or a tuple of such dicts), like `torch.func.functional_call`; the
+    module is restored afterwards.
 
     >>> model = torch.nn.Linear(3, 1)
     >>> params = {k: v.detach() for k, v in model.named_parameters()}
@@ -81,6 +89,17 @@ def functional_call(module: torch.nn.Module, params_and_buffers: dict, args, kwa
     """
     if not isinstance(args, tuple):
         args = (args,)
+    if isinstance(params_and_buffers, (tuple, list)):
+        merged: dict = {}
+        for d in params_and_buffers:
+            repeated = sorted(set(merged) & set(d))
+            if repeated:
+                raise ValueError(
+                    f"functional_call: {repeated} appear in more than one of the dicts "
+                    f"(at {user_frame()})"
+                )
+            merged.update(d)
+        params_and_buffers = merged
     saved = []
     try:
         for name, value in params_and_buffers.items():
@@ -100,6 +119,70 @@ def functional_call(module: torch.nn.Module, params_and_buffers: dict, args, kwa
     finally:
         for owner, table, attr, old in reversed(saved):
             getattr(owner, table)[attr] = old
+
+
+def stack_module_state(models) -> tuple[dict, dict]:
+    """Stack the parameters and buffers of same-class models along a new leading axis:
+    `(params, buffers)` dicts, for ensembling with `vmap` over `functional_call` (as
+    `torch.func.stack_module_state`). Stacked parameters are new leaves that require grad when
+    the models' parameters do.
+
+    >>> models = [torch.nn.Linear(3, 2) for _ in range(4)]
+    >>> params, buffers = thunderx.stack_module_state(models)
+    >>> params["weight"].shape
+    torch.Size([4, 2, 3])
+    >>> x = torch.ones(5, 3)
+    >>> run = lambda p, b: thunderx.functional_call(models[0], (p, b), (x,))
+    >>> thunderx.vmap(run)(params, buffers).shape
+    torch.Size([4, 5, 2])
+    """
+    models = list(models)
+    if not models:
+        raise ValueError("stack_module_state: expected at least one model, got none")
+    kind = type(models[0])
+    for i, m in enumerate(models):
+        if type(m) is not kind:
+            raise TypeError(
+                f"stack_module_state: models must share one class; model 0 is {kind.__name__}, "
+                f"model {i} is {type(m).__name__}"
+            )
+        if m.training != models[0].training:
+            raise ValueError(
+                f"stack_module_state: models must all be in training or all in eval mode "
+                f"(model {i} differs from model 0)"
+            )
+    params = _stack(models, lambda m: dict(m.named_parameters()), "parameter")
+    buffers = _stack(models, lambda m: dict(m.named_buffers()), "buffer")
+    return params, buffers
+
+
+def _stack(models, named, what: str) -> dict:
+    tables = [named(m) for m in models]
+    out = {}
+    for name in tables[0]:
+        tensors = []
+        for i, t in enumerate(tables):
+            if name not in t:
+                raise ValueError(f"stack_module_state: model {i} has no {what} {name!r}")
+            tensors.append(t[name])
+        shapes = {tuple(x.shape) for x in tensors}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"stack_module_state: {what} {name!r} has different shapes across models: "
+                f"{sorted(shapes)}"
+            )
+        grads = {x.requires_grad for x in tensors}
+        if len(grads) > 1:
+            raise ValueError(
+                f"stack_module_state: {what} {name!r} requires grad in some models but not all"
+            )
+        stacked = torch.stack([x.detach() for x in tensors])
+        out[name] = stacked.requires_grad_() if grads == {True} else stacked
+    for i, t in enumerate(tables[1:], 1):
+        extra = sorted(set(t) - set(tables[0]))
+        if extra:
+            raise ValueError(f"stack_module_state: model {i} has extra {what}s {extra}")
+    return out
 
 
 def _resolve(module, name):

@@ -51,6 +51,24 @@ axis_names_rules: dict[Primitive, Callable] = {}
 # Why a primitive has no jvp / transpose rule: checked by the coverage tests.
 not_differentiable: dict[Primitive, str] = {}
 linear_primitives: set[Primitive] = set()
+# Primitives with effects (random draws advance the RNG state, debug callbacks run user code):
+# DCE keeps them though nothing reads their outputs, CSE never merges two of them, and each run
+# of a compiled program repeats them.
+effectful_primitives: set[Primitive] = set()
+# Partial evaluation of one equation whose inputs are partly known, for primitives that can do
+# better than "any unknown input makes every output unknown" (higher-order primitives split their
+# sub-jaxprs): `rule(eqn, unknowns) -> (known_eqn, unknown_eqn, out_unknowns, residuals)`.
+#   known_eqn:   None, or an equation over the known inputs whose outputs are the eqn's known
+#                outputs (the same Vars) followed by `residuals` (new Vars);
+#   unknown_eqn: None, or an equation over `residuals` + the unknown inputs (and any known input
+#                it still reads) whose outputs are the eqn's unknown outputs (the same Vars).
+# Both the staged (`partial_eval_jaxpr`) and the online (`PartialEvalTrace`) partial evaluators
+# read it.
+partial_eval_rules: dict[Primitive, Callable] = {}
+# What a primitive becomes when staged into a jaxpr, for primitives whose params start out as
+# Python callables (custom_jvp: the function is only traced when a jaxpr must hold it):
+# `rule(args, params) -> (args, params)`. Read by the staging trace only.
+stage_rules: dict[Primitive, Callable] = {}
 
 
 def new_primitive(name: str, multiple_results: bool = False) -> Primitive:
@@ -94,6 +112,11 @@ class Trace:
     def lift(self, value) -> Tracer:
         """A value from a parent trace as a tracer of this one (for in-place updates)."""
         raise NotImplementedError
+
+    def lift_created(self, value):
+        """A tensor created from one of this trace's values (`zeros_like(x)`): by default it
+        stays what it is; a trace that drops constant values (jvp) wraps it back."""
+        return value
 
     def check_foreign(self, x: Tracer) -> None:
         if not x._trace.alive:
@@ -243,8 +266,27 @@ class Tracer:
     def _trace_inputs(self) -> set:
         return self._trace.input_ids
 
+    def to_concrete(self):
+        """The concrete tensor this tracer stands for, or None when its value is not known
+        (staged, batched, or a tangent). Under grad, jvp and friends the primal is known."""
+        return None
+
     def __repr__(self) -> str:
+        value = self.to_concrete()
+        if value is not None:
+            # as torch.func prints a wrapped tensor: the value, and the transform around it
+            return f"{type(self).__name__}<{self.aval.str_short()}>(value={value!r})"
         return f"{type(self).__name__}<{self.aval.str_short()}>"
+
+    def __format__(self, spec: str) -> str:
+        if not spec:
+            return repr(self)
+        value = self.to_concrete()
+        if value is None:
+            from thunderx.errors import concretization
+
+            raise concretization(f"format spec {spec!r}", self.aval)
+        return format(value, spec)
 
 
 def get_aval(x) -> ShapedArray:

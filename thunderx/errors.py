@@ -67,8 +67,10 @@ def unsupported(name: str, detail: str = "") -> UnsupportedOperationError:
 
 def concretization(what: str, aval, fix: str = "") -> ConcretizationError:
     fix = fix or (
-        "use torch.where for data-dependent choices, or mark the argument static "
-        "(jit's static_argnums / static_argnames)"
+        "use thunderx.lax.cond / switch for data-dependent branches, thunderx.lax.while_loop / "
+        "fori_loop / scan for data-dependent loops, torch.where for elementwise choices, or mark "
+        "the argument static (jit's static_argnums / static_argnames); outside jit and vmap, "
+        "grad, vjp, jvp, linearize, jacfwd, jacrev and hessian see concrete values"
     )
     return ConcretizationError(
         f"{what} of a traced value {aval.str_short()} at {user_frame()}: its value is not known "

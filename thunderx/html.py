@@ -84,7 +84,7 @@ def jaxpr_body(jaxpr, namer: Namer, regions: list | None = None) -> str:
             style = f' class="region" style="--c:{PALETTE[regions[i] % len(PALETTE)]}"'
         sub_html = "".join(subs)
         rows.append(
-            f"<tr{style}><td>&nbsp;&nbsp;{lhs}</td><td>=</td><td>"
+            f"<tr{style}><td>&nbsp;&nbsp;{lhs}</td><td>{'=' if lhs else ''}</td><td>"
             f'<span class="prim">{esc(e.prim.name)}</span>{params} {rhs}{sub_html}</td></tr>'
         )
     outs = ", ".join(_atom(namer, v) for v in jaxpr.outvars)

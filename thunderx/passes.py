@@ -3,13 +3,11 @@ elimination, and NaN-safe simplification (`x * 0` is not folded: NaN * 0 is NaN)
 
 from __future__ import annotations
 
-from thunderx.core import Primitive
+from thunderx.core import Primitive, effectful_primitives
 from thunderx.ir import Eqn, Jaxpr, Literal, Var
 
 # Primitives holding a sub-jaxpr in params["jaxpr"] whose invars match the equation's inputs.
 call_primitives: set[Primitive] = set()
-# Primitives with effects (random draws): never removed or merged.
-effectful_primitives: set[Primitive] = set()
 
 
 def closure_convert(jaxpr: Jaxpr) -> Jaxpr:

@@ -68,7 +68,8 @@ def pp_eqn(eqn, namer: Namer, indent: int) -> str:
     lhs = " ".join(namer.typed(v) for v in eqn.outputs)
     rhs = " ".join(namer(x) for x in eqn.inputs)
     params = format_params(eqn.params, indent, namer)
-    return f"{lhs} = {eqn.prim.name}{params} {rhs}".rstrip()
+    rhs = f"{eqn.prim.name}{params} {rhs}".rstrip()
+    return f"{lhs} = {rhs}" if lhs else rhs
 
 
 def pp_jaxpr(jaxpr, indent: int = 0, namer: Namer | None = None) -> str:

@@ -6,7 +6,7 @@ import gc
 from typing import Callable
 
 from thunderx.avals import ShapedArray
-from thunderx.core import Trace, Tracer, abstract_eval, get_aval, new_trace
+from thunderx.core import Trace, Tracer, abstract_eval, get_aval, new_trace, stage_rules
 from thunderx.ir import ClosedJaxpr, Eqn, Jaxpr, Literal, Var
 
 _SCALARS = (bool, int, float)
@@ -60,6 +60,9 @@ class StagingTrace(Trace):
         return var
 
     def process_primitive(self, prim, args, params):
+        stage = stage_rules.get(prim)
+        if stage is not None:
+            args, params = stage(args, params)
         atoms = [self.atom(a) for a in args]
         out = abstract_eval(prim, [a.aval for a in atoms], params)
         if prim.multiple_results:

@@ -1,8 +1,8 @@
 """The autodiff API: jvp, linearize, vjp, grad, value_and_grad, jacfwd, jacrev, hessian.
 
-Reverse mode is linearize + transpose: the function's jvp is staged into a jaxpr, partially
-evaluated into a primal part (run now, in the caller's trace context) and a linear part, which is
-transposed when cotangents arrive.
+Reverse mode is linearize + transpose: the function's jvp runs under online partial evaluation,
+so its primal part runs now on the caller's values (in the caller's trace context) while its
+linear part is staged into a jaxpr, which is transposed when cotangents arrive.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import torch
 from thunderx import tree
 from thunderx.ad_util import Zero, instantiate, tangent_aval
 from thunderx.avals import is_float
-from thunderx.core import get_aval, is_tensor_like
+from thunderx.core import get_aval, is_tensor_like, new_trace
 from thunderx.errors import user_frame
-from thunderx.ir import eval_jaxpr
-from thunderx.tracing import trace_flat
+from thunderx.ir import Jaxpr, eval_jaxpr
+from thunderx.tracing import StagingTracer
 from thunderx.transforms.jvp import jvp_flat
-from thunderx.transforms.partial_eval import partial_eval_jaxpr
+from thunderx.transforms.partial_eval import PartialEvalTrace
 from thunderx.transforms.transpose import backward_pass
 
 _SCALARS = (bool, int, float)
@@ -67,46 +67,43 @@ class _Linearized:
 
 def linearize_flat(flat_fun, primals, has_aux=False, name="vjp") -> _Linearized:
     """`flat_fun(*leaves) -> out` (a pytree, or (out, aux) with has_aux). Computes the primal
-    outputs now and returns the linear map's jaxpr with its residuals."""
+    outputs now and returns the linear map's jaxpr with its residuals.
+
+    The jvp of `flat_fun` runs under an online partial-evaluation trace (see
+    transforms/partial_eval.py): primals are known, so the primal computation runs as it is
+    reached (eagerly, or staged into an enclosing jit) and sees concrete values; tangents are
+    unknown and their equations are staged into the linear jaxpr, whose constants are the
+    residuals."""
     in_avals = [get_aval(p).strip_weak() for p in primals]
     in_diff = [tangent_aval(a) is not None for a in in_avals]
-    t_avals = [a for a, d in zip(in_avals, in_diff) if d]
-    n = len(primals)
     meta = {}
 
-    def staged(*args):
-        ps, ts = args[:n], iter(args[n:])
-        tangents = [next(ts) if d else None for d in in_diff]
+    def inner(*xs):
+        out, aux = _split_aux(flat_fun(*xs), has_aux, name)
+        out_leaves, meta["out_tree"] = tree.flatten(out)
+        aux_leaves, meta["aux_tree"] = tree.flatten(aux)
+        meta["n_out"] = len(out_leaves)
+        return out_leaves + aux_leaves
 
-        def inner(*xs):
-            out, aux = _split_aux(flat_fun(*xs), has_aux, name)
-            out_leaves, meta["out_tree"] = tree.flatten(out)
-            aux_leaves, meta["aux_tree"] = tree.flatten(aux)
-            meta["n_out"], meta["n_aux"] = len(out_leaves), len(aux_leaves)
-            return out_leaves + aux_leaves
-
-        p_outs, t_outs = jvp_flat(inner, ps, tangents)
+    with new_trace(PartialEvalTrace) as trace:
+        t_in = [trace.new_arg(a) if d else None for a, d in zip(in_avals, in_diff)]
+        p_outs, t_outs = jvp_flat(inner, primals, t_in)
+        for p in p_outs:
+            if type(p) is StagingTracer and p._trace is trace:
+                raise RuntimeError("internal error: a primal output depends on a tangent")
         t_outs = t_outs[: meta["n_out"]]
-        meta["t_avals"] = [t.aval if type(t) is Zero else get_aval(t) for t in t_outs]
-        return p_outs + [instantiate(t) for t in t_outs], None
-
-    closed, _ = trace_flat(staged, in_avals + t_avals)
-    n_known_outs = meta["n_out"] + meta["n_aux"]
-    known, linear, out_unknowns, n_res = partial_eval_jaxpr(
-        closed.jaxpr, [False] * n + [True] * len(t_avals)
-    )
-    if any(out_unknowns[:n_known_outs]):
-        raise RuntimeError("internal error: a primal output depends on a tangent")
-    vals = eval_jaxpr(known, closed.consts, *primals)
+        unknown = [type(t) is not Zero for t in t_outs]
+        # built once, unchecked: the trace defines each variable once by construction
+        outvars = [trace.atom(t) for t, u in zip(t_outs, unknown) if u]
+        invars = [t._var for t in t_in if t is not None]
     lin = _Linearized()
-    lin.primal_outs = vals[: meta["n_out"]]
-    aux_leaves = vals[meta["n_out"] : n_known_outs]
-    lin.aux = tree.unflatten(meta["aux_tree"], aux_leaves) if has_aux else None
+    lin.primal_outs = p_outs[: meta["n_out"]]
+    lin.aux = tree.unflatten(meta["aux_tree"], p_outs[meta["n_out"] :]) if has_aux else None
     lin.out_tree = meta["out_tree"]
-    lin.residuals = vals[len(vals) - n_res :]
-    lin.linear = linear
-    lin.tangent_unknown = out_unknowns[n_known_outs:]
-    lin.tangent_avals = meta["t_avals"]
+    lin.residuals = trace.consts
+    lin.linear = Jaxpr([], trace.constvars + invars, trace.eqns, outvars, check=False)
+    lin.tangent_unknown = unknown
+    lin.tangent_avals = [t.aval if type(t) is Zero else get_aval(t).strip_weak() for t in t_outs]
     lin.in_diff = in_diff
     lin.in_avals = in_avals
     return lin
@@ -354,8 +351,9 @@ def _linearize_args(fun, argnums, has_aux, name, args, kwargs):
     return linearize_flat(flat, leaves, has_aux, name), leaves, in_tree
 
 
-def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
+def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int | None = None):
     """Jacobian by forward mode (vmap over a basis of input tangents): shape out + in.
+    `chunk_size` bounds memory: at most that many basis tangents are pushed forward at a time.
 
     >>> thunderx.jacfwd(lambda x: x ** 2)(torch.tensor([1., 2.]))
     tensor([[2., 0.],
@@ -369,7 +367,12 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
         lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacfwd", args, kwargs)
         in_avals = [get_aval(x) for x in leaves]
         basis = _std_basis(in_avals)
-        cols = vmap(lambda *ts: _apply_linearized(lin, list(ts)), in_axes=0, out_axes=-1)(*basis)
+        cols = vmap(
+            lambda *ts: _apply_linearized(lin, list(ts)),
+            in_axes=0,
+            out_axes=-1,
+            chunk_size=chunk_size,
+        )(*basis)
         blocks = []
         for o, a in zip(cols, lin.tangent_avals):
             row, offset = [], 0
@@ -387,8 +390,10 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False):
     return wrapper
 
 
-def jacrev(fun: Callable, argnums=0, has_aux: bool = False):
+def jacrev(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int | None = None):
     """Jacobian by reverse mode (vmap of vjp over a basis of output cotangents): shape out + in.
+    `chunk_size` bounds memory as in torch.func: at most that many cotangents are pulled back
+    at a time (the rows are computed chunk by chunk and concatenated).
 
     >>> thunderx.jacrev(lambda x: x.sin().sum(), argnums=0)(torch.zeros(2))
     tensor([1., 1.])
@@ -402,9 +407,12 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False):
         lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacrev", args, kwargs)
         out_avals = lin.tangent_avals
         basis = _std_basis(out_avals)
-        rows = vmap(lambda *cts: _transpose_linearized(lin, list(cts)), in_axes=0, out_axes=0)(
-            *basis
-        )
+        rows = vmap(
+            lambda *cts: _transpose_linearized(lin, list(cts)),
+            in_axes=0,
+            out_axes=0,
+            chunk_size=chunk_size,
+        )(*basis)
         in_avals = [get_aval(x) for x in leaves]
         blocks = []
         offset = 0

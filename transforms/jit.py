@@ -215,7 +215,7 @@ class JitFunction:
             # Python scalars are dynamic: they travel as 0-dim tensors (same promotion rules)
             leaves = [torch.tensor(x) if type(x) in _SCALARS else x for x in leaves]
         # named axes in scope (vmap axis_name, shard_map mesh dims) shape the trace
-        return (treedef, keys, statics, axis_env()), leaves, dyn_args, dyn_kwargs
+        return (treedef, keys, (statics, axis_env())), leaves, dyn_args, dyn_kwargs
 
     # -- tracing
     def _trace(self, args, kwargs, leaves, treedef_args):
@@ -371,7 +371,9 @@ class JitFunction:
         from thunderx.lowering import Lowered
 
         entry, leaves = self._lookup(args, kwargs)
-        return Lowered(entry, executor or self._executor_for(leaves), self.__name__)
+        return Lowered(
+            entry, executor or self._executor_for(leaves), self.__name__, (self, args, kwargs)
+        )
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)

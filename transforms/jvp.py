@@ -22,10 +22,19 @@ class JVPTracer(Tracer):
         self._trace = trace
         self.primal = primal
         self.tangent = tangent
+        # the `_var` slot (unused by this tracer type) caches the primal's aval
+        self._var = None
 
     @property
     def aval(self) -> ShapedArray:
-        return get_aval(self.primal)
+        a = self._var
+        if a is None:
+            a = self._var = get_aval(self.primal)
+        return a
+
+    def to_concrete(self):
+        p = self.primal
+        return p.to_concrete() if isinstance(p, Tracer) else p
 
 
 class JVPTrace(Trace):
@@ -70,6 +79,8 @@ class JVPTrace(Trace):
 
     def lift(self, value):
         return JVPTracer(self, value, Zero(get_aval(value)))
+
+    lift_created = lift
 
     def wrap(self, out, t):
         if type(t) is Zero or t is None:

@@ -134,32 +134,79 @@ def _axes_for(spec, args, what: str):
         ) from None
 
 
+class _DefaultAxis(int):
+    """The default `in_axes`/`out_axes` (0), told apart from an explicit 0 so that passing both
+    a JAX name and its torch.func alias (`in_dims`, `out_dims`) is an error."""
+
+    def __repr__(self) -> str:
+        return "0"
+
+
+class _Unset:
+    """The default of `in_dims` / `out_dims`: not given (None is a valid value)."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+_AXIS0 = _DefaultAxis(0)
+_UNSET: Any = _Unset()
+
+
+def _alias(jax_value, torch_value, jax_name: str, torch_name: str):
+    if torch_value is _UNSET:
+        return jax_value
+    if jax_value is not _AXIS0:
+        raise TypeError(f"vmap: pass {jax_name} or {torch_name} (its torch.func name), not both")
+    return torch_value
+
+
 def vmap(
     fun: Callable,
-    in_axes: Any = 0,
-    out_axes: Any = 0,
+    in_axes: Any = _AXIS0,
+    out_axes: Any = _AXIS0,
     axis_size: int | None = None,
     randomness: str = "error",
+    *,
+    in_dims: Any = _UNSET,
+    out_dims: Any = _UNSET,
+    chunk_size: int | None = None,
     axis_name: str | None = None,
 ) -> Callable:
     """Vectorize `fun` over a batch axis of its inputs.
 
     `in_axes`: an int, None, or a pytree prefix of the positional arguments; `out_axes` likewise
-    for the outputs. `randomness`: 'error' (default), 'different' or 'same' for random ops.
-    `axis_name` names the batch axis for collectives (`thunderx.lax.psum(x, axis_name)` sums
-    over the batch), so an SPMD program written for `shard_map` also runs under `vmap`.
+    for the outputs (`in_dims` / `out_dims` are torch.func's names for them). `randomness`:
+    'error' (default), 'different' or 'same' for random ops. `chunk_size`: map over at most this
+    many batch elements at a time and concatenate (torch.func's memory bound; the result is the
+    same as without it). `axis_name` names the batch axis for collectives
+    (`thunderx.lax.psum(x, axis_name)` sums over the batch), so an SPMD program written for
+    `shard_map` also runs under `vmap`.
 
     >>> thunderx.vmap(torch.dot, in_axes=(0, None))(torch.ones(5, 3), torch.ones(3)).shape
     torch.Size([5])
+    >>> thunderx.vmap(torch.sum, in_dims=1, chunk_size=2)(torch.ones(4, 5))
+    tensor([4., 4., 4., 4., 4.])
     >>> thunderx.vmap(lambda x: x / thunderx.lax.psum(x, "i"), axis_name="i")(torch.ones(4))
     tensor([0.2500, 0.2500, 0.2500, 0.2500])
     """
+    in_axes = _alias(in_axes, in_dims, "in_axes", "in_dims")
+    out_axes = _alias(out_axes, out_dims, "out_axes", "out_dims")
     if axis_name is not None and not isinstance(axis_name, str):
         raise TypeError(f"vmap: axis_name must be a str, got {axis_name!r}")
+    if axis_name is not None and chunk_size is not None:
+        raise ValueError(
+            "vmap: chunk_size cannot be combined with axis_name: a collective over the axis "
+            "needs all of its members at once"
+        )
     if randomness not in ("error", "different", "same"):
         raise ValueError(
             f"vmap: randomness must be 'error', 'different' or 'same', not {randomness!r}"
         )
+    if chunk_size is not None and (
+        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1
+    ):
+        raise ValueError(f"vmap: chunk_size must be a positive int or None, not {chunk_size!r}")
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
 
@@ -213,45 +260,108 @@ def vmap(
             )
         else:
             size = axis_size
-        with new_trace(BatchTrace, size, randomness, axis_name) as trace:
-            ins = [
-                x if ax is None else BatchTracer(trace, x, ax)
-                for x, ax in zip(flat_args, norm_axes)
-            ]
-            trace.input_ids.update(id(t) for t in ins)
-            env = () if trace.axis is None else (trace.axis,)
-            with _random_mode(trace), extend_axis_env(env):
-                call_args, call_kwargs = tree.unflatten(in_tree, ins)
-                out = fun(*call_args, **call_kwargs)
-            out_leaves, out_tree = tree.flatten(out)
-            unpacked = [trace.unpack(o) for o in out_leaves]
-        oaxes = _axes_for(out_axes, out, "out_axes")
-        from thunderx.primitives import shape as S
 
-        results = []
-        for (val, bdim), oax in zip(unpacked, oaxes):
-            if oax is None:
-                if bdim is not None:
-                    raise ValueError(
-                        f"vmap out_axes=None for an output that depends on the batched inputs "
-                        f"(at {user_frame()})"
-                    )
-                results.append(val)
-                continue
-            if not is_tensor_like(val):
-                from thunderx.primitives import creation
+        def run(xs, n):
+            return _vmap_flat(fun, xs, norm_axes, in_tree, n, randomness, out_axes, axis_name)
 
-                val = creation.full((), val, get_aval(val).dtype)
-            nd = len(get_aval(val).shape) + (1 if bdim is None else 0)
-            oax = oax % nd
-            if bdim is None:
-                results.append(S.broadcast_batch(val, size, oax))
-            else:
-                results.append(S.moveaxis(val, bdim, oax))
+        if chunk_size is None or size <= chunk_size:
+            out_tree, results, _ = run(flat_args, size)
+        else:
+            out_tree, results = _chunked(run, flat_args, norm_axes, size, chunk_size, randomness)
         return tree.unflatten(out_tree, results)
 
     batched.__thunderx_transform__ = ("vmap", fun, in_axes)
     return batched
+
+
+def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, axis_name=None):
+    """Run `fun` batched over `size` elements: (out tree, outputs, their normalized out axes)."""
+    with new_trace(BatchTrace, size, randomness, axis_name) as trace:
+        ins = [
+            x if ax is None else BatchTracer(trace, x, ax) for x, ax in zip(flat_args, norm_axes)
+        ]
+        trace.input_ids.update(id(t) for t in ins)
+        env = () if trace.axis is None else (trace.axis,)
+        with _random_mode(trace), extend_axis_env(env):
+            call_args, call_kwargs = tree.unflatten(in_tree, ins)
+            out = fun(*call_args, **call_kwargs)
+        out_leaves, out_tree = tree.flatten(out)
+        unpacked = [trace.unpack(o) for o in out_leaves]
+    oaxes = _axes_for(out_axes, out, "out_axes")
+    from thunderx.primitives import shape as S
+
+    results, norm_oaxes = [], []
+    for (val, bdim), oax in zip(unpacked, oaxes):
+        if oax is None:
+            if bdim is not None:
+                raise ValueError(
+                    f"vmap out_axes=None for an output that depends on the batched inputs "
+                    f"(at {user_frame()})"
+                )
+            results.append(val)
+            norm_oaxes.append(None)
+            continue
+        if not is_tensor_like(val):
+            from thunderx.primitives import creation
+
+            val = creation.full((), val, get_aval(val).dtype)
+        nd = len(get_aval(val).shape) + (1 if bdim is None else 0)
+        oax = oax % nd
+        norm_oaxes.append(oax)
+        if bdim is None:
+            results.append(S.broadcast_batch(val, size, oax))
+        else:
+            results.append(S.moveaxis(val, bdim, oax))
+    return out_tree, results, norm_oaxes
+
+
+def _chunked(run, flat_args, norm_axes, size, chunk_size, randomness):
+    """torch.func's chunked vmap: map over slices of the batch, concatenate along the out axes.
+    With randomness='same' every chunk starts from the same RNG state, so all draw alike."""
+    from thunderx.core import is_top_level
+    from thunderx.primitives.slicing import concatenate, slice_in_dim
+
+    rng = None
+    if randomness == "same":
+        if not is_top_level():
+            raise ValueError(
+                "vmap(chunk_size=..., randomness='same') inside another transform cannot replay "
+                f"the random draws for each chunk; drop chunk_size there (at {user_frame()})"
+            )
+        rng = _rng_state()
+    chunks = []
+    for start in range(0, size, chunk_size):
+        stop = min(start + chunk_size, size)
+        xs = [
+            x if ax is None else slice_in_dim(x, start, stop, 1, ax)
+            for x, ax in zip(flat_args, norm_axes)
+        ]
+        if rng is not None:
+            _set_rng_state(rng)
+        chunks.append(run(xs, stop - start))
+    out_tree, _, oaxes = chunks[0]
+    results = []
+    for i, oax in enumerate(oaxes):
+        parts = [c[1][i] for c in chunks]
+        # out_axes=None: the output does not depend on the batch, every chunk has it whole
+        results.append(parts[0] if oax is None else concatenate(parts, oax))
+    return out_tree, results
+
+
+def _rng_state():
+    import torch
+
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state):
+    import torch
+
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _random_mode(trace):

@@ -187,7 +187,8 @@ def generate_source(
         lhs = ", ".join(namer(v) for v in out)
         if e.prim.multiple_results:
             lhs += "," if len(out) == 1 else ""
-        lines.append(f"    {lhs} = {expr}")
+        # an equation without outputs (a debug callback) is a statement
+        lines.append(f"    {lhs} = {expr}" if out else f"    {expr}")
         for v in out:
             if fresh:
                 root[id(v)] = id(v)

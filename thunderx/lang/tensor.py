@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from thunderx.core import Tracer
 from thunderx.errors import concretization, unsupported
 from thunderx.lang._base import (
     aval,
@@ -126,9 +127,12 @@ def _element_size(x):
     return torch.empty((), dtype=dtype(x)).element_size()
 
 
-def _concrete(what):
+def _concrete(method, what):
     def impl(x, *a, **k):
-        raise concretization(what, aval(x))
+        value = x.to_concrete() if isinstance(x, Tracer) else x
+        if value is None:
+            raise concretization(what, aval(x))
+        return getattr(value, method)(*a, **k)
 
     return impl
 
@@ -146,7 +150,7 @@ for _m, _what in (
     ("masked_select", "masked_select (data-dependent shape)"),
     ("unique", "unique (data-dependent shape)"),
 ):
-    register(methods=(_m,))(_concrete(_what))
+    register(methods=(_m,))(_concrete(_m, _what))
 
 
 @register(torch.nonzero, torch.masked_select, torch.unique, torch.argwhere)
@@ -157,11 +161,26 @@ def _data_dependent(x, *a, **k):
 # ------------------------------------------------------------------------------------ creation
 
 
+def _at_level(fn):
+    """A tensor created from a traced one lives at that value's transform level (as in
+    torch.func), so an in-place update of it with traced values can be functionalized."""
+
+    def created(x, *args, **kwargs):
+        out = fn(x, *args, **kwargs)
+        if isinstance(x, Tracer) and not (isinstance(out, Tracer) and out._trace is x._trace):
+            return x._trace.lift_created(out)
+        return out
+
+    created.__name__ = fn.__name__
+    return created
+
+
 def _like_dtype(x, dt):
     return dt if dt is not None else dtype(x)
 
 
 @register(torch.zeros_like)
+@_at_level
 def _zeros_like(
     x, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None
 ):
@@ -169,11 +188,13 @@ def _zeros_like(
 
 
 @register(torch.ones_like)
+@_at_level
 def _ones_like(x, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None):
     return C.full(shape(x), 1, _like_dtype(x, dtype), device or aval(x).device)
 
 
 @register(torch.empty_like)
+@_at_level
 def _empty_like(
     x, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None
 ):
@@ -181,6 +202,7 @@ def _empty_like(
 
 
 @register(torch.full_like)
+@_at_level
 def _full_like(
     x, fill_value, *, dtype=None, layout=None, device=None, requires_grad=False, memory_format=None
 ):
@@ -194,6 +216,7 @@ def _size_arg(size):
 
 
 @register(methods=("new_zeros",))
+@_at_level
 def _new_zeros(
     x, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
 ):
@@ -201,6 +224,7 @@ def _new_zeros(
 
 
 @register(methods=("new_ones",))
+@_at_level
 def _new_ones(
     x, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
 ):
@@ -208,6 +232,7 @@ def _new_ones(
 
 
 @register(methods=("new_empty",))
+@_at_level
 def _new_empty(
     x, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
 ):
@@ -215,6 +240,7 @@ def _new_empty(
 
 
 @register(methods=("new_full",))
+@_at_level
 def _new_full(
     x,
     size,

@@ -1,0 +1,218 @@
+"""The custom-derivative calls: custom_jvp_call, custom_vjp_call, and custom_lin (the linear half
+of a custom_vjp under reverse mode). Built by `thunderx.custom_jvp` / `custom_vjp`.
+
+As in JAX, the user's function is not traced when a rule answers: under `jvp`/`grad` the jvp
+rule (or `fwd`) runs on the primals and the function itself only runs where a primal is needed
+without a derivative. Params hold flat callables (`call`, `jvp`, `fwd`, `bwd`) over the
+operands after the first `num_consts` (closed-over values hoisted when staged); `jaxpr` is None
+until the call is staged into a jaxpr (jit, make_jaxpr), when `stage_rules` traces `call` once and
+the jaxpr becomes the definition of the primal.
+"""
+
+from __future__ import annotations
+
+from thunderx.ad_util import Zero, instantiate
+from thunderx.avals import is_float
+from thunderx.core import (
+    abstract_eval_rules,
+    batch_rules,
+    get_aval,
+    impl_rules,
+    jvp_rules,
+    linear_primitives,
+    new_primitive,
+    not_differentiable,
+    stage_rules,
+    transpose_rules,
+)
+from thunderx.ir import eval_jaxpr
+from thunderx.passes import call_primitives, closure_convert
+
+custom_jvp_call_p = new_primitive("custom_jvp_call", multiple_results=True)
+custom_vjp_call_p = new_primitive("custom_vjp_call", multiple_results=True)
+custom_lin_p = new_primitive("custom_lin", multiple_results=True)
+call_primitives.update({custom_jvp_call_p, custom_vjp_call_p})
+
+
+def _call_impl(*args, call, jaxpr, num_consts, **params):
+    if jaxpr is not None:
+        return eval_jaxpr(jaxpr, [], *args)
+    return call(*args[num_consts:])
+
+
+def _call_abstract_eval(*avals, jaxpr, **params):
+    if jaxpr is None:
+        raise TypeError("internal error: a custom call reached abstract evaluation unstaged")
+    for i, (a, v) in enumerate(zip(avals, jaxpr.invars)):
+        if a.shape != v.aval.shape or a.dtype != v.aval.dtype:
+            raise TypeError(f"call: operand {i} is {a.str_short()}, expected {v.aval.str_short()}")
+    return jaxpr.out_avals
+
+
+def _stage(args, params):
+    """Staged into a jaxpr: trace the primal function once; its consts become operands."""
+    if params["jaxpr"] is not None:
+        return args, params
+    from thunderx.tracing import trace_flat
+
+    # before staging no consts are hoisted: `call` takes every operand
+    call = params["call"]
+    closed, _ = trace_flat(lambda *xs: (call(*xs), None), [get_aval(a) for a in args])
+    return list(closed.consts) + list(args), {
+        **params,
+        "jaxpr": closure_convert(closed.jaxpr),
+        "num_consts": len(closed.consts),
+        "call": None,
+    }
+
+
+def _closure_error(name):
+    return TypeError(
+        f"{name}: the function closes over a value that is being differentiated; pass it as an "
+        "explicit argument instead"
+    )
+
+
+def _batch_size(args, dims):
+    return next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
+
+
+def _batched_call(params, args, dims, size):
+    """(new operands, params with call/jaxpr batched at out axis 0)."""
+    from thunderx.transforms.jit import batch_of_jaxpr
+    from thunderx.transforms.vmap import vmap
+
+    nc = params["num_consts"]
+    jaxpr = params["jaxpr"]
+    if jaxpr is not None:
+        new_jaxpr, consts, _ = batch_of_jaxpr(jaxpr, tuple(dims), size, force_out=0)
+        return list(consts) + list(args), {
+            **params,
+            "jaxpr": new_jaxpr,
+            "num_consts": len(consts) + nc,
+            "call": None,
+        }
+    call = vmap(params["call"], in_axes=tuple(dims[nc:]), out_axes=0, axis_size=size)
+    return list(args), {**params, "call": call}
+
+
+# ---------------------------------------------------------------------------- custom_jvp_call
+
+
+def _custom_jvp_jvp(primals, tangents, *, call, jvp, jaxpr, num_consts, name):
+    if any(type(t) is not Zero for t in tangents[:num_consts]):
+        raise _closure_error("custom_jvp")
+    out, t_out = jvp(list(primals[num_consts:]), list(tangents[num_consts:]))
+    # integer outputs carry no tangent
+    return out, [
+        t if is_float(get_aval(o).dtype) else Zero(get_aval(o)) for o, t in zip(out, t_out)
+    ]
+
+
+def _custom_jvp_batch(args, dims, *, jvp, num_consts, **params):
+    from thunderx.transforms.vmap import vmap
+
+    size = _batch_size(args, dims)
+    arg_dims = list(dims[num_consts:])
+
+    def batched_jvp(primals, tangents):
+        # tangents may hold symbolic zeros: vmap sees them as unbatched zeros
+        tangents = [instantiate(t) for t in tangents]
+        return vmap(
+            lambda p, t: tuple(jvp(p, t)), in_axes=(arg_dims, arg_dims), out_axes=0, axis_size=size
+        )(list(primals), tangents)
+
+    new_args, new_params = _batched_call(
+        {**params, "jvp": jvp, "num_consts": num_consts}, args, dims, size
+    )
+    outs = custom_jvp_call_p.bind(*new_args, **{**new_params, "jvp": batched_jvp})
+    return outs, [0] * len(outs)
+
+
+impl_rules[custom_jvp_call_p] = _call_impl
+abstract_eval_rules[custom_jvp_call_p] = _call_abstract_eval
+stage_rules[custom_jvp_call_p] = _stage
+jvp_rules[custom_jvp_call_p] = _custom_jvp_jvp
+batch_rules[custom_jvp_call_p] = _custom_jvp_batch
+
+# ---------------------------------------------------------------------------- custom_vjp_call
+
+
+def _custom_vjp_jvp(primals, tangents, *, call, fwd, bwd, jaxpr, num_consts, name):
+    if any(type(t) is not Zero for t in tangents[:num_consts]):
+        raise _closure_error("custom_vjp")
+    out_leaves, res_leaves = fwd(*primals[num_consts:])
+    ts = [instantiate(t) for t in tangents[num_consts:]]
+    t_out = custom_lin_p.bind(
+        *res_leaves,
+        *ts,
+        bwd=bwd,
+        num_res=len(res_leaves),
+        out_avals=tuple(get_aval(o).strip_weak() for o in out_leaves),
+    )
+    return out_leaves, t_out
+
+
+def _custom_vjp_batch(args, dims, *, fwd, bwd, num_consts, **params):
+    from thunderx.transforms.vmap import vmap
+
+    size = _batch_size(args, dims)
+    arg_dims = tuple(dims[num_consts:])
+
+    def batched_fwd(*xs):
+        out, res = vmap(lambda *a: tuple(fwd(*a)), in_axes=arg_dims, out_axes=0, axis_size=size)(
+            *xs
+        )
+        return list(out), list(res)
+
+    batched_bwd = vmap(bwd, in_axes=0, out_axes=0, axis_size=size)
+    new_args, new_params = _batched_call({**params, "num_consts": num_consts}, args, dims, size)
+    outs = custom_vjp_call_p.bind(*new_args, **new_params, fwd=batched_fwd, bwd=batched_bwd)
+    return outs, [0] * len(outs)
+
+
+impl_rules[custom_vjp_call_p] = _call_impl
+abstract_eval_rules[custom_vjp_call_p] = _call_abstract_eval
+stage_rules[custom_vjp_call_p] = _stage
+jvp_rules[custom_vjp_call_p] = _custom_vjp_jvp
+batch_rules[custom_vjp_call_p] = _custom_vjp_batch
+
+# --------------------------------------------------------------------------------- custom_lin
+
+
+def _custom_lin_impl(*args, **params):
+    raise TypeError(
+        "forward-mode differentiation (jvp, jacfwd) of a custom_vjp function is not supported: "
+        "it only defines reverse mode. Use custom_jvp for a function that needs both."
+    )
+
+
+def _custom_lin_transpose(cts, *args, bwd, num_res, out_avals):
+    cts_in = bwd(list(args[:num_res]), [instantiate(c) for c in cts])
+    return [None] * num_res + list(cts_in)
+
+
+def _custom_lin_batch(args, dims, *, bwd, num_res, out_avals):
+    from thunderx.primitives import shape as S
+    from thunderx.transforms.vmap import vmap
+
+    size = _batch_size(args, dims)
+    moved = [
+        S.broadcast_batch(a, size, 0) if d is None else S.moveaxis(a, d, 0)
+        for a, d in zip(args, dims)
+    ]
+    outs = custom_lin_p.bind(
+        *moved,
+        bwd=vmap(bwd, in_axes=0, out_axes=0, axis_size=size),
+        num_res=num_res,
+        out_avals=tuple(a.update(shape=(size,) + tuple(a.shape)) for a in out_avals),
+    )
+    return outs, [0] * len(outs)
+
+
+impl_rules[custom_lin_p] = _custom_lin_impl
+abstract_eval_rules[custom_lin_p] = lambda *avals, out_avals, **params: list(out_avals)
+transpose_rules[custom_lin_p] = _custom_lin_transpose
+batch_rules[custom_lin_p] = _custom_lin_batch
+linear_primitives.add(custom_lin_p)
+not_differentiable[custom_lin_p] = "the linear half of a custom_vjp: only its transpose exists"
