@@ -471,6 +471,50 @@ def test_tensor_parallel_mlp_equals_unsharded(world):
     assert pool(world).run(_check_tensor_parallel) == [True] * world
 
 
+# ----------------------------------------------------------------------------- 2-d meshes
+
+
+def _check_2d_mesh(rank, world, mesh):
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh2 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    x, w = _data(100, 6, 8), _data(101, 6, 4)
+    # blocks summed over the tp columns: rows stay sharded over dp, replicated over tp
+    f = thunderx.shard_map(
+        lambda b: lax.psum(b, "tp"), mesh2, in_specs=P("dp", "tp"), out_specs=P("dp", None)
+    )
+    expected = x.reshape(6, 2, 4).sum(1)
+    _close(f(x), expected, "psum over tp on a 2x2 mesh")
+    xt = x.clone().requires_grad_()
+    (ref,) = torch.autograd.grad((xt.reshape(6, 2, 4).sum(1) * w).sum(), xt)
+    _close(thunderx.grad(lambda x: (f(x) * w).sum())(x), ref, "grad on a 2x2 mesh")
+    # one tensor dim over both mesh dims (dp major), and axis_index over both names
+    g = thunderx.shard_map(
+        lambda b: b * (lax.axis_index(("dp", "tp")) + 1),
+        mesh2,
+        in_specs=P(("dp", "tp")),
+        out_specs=P(("dp", "tp")),
+    )
+    scale = torch.arange(1, 5, dtype=x.dtype).repeat_interleave(2).reshape(8, 1)
+    _close(g(_data(102, 8, 3)), _data(102, 8, 3) * scale, "dim over (dp, tp)")
+    # an input replicated over tp: its cotangent is the psum over tp; an output replicated over
+    # tp (by pmean): its cotangent is shared among the tp members
+    h = thunderx.shard_map(
+        lambda b: lax.pmean(b * (lax.axis_index("tp") + 1), "tp"),
+        mesh2,
+        in_specs=P("dp"),
+        out_specs=P("dp"),
+    )
+    _close(h(x), 1.5 * x, "replicated over tp")
+    _close(thunderx.grad(lambda x: (h(x) * x).sum())(x), 3.0 * x, "grad replicated over tp")
+    _close(thunderx.jit(thunderx.grad(lambda x: (h(x) * x).sum()))(x), 3.0 * x, "jit grad, 2-d")
+    return True
+
+
+def test_two_dimensional_mesh():
+    assert pool(4).run(_check_2d_mesh) == [True] * 4
+
+
 # ------------------------------------------------------------------------- DTensor in and out
 
 

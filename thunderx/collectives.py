@@ -159,6 +159,8 @@ def pmean(x: Any, axis_name):
     tensor([1., 1., 1.])
     """
     size = axis_size(axis_name)
+    if size == 1:
+        return x
     return _map(lambda v: v / size, psum(x, axis_name))
 
 
