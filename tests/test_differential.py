@@ -34,6 +34,8 @@ NOT_IN_TABLE = {
         "symmetric inputs the op table does not draw yet; their own tests cover them"
         for p in ("cholesky", "eigh", "expm", "expm_frechet", "lu", "qr", "svd", "triangular_solve")
     },
+    "conv_kernel_grad": "conv's weight cotangent: it appears only in conv's derivative, never in "
+    "a forward program the table draws; its own rules: tests/test_conv.py",
     "debug_callback": "a host callback (printing), no value of its own: tests/test_api_pieces.py",
 }
 

@@ -36,7 +36,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "cosine_similarity's Hessian at a zero vector (eps clamp): thunderx twice torch's value",
     ),
     ("clamp_tensor", "*", "kink"): ("semantics", "clamp(x, min=y) with x == y: " + _TIE),
-    ("max_pool2d", "*", "kink"): ("semantics", "max_pool2d with ties in a window: " + _TIE),
     ("layer_norm", "*", "kink"): ("semantics", "layer_norm of a constant row (variance 0)"),
     ("logaddexp", "*", "thunderx-wrong"): ("semantics", "logaddexp(x, x): " + _SECOND),
     ("huber_loss", "*", "thunderx-wrong"): ("semantics", "huber_loss at 0: " + _SECOND),
@@ -58,11 +57,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "log10 is log(x) * (1 / ln 10): one ulp off torch.log10 (log10(0.1) = "
         "-0.9999999999999998), which a later ceil/floor turns into a different value",
     ),
-    ("relu", "*", "forward"): (
-        "semantics",
-        "relu(nan) is 0, torch nan: select(x > 0, x, 0) drops the nan",
-    ),
-    ("relu", "*", "unresolved"): ("semantics", "relu's tangent at nan: 0, torch nan"),
     ("hardsigmoid", "*", "unresolved"): ("semantics", "hardsigmoid's tangent at nan: nan, torch 0"),
     ("huber_loss", "*", "kink"): ("semantics", "huber_loss's Hessian where |d| == delta"),
     **{
@@ -91,8 +85,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("atan2", "*", "kink"): ("zero", 5, "jvp"),
     ("fmax", "*", "kink"): ("tie", 0, "jvp"),
     ("cosine_similarity", "*", "kink"): ("zero", 4, "hessian"),
-    ("relu", "*", "forward"): ("one", 2, "vmap", ("std", "relu")),
-    ("relu", "*", "unresolved"): ("one", 2, "jvp", ("std", "relu")),
     ("hardsigmoid", "*", "unresolved"): ("empty", 2, "jvp", ("mean", "asinh", "hardsigmoid")),
     ("huber_loss", "*", "kink"): ("zero", 0, "hessian", ("log2", "selu", "hardtanh", "huber_loss")),
     **{
@@ -118,7 +110,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("huber_loss", "*", "thunderx-wrong"): ("zero", 0, "hessian"),
     ("layer_norm", "*", "kink"): ("big", 0, "hessian"),
     ("logaddexp", "*", "thunderx-wrong"): ("zero", 5, "hessian"),
-    ("max_pool2d", "*", "kink"): ("zero", 0, "grad"),
     ("sdpa", "*", "error"): ("empty", 0, "grad"),
     ("smooth_l1_loss", "*", "thunderx-wrong"): ("zero", 0, "hessian"),
     ("var", "*", "thunderx-wrong"): ("empty", 0, "jvp"),
