@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.func as tf
 import torch.nn.functional as F
-from harness import compare, timed
+from harness import compare, first_call, timed
 
 import thunderx as tx
 
@@ -27,6 +27,54 @@ def _row(case, cand, base, res, key, note=""):
         "baseline_ms": res["__baseline__"][1] * 1e3,
         "note": note,
     }
+
+
+# `run.py --no-compile` turns the torch.compile peers off (they cost most of the suite's time:
+# a cold compile of a functorch transform takes 10-60 s on 2 threads).
+COMPILE_PEERS = [True]
+
+
+def compile_peer(fn, *args):
+    """(torch.compile(fn), its cold first call in seconds, None), or (None, None, why not)."""
+    if not COMPILE_PEERS[0]:
+        return None, None, "torch.compile peer skipped (--no-compile)"
+    try:
+        comp = torch.compile(fn)
+        return comp, first_call(comp, *args), None
+    except Exception as e:  # noqa: BLE001 - the reason goes into the results
+        return None, None, f"torch.compile failed: {type(e).__name__}: {str(e)[:100]}"
+
+
+def compile_row(case, cand, peer, res, key, comp_first, ours_first=None, why=None):
+    """`key` against the "tc" candidate (torch.compile of the peer), both timed against the same
+    baseline in the same rounds: the ratio of their median ratios."""
+    if why is not None:
+        nan = float("nan")
+        return {
+            "case": case,
+            "candidate": cand,
+            "baseline": f"torch.compile({peer})",
+            "ratio": nan,
+            "ms": nan,
+            "baseline_ms": nan,
+            "note": why,
+        }
+    note = f"first call: torch.compile {comp_first * 1e3:.0f} ms"
+    if ours_first is not None:
+        note += f", ours {ours_first * 1e3:.0f} ms"
+    return {
+        "case": case,
+        "candidate": cand,
+        "baseline": f"torch.compile({peer})",
+        "ratio": res[key][0] / res["tc"][0],
+        "ms": res[key][1] * 1e3,
+        "baseline_ms": res["tc"][1] * 1e3,
+        "note": note,
+    }
+
+
+def with_compile(cands, comp):
+    return {**cands, "tc": comp} if comp is not None else cands
 
 
 def mlp_init(dims, seed=0):
@@ -56,16 +104,23 @@ def per_example_mlp(rounds):
     theirs = tf.vmap(tf.grad(mlp_loss), in_dims=(None, 0, 0))
     compile_s = timed(lambda: ours(params, x, y))
     _check(ours(params, x, y), theirs(params, x, y))
-    res = compare(lambda: theirs(params, x, y), {"t": lambda: ours(params, x, y)}, rounds)
+    comp, comp_first, why = compile_peer(theirs, params, x, y)
+    res = compare(
+        lambda: theirs(params, x, y),
+        with_compile({"t": lambda: ours(params, x, y)}, comp and (lambda: comp(params, x, y))),
+        rounds,
+    )
+    case = "per-example grads, MLP 128-128-128-10, batch 256"
     return [
         _row(
-            "per-example grads, MLP 128-128-128-10, batch 256",
+            case,
             "jit(vmap(grad))",
             "torch.func vmap(grad)",
             res,
             "t",
             f"trace+compile {compile_s * 1e3:.0f} ms",
-        )
+        ),
+        compile_row(case, "jit(vmap(grad))", "vmap(grad)", res, "t", comp_first, compile_s, why),
     ]
 
 
@@ -100,18 +155,23 @@ def per_example_cnn(rounds):
     theirs = tf.vmap(tf.grad(loss_ref), in_dims=(None, 0, 0))
     compile_s = timed(lambda: ours(params, x, y))
     _check(ours(params, x, y), theirs(params, x, y), 1e-3)
+    comp, comp_first, why = compile_peer(theirs, params, x, y)
     res = compare(
-        lambda: theirs(params, x, y), {"t": lambda: ours(params, x, y)}, max(3, rounds // 3)
+        lambda: theirs(params, x, y),
+        with_compile({"t": lambda: ours(params, x, y)}, comp and (lambda: comp(params, x, y))),
+        max(3, rounds // 3),
     )
+    case = "per-example grads, tutorial CNN, batch 64"
     return [
         _row(
-            "per-example grads, tutorial CNN, batch 64",
+            case,
             "jit(vmap(grad))",
             "torch.func vmap(grad)",
             res,
             "t",
             f"trace+compile {compile_s * 1e3:.0f} ms",
-        )
+        ),
+        compile_row(case, "jit(vmap(grad))", "vmap(grad)", res, "t", comp_first, compile_s, why),
     ]
 
 
@@ -122,12 +182,25 @@ def ensembling(rounds):
     ours = tx.jit(tx.vmap(mlp_apply, in_axes=(0, None)))
     theirs = tf.vmap(mlp_apply, in_dims=(0, None))
     _check(ours(stacked, x), theirs(stacked, x))
+    comp, comp_first, why = compile_peer(theirs, stacked, x)
     res = compare(
         lambda: theirs(stacked, x),
-        {"t": lambda: ours(stacked, x), "eager": lambda: [mlp_apply(m, x) for m in models]},
+        with_compile(
+            {"t": lambda: ours(stacked, x), "eager": lambda: [mlp_apply(m, x) for m in models]},
+            comp and (lambda: comp(stacked, x)),
+        ),
         rounds,
     )
     return [
+        compile_row(
+            "ensembling, 10 MLPs 784-128-128-10, batch 64",
+            "jit(vmap(f))",
+            "vmap",
+            res,
+            "t",
+            comp_first,
+            why=why,
+        ),
         _row(
             "ensembling, 10 MLPs 784-128-128-10, batch 64",
             "jit(vmap(f))",
@@ -157,16 +230,15 @@ def jacobians(rounds):
             ("jacrev", tx.jit(tx.jacrev(f)), tf.jacrev(f)),
         ):
             _check(ours(x), theirs(x))
-            res = compare(lambda: theirs(x), {"t": lambda: ours(x)}, rounds)
-            rows.append(
-                _row(
-                    f"{name}, tanh(linear) Din={din} Dout={dout}",
-                    f"jit({name})",
-                    f"torch.func {name}",
-                    res,
-                    "t",
-                )
+            comp, comp_first, why = compile_peer(theirs, x)
+            res = compare(
+                lambda: theirs(x),
+                with_compile({"t": lambda: ours(x)}, comp and (lambda: comp(x))),
+                rounds,
             )
+            case = f"{name}, tanh(linear) Din={din} Dout={dout}"
+            rows.append(_row(case, f"jit({name})", f"torch.func {name}", res, "t"))
+            rows.append(compile_row(case, f"jit({name})", name, res, "t", comp_first, why=why))
     return rows
 
 
@@ -186,16 +258,25 @@ def pinn_hessian(rounds):
     theirs = tf.vmap(tf.hessian(u))
     compile_s = timed(lambda: ours(pts))
     _check(ours(pts), theirs(pts))
-    res = compare(lambda: theirs(pts), {"t": lambda: ours(pts)}, rounds)
+    comp, comp_first, why = compile_peer(theirs, pts)
+    res = compare(
+        lambda: theirs(pts),
+        with_compile({"t": lambda: ours(pts)}, comp and (lambda: comp(pts))),
+        rounds,
+    )
+    case = "batched Hessian, PINN MLP 2-64-64-1 tanh, batch 256"
     return [
         _row(
-            "batched Hessian, PINN MLP 2-64-64-1 tanh, batch 256",
+            case,
             "jit(vmap(hessian))",
             "torch.func vmap(hessian)",
             res,
             "t",
             f"trace+compile {compile_s * 1e3:.0f} ms",
-        )
+        ),
+        compile_row(
+            case, "jit(vmap(hessian))", "vmap(hessian)", res, "t", comp_first, compile_s, why
+        ),
     ]
 
 
@@ -207,15 +288,16 @@ def hvp(rounds):
     ours = tx.jit(lambda p, v: tx.jvp(tx.grad(flat), (p,), (v,))[1])
     theirs = lambda p, v: tf.jvp(tf.grad(flat), (p,), (v,))[1]  # noqa: E731
     _check(ours(params, v), theirs(params, v))
-    res = compare(lambda: theirs(params, v), {"t": lambda: ours(params, v)}, rounds)
+    comp, comp_first, why = compile_peer(theirs, params, v)
+    res = compare(
+        lambda: theirs(params, v),
+        with_compile({"t": lambda: ours(params, v)}, comp and (lambda: comp(params, v))),
+        rounds,
+    )
+    case = "Hessian-vector product (fwd-over-rev), MLP 64-64-1"
     return [
-        _row(
-            "Hessian-vector product (fwd-over-rev), MLP 64-64-1",
-            "jit(jvp(grad))",
-            "torch.func jvp(grad)",
-            res,
-            "t",
-        )
+        _row(case, "jit(jvp(grad))", "torch.func jvp(grad)", res, "t"),
+        compile_row(case, "jit(jvp(grad))", "jvp(grad)", res, "t", comp_first, why=why),
     ]
 
 
@@ -311,59 +393,3 @@ def jax_trace(rounds):
             "t",
         )
     ]
-
-
-def gpu_cases(rounds):
-    if not torch.cuda.is_available():
-        return []
-    from thunderx.executors.nvfuser_exec import nvfuser_available, nvfuser_import_error
-
-    rows = []
-    dev = "cuda"
-    n = 1 << 24
-    src = torch.randn(n, device=dev)
-    dst = torch.empty_like(src)
-    torch.cuda.synchronize()
-
-    def copy():
-        dst.copy_(src)
-        torch.cuda.synchronize()
-
-    t_copy = min(timed(copy) for _ in range(10))
-    copy_gbs = 2 * n * 4 / t_copy / 1e9
-    x = torch.randn(8192, 4096, device=dev)
-    b = torch.randn(4096, device=dev)
-    w = torch.randn(4096, device=dev)
-    chains = {
-        "bias+gelu": (lambda x, b: F.gelu(x + b), (x, b), 3),
-        "layer_norm": (lambda x, w: F.layer_norm(x, (4096,), w, w), (x, w), 2),
-        "softmax": (lambda x: torch.softmax(x, -1), (x,), 2),
-        "rmsnorm backward": (tx.grad(lambda x, w: F.rms_norm(x, (4096,), w).sum()), (x, w), 3),
-    }
-    for name, (f, args, passes) in chains.items():
-        eager = f
-        jit_nvf = tx.jit(f, executor="nvfuser" if nvfuser_available() else "torch")
-        comp = torch.compile(f) if name != "rmsnorm backward" else None
-
-        def sync(fn):
-            def run():
-                fn(*args)
-                torch.cuda.synchronize()
-
-            return run
-
-        jit_nvf(*args)
-        cands = {"t": sync(jit_nvf)}
-        if comp is not None:
-            comp(*args)
-            cands["compile"] = sync(comp)
-        res = compare(sync(eager), cands, rounds)
-        bytes_moved = passes * x.numel() * 4
-        gbs = bytes_moved / res["t"][1] / 1e9
-        note = f"{gbs:.0f} GB/s = {gbs / copy_gbs:.0%} of copy" + (
-            "" if nvfuser_available() else f"; nvFuser unavailable: {nvfuser_import_error()}"
-        )
-        rows.append(_row(f"GPU {name}", "jit (nvFuser)", "torch eager", res, "t", note))
-        if "compile" in res:
-            rows.append(_row(f"GPU {name}", "torch.compile", "torch eager", res, "compile"))
-    return rows

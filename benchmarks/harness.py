@@ -4,6 +4,7 @@ machine are noise, ratios measured in the same second are not)."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 
@@ -49,3 +50,41 @@ def timed(fn) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+_warm: list = []
+
+
+def warm_compiler() -> None:
+    """Import and start dynamo/inductor once on an unrelated function, so a first-call time
+    measures compiling the case, not starting the compiler."""
+    if not _warm:
+        import torch
+
+        torch.compile(lambda z: z.sin() + 1)(torch.randn(3))
+        _warm.append(True)
+
+
+@contextlib.contextmanager
+def cold_compile_caches():
+    """No compiled graph reused from disk or memory (torch's and thunderx's): a call compiles."""
+    import torch
+    import torch._inductor.config as cfg
+
+    from thunderx.executors.inductor_exec import clear_kernel_cache
+
+    torch._dynamo.reset()
+    clear_kernel_cache()
+    old = cfg.force_disable_caches
+    cfg.force_disable_caches = True
+    try:
+        yield
+    finally:
+        cfg.force_disable_caches = old
+
+
+def first_call(fn, *args) -> float:
+    """Seconds of fn's first call with cold compile caches (a warm compiler)."""
+    warm_compiler()
+    with cold_compile_caches():
+        return timed(lambda: fn(*args))

@@ -3,6 +3,7 @@
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
     binary,
     collectives,
+    cond,
     conv,
     creation,
     custom,
@@ -10,8 +11,15 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     higher_order,
     indexing,
     linalg,
+    linalg_decomp,
+    matrix_functions,
+    pooling,
     reductions,
+    remat,
+    scan,
     shape,
     slicing,
+    sort,
     unary,
+    while_loop,
 )

@@ -16,8 +16,10 @@ def is_scalar(x) -> bool:
 
 def nary_abstract_eval(name: str, *avals: ShapedArray, out_dtype=None) -> ShapedArray:
     """Operands share one shape and dtype; Python scalars (weak, rank 0) may stand for either."""
-    strong = [a for a in avals if not a.weak_type]
-    if not strong:
+    # weak operands (Python scalars, jit's scalar arguments) take the others' dtype; with
+    # only weak operands, the first one decides
+    strong = [a for a in avals if not a.weak_type] or [a.strip_weak() for a in avals[:1]]
+    if not avals:
         raise TypeError(f"{name}: at least one operand must be a tensor")
     ref = strong[0]
     for a in strong[1:]:

@@ -95,7 +95,7 @@ div_p = def_binary(
     ),
     lambda args, avals: (
         f"({args[0]} / {args[1]})"
-        if any(a.dtype.is_floating_point for a in avals if not a.weak_type)
+        if any(a.dtype.is_floating_point for a in ([a for a in avals if not a.weak_type] or avals))
         else f"torch.div({args[0]}, {args[1]}, rounding_mode='trunc')"
     ),
     "div",
@@ -205,10 +205,21 @@ defjvp(add_p, lambda t, x, y, out: t, lambda t, x, y, out: t)
 defjvp(sub_p, lambda t, x, y, out: t, lambda t, x, y, out: neg(t))
 defjvp(mul_p, lambda t, x, y, out: mul(t, y), lambda t, x, y, out: mul(x, t))
 defjvp(div_p, lambda t, x, y, out: div(t, y), lambda t, x, y, out: neg(mul(t, div(out, y))))
+
+
+def _atan2_recip(x, y):
+    # 1 / (x^2 + y^2), 0 at the origin: torch's convention for atan2's derivative at (0, 0)
+    from thunderx.primitives import unary
+
+    denom = add(mul(x, x), mul(y, y))
+    zero = eq(denom, 0.0)
+    return unary.select(zero, 0.0, div(1.0, unary.select(zero, 1.0, denom)))
+
+
 defjvp(
     atan2_p,
-    lambda t, x, y, out: mul(t, div(y, add(mul(x, x), mul(y, y)))),
-    lambda t, x, y, out: mul(t, div(neg(x), add(mul(x, x), mul(y, y)))),
+    lambda t, x, y, out: mul(t, mul(y, _atan2_recip(x, y))),
+    lambda t, x, y, out: mul(t, mul(neg(x), _atan2_recip(x, y))),
 )
 
 

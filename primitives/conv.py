@@ -4,9 +4,10 @@ derivatives of any order and vmap stay inside the primitive set."""
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
-from thunderx.ad_util import Zero, add_tangents, is_undefined
+from thunderx.ad_util import UndefinedPrimal, Zero, add_tangents, is_undefined
 from thunderx.avals import ShapedArray
 from thunderx.core import (
     abstract_eval_rules,
@@ -130,6 +131,17 @@ def _conv_transpose(ct, x, w, *, window_strides, padding, lhs_dilation, rhs_dila
     x_shape, w_shape = S._shape(x), w.aval.shape
     ct_shape = S._shape(ct)
     n = len(x_shape) - 2
+    if _kernel_grad_applies(padding, lhs_dilation):
+        ct_w = conv_kernel_grad_p.bind(
+            ct,
+            x,
+            kernel_shape=tuple(w_shape),
+            window_strides=window_strides,
+            padding=padding,
+            rhs_dilation=rhs_dilation,
+            groups=groups,
+        )
+        return [None, ct_w]
     if groups == 1 and all(d == 1 for d in lhs_dilation):
         return [None, _kernel_grad_im2col(ct, x, w_shape, window_strides, padding, rhs_dilation)]
     pads = []
@@ -239,3 +251,113 @@ jvp_rules[conv_p] = _conv_jvp
 transpose_rules[conv_p] = _conv_transpose
 batch_rules[conv_p] = _conv_batch
 linear_primitives.add(conv_p)
+
+
+# ------------------------------------------------------------------ the kernel's cotangent
+
+# The kernel cotangent as one primitive, so it runs as torch's own convolution_backward kernel
+# (what torch.autograd and torch.func call) instead of a composition of convolutions or patches.
+# It is bilinear in (ct, x); its transposes are the forward convolution and the input transpose.
+conv_kernel_grad_p = new_primitive("conv_kernel_grad")
+
+
+def _kernel_grad_applies(padding, lhs_dilation) -> bool:
+    """convolution_backward takes symmetric padding and no input dilation."""
+    return all(lo == hi and lo >= 0 for lo, hi in padding) and all(d == 1 for d in lhs_dilation)
+
+
+def _kg_abstract_eval(ct, x, *, kernel_shape, window_strides, padding, rhs_dilation, groups):
+    if ct.dtype != x.dtype or ct.ndim != x.ndim or ct.shape[0] != x.shape[0]:
+        raise TypeError(f"conv_kernel_grad: cotangent {ct.str_short()} vs input {x.str_short()}")
+    if kernel_shape[0] != ct.shape[1] or kernel_shape[1] * groups != x.shape[1]:
+        raise TypeError(f"conv_kernel_grad: kernel {kernel_shape} does not fit {x.str_short()}")
+    return ShapedArray(tuple(kernel_shape), x.dtype, x.device)
+
+
+def _kg_impl(ct, x, *, kernel_shape, window_strides, padding, rhs_dilation, groups):
+    # only the weight's shape is read when just the kernel gradient is asked for; it must be
+    # contiguous all the same (an expanded one sends oneDNN to a 5x slower path)
+    w = x.new_empty(kernel_shape)
+    n = len(kernel_shape) - 2
+    return torch.ops.aten.convolution_backward(
+        ct,
+        x,
+        w,
+        None,
+        list(window_strides),
+        [lo for lo, _ in padding],
+        list(rhs_dilation),
+        False,
+        [0] * n,
+        groups,
+        [False, True, False],
+    )[1]
+
+
+def _kg_conv_params(padding, window_strides, rhs_dilation, groups, n):
+    return dict(
+        window_strides=window_strides,
+        padding=padding,
+        lhs_dilation=(1,) * n,
+        rhs_dilation=rhs_dilation,
+        groups=groups,
+    )
+
+
+def _kg_jvp(primals, tangents, **params):
+    ct, x = primals
+    t_ct, t_x = tangents
+    out = conv_kernel_grad_p.bind(ct, x, **params)
+    t = Zero(get_aval(out))
+    if type(t_ct) is not Zero:
+        t = add_tangents(t, conv_kernel_grad_p.bind(t_ct, x, **params))
+    if type(t_x) is not Zero:
+        t = add_tangents(t, conv_kernel_grad_p.bind(ct, t_x, **params))
+    return out, t
+
+
+def _kg_transpose(ct_w, ct, x, *, kernel_shape, window_strides, padding, rhs_dilation, groups):
+    n = len(kernel_shape) - 2
+    cp = _kg_conv_params(padding, window_strides, rhs_dilation, groups, n)
+    if type(ct_w) is Zero:
+        return [None, None]
+    if is_undefined(ct) and is_undefined(x):
+        raise TypeError("conv_kernel_grad is not linear in both operands at once")
+    if is_undefined(ct):
+        # <conv_kernel_grad(ct, x), W> = <ct, conv(x, W)>
+        return [conv_p.bind(x, ct_w, **cp), None]
+    # linear in x: the transpose of x -> conv(x, W), applied to ct
+    (ct_x, _) = _conv_transpose(ct, UndefinedPrimal(x.aval), ct_w, **cp)
+    return [None, ct_x]
+
+
+def _kg_batch(args, dims, *, kernel_shape, window_strides, padding, rhs_dilation, groups):
+    """Per-example kernel gradients: the batch folds into the groups, so B examples are one
+    grouped convolution_backward (measured 2x faster than patches-times-cotangent on the
+    tutorial CNN, and what torch.func does)."""
+    (ct, x), (dc, dx) = args, dims
+    size = S._shape(ct)[dc] if dc is not None else S._shape(x)[dx]
+    ct = S.moveaxis(ct, dc, 1) if dc is not None else S.broadcast_batch(ct, size, 1)
+    x = S.moveaxis(x, dx, 1) if dx is not None else S.broadcast_batch(x, size, 1)
+    cs, xs = S._shape(ct), S._shape(x)  # (N, B, O, ...), (N, B, C, ...)
+    ct = S.reshape(ct, (cs[0], cs[1] * cs[2]) + cs[3:])
+    x = S.reshape(x, (xs[0], xs[1] * xs[2]) + xs[3:])
+    o = kernel_shape[0]
+    out = conv_kernel_grad_p.bind(
+        ct,
+        x,
+        kernel_shape=(size * o,) + tuple(kernel_shape[1:]),
+        window_strides=window_strides,
+        padding=padding,
+        rhs_dilation=rhs_dilation,
+        groups=size * groups,
+    )
+    return S.reshape(out, (size,) + tuple(kernel_shape)), 0
+
+
+impl_rules[conv_kernel_grad_p] = _kg_impl
+abstract_eval_rules[conv_kernel_grad_p] = _kg_abstract_eval
+jvp_rules[conv_kernel_grad_p] = _kg_jvp
+transpose_rules[conv_kernel_grad_p] = _kg_transpose
+batch_rules[conv_kernel_grad_p] = _kg_batch
+linear_primitives.add(conv_kernel_grad_p)

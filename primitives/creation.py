@@ -91,6 +91,7 @@ for _p, _fn in ((random_uniform_p, "rand"), (random_normal_p, "randn")):
         )
     )(_fn)
     not_differentiable[_p] = "a random draw has no operands"
+    # each draw is new: never merged by CSE, folded or dropped as if pure
     effectful_primitives.add(_p)
 
 

@@ -44,9 +44,10 @@ def stop_gradient(x):
     >>> thunderx.grad(lambda x: x * thunderx.stop_gradient(x))(torch.tensor(3.))
     tensor(3.)
     """
-    from thunderx import tree
+    from thunderx import tree, validate
     from thunderx.core import Tracer
 
+    validate.check_leaves(x, "stop_gradient", "its argument")
     return tree.map(lambda v: stop_gradient_p.bind(v) if isinstance(v, Tracer) else v, x)
 
 

@@ -111,7 +111,9 @@ def _kept(shape, axes):
 
 
 def _extremum_jvp(prim):
-    """Tangent is the mean of the tangents at the locations attaining the extremum (JAX's rule)."""
+    """Tangent is the mean of the tangents at the locations attaining the extremum (JAX's and
+    torch's amax rule). Tangents elsewhere are selected away, not multiplied by 0: an infinite
+    tangent at an unselected location must not turn the result into nan (0 * inf)."""
 
     def rule(primals, tangents, *, axes):
         (x,), (t,) = primals, tangents
@@ -119,11 +121,9 @@ def _extremum_jvp(prim):
         if type(t) is Zero:
             return y, Zero(get_aval(y))
         shape = _shape(x)
-        loc = U.convert(
-            B.eq(x, S.broadcast_in_dim(y, shape, _kept(shape, axes))), get_aval(x).dtype
-        )
-        count = reduce_sum(loc, axes)
-        return y, B.div(reduce_sum(B.mul(t, loc), axes), count)
+        hit = B.eq(x, S.broadcast_in_dim(y, shape, _kept(shape, axes)))
+        count = reduce_sum(U.convert(hit, get_aval(x).dtype), axes)
+        return y, B.div(reduce_sum(U.select(hit, t, 0.0), axes), count)
 
     jvp_rules[prim] = rule
 
@@ -133,25 +133,34 @@ _extremum_jvp(reduce_min_p)
 
 
 def _prod_jvp(primals, tangents, *, axes):
-    """d prod = sum_i t_i * prod_{j != i} x_j, exact where x has zeros."""
+    """d prod = sum_i t_i * prod_{j != i} x_j, with the products of the others taken without
+    division (exact where x has zeros or infinities, as torch's rule)."""
     (x,), (t,) = primals, tangents
     y = reduce_prod(x, axes)
     if type(t) is Zero:
         return y, Zero(get_aval(y))
+    return y, reduce_sum(B.mul(t, _products_of_others(x, axes)), axes)
+
+
+def _products_of_others(x, axes):
+    """For each element, the product of the other elements of its reduction group: exclusive
+    cumulative products from the left times those from the right."""
+    from thunderx.primitives import slicing
+
     shape = _shape(x)
     kept = _kept(shape, axes)
-    dtype = get_aval(x).dtype
-    is_zero = B.eq(x, 0.0)
-    nonzero = U.select(is_zero, 1.0, x)
-    prod_nonzero = S.broadcast_in_dim(reduce_prod(nonzero, axes), shape, kept)
-    zeros = S.broadcast_in_dim(reduce_sum(U.convert(is_zero, dtype), axes), shape, kept)
-    y_b = S.broadcast_in_dim(y, shape, kept)
-    others = U.select(
-        is_zero,
-        U.select(B.eq(zeros, 1.0), prod_nonzero, 0.0),
-        U.select(B.eq(zeros, 0.0), B.div(y_b, nonzero), 0.0),
-    )
-    return y, reduce_sum(B.mul(t, others), axes)
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    perm = kept + tuple(axes)
+    r = len(kept)
+    flat = S.reshape(S.transpose(x, perm), tuple(shape[k] for k in kept) + (n,))
+    shift = [(0, 0, 0)] * r + [(1, -1, 0)]  # (1, a, b, ...) from (a, b, c, ...)
+    left = slicing.pad(cumprod(flat, r), 1.0, shift)
+    rev = slicing.rev(flat, (r,))
+    right = slicing.rev(slicing.pad(cumprod(rev, r), 1.0, shift), (r,))
+    others = S.reshape(B.mul(left, right), tuple(shape[p] for p in perm))
+    return S.transpose(others, S._inverse(perm))
 
 
 jvp_rules[reduce_prod_p] = _prod_jvp

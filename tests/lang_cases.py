@@ -1,6 +1,7 @@
 """Torch functions through the language layer: each case is (id, fn, args factory)."""
 
 import math
+import random
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +24,10 @@ def unit(*shape, **k):
 
 
 def idx(n, *shape, seed=0):
-    return torch.randint(0, n, shape, generator=torch.Generator().manual_seed(seed))
+    # Python's RNG: a torch random call inside a transformed function is a random op under vmap
+    # (refused with randomness='error', as torch.func does), while these are constant indices
+    rng = random.Random(seed)
+    return torch.tensor([rng.randrange(n) for _ in range(math.prod(shape))]).reshape(shape)
 
 
 CASES = []

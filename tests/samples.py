@@ -24,6 +24,9 @@ class Sample:
     rtol: float = 1e-5
     atol: float = 1e-6
     eps: float = 1e-6
+    # position -> function applied to that operand inside every checked function (symmetric
+    # operands of cholesky/eigh, whose tangents torch symmetrizes)
+    prepare: dict = dataclasses.field(default_factory=dict)
 
 
 # Checked by other tests (API, custom rules, jit) rather than from random operands.
@@ -444,3 +447,67 @@ def _(d):
     x = d.tensor((n, c) + spatial)
     w = d.tensor((o, c // groups) + window)
     return Sample([x, w], params)
+
+
+def _pool_sample(d):
+    nsp = d.int(1, 2)
+    kernel = tuple(d.int(1, 3) for _ in range(nsp))
+    dilation = tuple(d.choice([1, 1, 2]) for _ in range(nsp))
+    params = {
+        "kernel": kernel,
+        "stride": tuple(d.int(1, 2) for _ in range(nsp)),
+        "padding": tuple(d.int(0, k // 2) for k in kernel),
+        "dilation": dilation,
+        "ceil_mode": d.bool(),
+    }
+    spatial = tuple(d.int((k - 1) * r + 1, (k - 1) * r + 4) for k, r in zip(kernel, dilation))
+    lead = d.shape(1, 2, max_side=3)
+    return Sample([d.tensor(lead + spatial)], params)
+
+
+@sample("max_pool")
+def _(d):
+    return _pool_sample(d)
+
+
+@sample("max_pool_argmax")
+def _(d):
+    return _pool_sample(d)
+
+
+@sample("conv_kernel_grad")
+def _(d):
+    from thunderx.primitives.conv import _out_shape
+
+    nsp = d.int(1, 2)
+    groups = d.choice([1, 2])
+    c, o, n = 2 * groups, 2 * groups, d.int(1, 2)
+    window = tuple(d.int(1, 3) for _ in range(nsp))
+    strides = tuple(d.int(1, 2) for _ in range(nsp))
+    padding = tuple((p, p) for p in (d.int(0, 1) for _ in range(nsp)))
+    dilation = tuple(d.choice([1, 1, 2]) for _ in range(nsp))
+    spatial = tuple(max(d.int(w + 1, w + 4), (w - 1) * r + 1) for w, r in zip(window, dilation))
+    kernel = (o, c // groups) + window
+    out = _out_shape((n, c) + spatial, kernel, strides, padding, (1,) * nsp, dilation)
+    params = {
+        "kernel_shape": kernel,
+        "window_strides": strides,
+        "padding": padding,
+        "rhs_dilation": dilation,
+        "groups": groups,
+    }
+    return Sample([d.tensor(out), d.tensor((n, c) + spatial)], params)
+
+
+def _control_flow(name):
+    from .samples_control_flow import SAMPLERS
+
+    return lambda d: SAMPLERS[name](d, Sample)
+
+
+for _name in ("cond", "scan", "while", "checkpoint"):
+    SAMPLES[_name] = _control_flow(_name)
+
+
+# Samples of the linear algebra and sorting primitives register themselves into SAMPLES.
+from . import samples_linalg  # noqa: E402, F401

@@ -74,7 +74,7 @@ def _bound(prim, sample, positions):
     def f(*xs):
         args = list(sample.args)
         for p, x in zip(positions, xs):
-            args[p] = x
+            args[p] = sample.prepare[p](x) if p in sample.prepare else x
         out = prim.bind(*args, **sample.params)
         return tuple(out) if prim.multiple_results else out
 
@@ -148,7 +148,14 @@ def test_vjp_is_the_transpose_of_jvp(name, data):
     ts = [torch.randn(p.shape, dtype=p.dtype, generator=gen) for p in primals]
     out, t_out = thunderx.jvp(f, tuple(primals), tuple(ts))
     _, f_vjp = thunderx.vjp(f, *primals)
-    ct = thunderx.tree.map(lambda o: torch.randn(o.shape, dtype=o.dtype, generator=gen), out)
+    ct = thunderx.tree.map(
+        lambda o: (
+            torch.randn(o.shape, dtype=o.dtype, generator=gen)
+            if o.dtype.is_floating_point
+            else torch.zeros_like(o)
+        ),
+        out,
+    )
     lhs = _inner(ct, t_out)
     rhs = _inner(f_vjp(ct), ts)
     assert torch.allclose(lhs, rhs, rtol=1e-6, atol=1e-8), (
@@ -158,7 +165,9 @@ def test_vjp_is_the_transpose_of_jvp(name, data):
 
 LINEAR = [n for n in TESTED if core.primitives[n] in core.linear_primitives]
 # For bilinear primitives only the first operand is taken as the linear one.
-_BILINEAR = {"mul", "div", "dot_general", "conv"}
+_BILINEAR = {"mul", "div", "dot_general", "conv", "conv_kernel_grad"}
+# Linear in the second operand only (the first is a coefficient matrix).
+_LINEAR_IN_SECOND = {"triangular_solve", "expm_frechet"}
 
 
 @pytest.mark.parametrize("name", LINEAR)
@@ -175,6 +184,8 @@ def test_transpose_dot_product_identity(name, data):
         pos = pos[:1]
     if name == "select":
         pos = [1, 2]
+    if name in _LINEAR_IN_SECOND:
+        pos = [1]
     if name == "pad":
         sample.args[1] = 0.0  # with a nonzero padding value pad is affine, not linear
     check_transpose(_bound(prim, sample, pos), [sample.args[p] for p in pos])
@@ -229,14 +240,11 @@ def test_nested_vmap_matches_loop(name, data):
     # scaled once (a second scaling could leave a primitive's domain), then repeated: [2, 2, ...]
     batched = [torch.stack([_stacked(sample.args[p], 2)] * 2, 1) for p in pos]
     got = thunderx.vmap(thunderx.vmap(f))(*batched)
-    want = torch.stack(
-        [
-            torch.stack([torch.as_tensor(f(*[b[i, j] for b in batched])) for j in range(2)])
-            for i in range(2)
-        ]
+    rows = [[f(*[b[i, j] for b in batched]) for j in range(2)] for i in range(2)]
+    want = thunderx.tree.map(
+        lambda *xs: torch.stack([torch.as_tensor(x) for x in xs]).reshape(2, 2, *xs[0].shape),
+        *[r for row in rows for r in row],
     )
-    got = got[0] if isinstance(got, tuple) else got
-    want = want if not isinstance(want, tuple) else want[0]
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 

@@ -12,6 +12,8 @@ from thunderx import debug, errors, lax, tree  # noqa: F401
 from thunderx import lang as _lang  # noqa: F401  (installs the language layer)
 from thunderx import primitives as _primitives  # noqa: F401  (registers the primitive set)
 from thunderx.api import functional_call, make_jaxpr, stack_module_state
+from thunderx.control_flow import checkpoint, checkpoint_policies, remat
+from thunderx.control_flow import install_torch_control_flow as _install_cf
 from thunderx.explain import explain
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.primitives.higher_order import stop_gradient
@@ -32,6 +34,8 @@ from thunderx.transforms.jit import jit
 from thunderx.transforms.linear_transpose import linear_transpose
 from thunderx.transforms.vmap import vmap
 
+_install_cf()
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -39,6 +43,10 @@ __all__ = [
     "Jaxpr",
     "P",
     "ShapeDtypeStruct",
+    "checkpoint",
+    "checkpoint_policies",
+    "lax",
+    "remat",
     "custom_jvp",
     "custom_vjp",
     "debug",

@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 import torch
 
-from thunderx import tree
-from thunderx.errors import user_frame
+from thunderx import tree, validate
+from thunderx.errors import ArgumentTypeError, ArgumentValueError, user_frame
 from thunderx.ir import ClosedJaxpr
 from thunderx.passes import dce
 from thunderx.shapes import ShapeDtypeStruct, aval_of_argument
@@ -31,13 +31,12 @@ def make_jaxpr(
     >>> shape
     ShapeDtypeStruct(shape=(2,), dtype=torch.float32)
     """
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
+    validate.check_callable(fun, "make_jaxpr")
+    static_argnums, _ = validate.check_static_args(fun, static_argnums, (), "make_jaxpr")
 
     @functools.wraps(fun)
     def traced(*args, **kwargs):
-        n = len(args)
-        static = {a % n for a in static_argnums}
+        static = validate.static_positions(static_argnums, len(args), "make_jaxpr")
         dyn = tuple(None if i in static else a for i, a in enumerate(args))
         leaves, in_tree = tree.flatten((dyn, kwargs))
         avals = [aval_of_argument(x, "make_jaxpr", "; mark it static") for x in leaves]
@@ -87,22 +86,22 @@ def functional_call(module: torch.nn.Module, params_and_buffers, args, kwargs=No
     >>> g["weight"]
     tensor([[2., 2., 2.]])
     """
+    if not isinstance(module, torch.nn.Module):
+        raise ArgumentTypeError(
+            f"functional_call: module must be a torch.nn.Module, got {type(module).__name__} "
+            f"(at {user_frame()})"
+        )
+    replacements = _merge_replacements(params_and_buffers)
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise ArgumentTypeError(
+            f"functional_call: kwargs must be a dict or None, got {type(kwargs).__name__} "
+            f"(at {user_frame()})"
+        )
     if not isinstance(args, tuple):
         args = (args,)
-    if isinstance(params_and_buffers, (tuple, list)):
-        merged: dict = {}
-        for d in params_and_buffers:
-            repeated = sorted(set(merged) & set(d))
-            if repeated:
-                raise ValueError(
-                    f"functional_call: {repeated} appear in more than one of the dicts "
-                    f"(at {user_frame()})"
-                )
-            merged.update(d)
-        params_and_buffers = merged
     saved = []
     try:
-        for name, value in params_and_buffers.items():
+        for name, value in replacements.items():
             owner, attr = _resolve(module, name)
             if attr in owner._parameters:
                 saved.append((owner, "_parameters", attr, owner._parameters[attr]))
@@ -111,14 +110,42 @@ def functional_call(module: torch.nn.Module, params_and_buffers, args, kwargs=No
                 saved.append((owner, "_buffers", attr, owner._buffers[attr]))
                 owner._buffers[attr] = value
             else:
-                raise KeyError(
+                raise ArgumentValueError(
                     f"functional_call: {type(module).__name__} has no parameter or "
-                    f"buffer named {name!r}"
+                    f"buffer named {name!r} (at {user_frame()})"
                 )
         return module(*args, **(kwargs or {}))
     finally:
         for owner, table, attr, old in reversed(saved):
             getattr(owner, table)[attr] = old
+
+
+def _merge_replacements(params_and_buffers) -> dict:
+    """A dict, or (as torch.func accepts) a tuple/list of dicts with distinct keys."""
+    dicts = (
+        list(params_and_buffers)
+        if isinstance(params_and_buffers, (tuple, list))
+        else [params_and_buffers]
+    )
+    merged: dict = {}
+    for d in dicts:
+        if not isinstance(d, dict):
+            raise ArgumentTypeError(
+                "functional_call: parameter_and_buffer_dicts must be a dict or a tuple of dicts "
+                f"(name -> tensor), got {type(d).__name__} (at {user_frame()})"
+            )
+        for k, v in d.items():
+            if not isinstance(k, str):
+                raise ArgumentTypeError(
+                    f"functional_call: parameter names must be str, got {k!r} (at {user_frame()})"
+                )
+            if k in merged:
+                raise ArgumentValueError(
+                    f"functional_call: {k!r} appears in more than one of the dicts "
+                    f"(at {user_frame()})"
+                )
+            merged[k] = v
+    return merged
 
 
 def stack_module_state(models) -> tuple[dict, dict]:
@@ -188,5 +215,11 @@ def _stack(models, named, what: str) -> dict:
 def _resolve(module, name):
     parts = name.split(".")
     for p in parts[:-1]:
-        module = getattr(module, p)
+        sub = getattr(module, p, None)
+        if not isinstance(sub, torch.nn.Module):
+            raise ArgumentValueError(
+                f"functional_call: {name!r} names no parameter or buffer: "
+                f"{type(module).__name__} has no submodule {p!r} (at {user_frame()})"
+            )
+        module = sub
     return module, parts[-1]

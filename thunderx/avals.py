@@ -88,7 +88,9 @@ class ShapedArray:
         return hash((self.shape, self.dtype, self.device))
 
     def str_short(self) -> str:
-        return f"{short_dtype(self.dtype)}[{','.join(map(str, self.shape))}]"
+        # a None dimension is known only at run time (a while loop's trip count)
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{short_dtype(self.dtype)}[{dims}]"
 
     def __repr__(self) -> str:
         dev = "" if self.device.type == "cpu" else f"@{self.device}"

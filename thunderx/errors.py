@@ -58,6 +58,16 @@ class MissingRuleError(ThunderxError, NotImplementedError):
     """A primitive lacks the rule a transform needs."""
 
 
+class ArgumentTypeError(ThunderxError, TypeError):
+    """An argument of a thunderx API has the wrong type (the message names the API, the argument
+    and the user's line)."""
+
+
+class ArgumentValueError(ThunderxError, ValueError):
+    """An argument of a thunderx API has the right type but an invalid value (out of range,
+    wrong shape, a tree that does not match)."""
+
+
 def unsupported(name: str, detail: str = "") -> UnsupportedOperationError:
     msg = f"{name} is not supported under thunderx tracing (called at {user_frame()})"
     if detail:

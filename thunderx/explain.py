@@ -1,6 +1,7 @@
 """The stage explorer: `thunderx.explain(f)(*args)` shows the IR at every stage, from the traced
 user function through each transform, the optimization passes, the fusion partition, to the
-generated torch code and nvFuser definitions, with a diff of equation counts between stages.
+program of every registered executor (generated torch code, nvFuser definitions, inductor
+regions), the one `jit` would run marked, with a diff of equation counts between stages.
 
 >>> ex = thunderx.explain(thunderx.jit(thunderx.vmap(thunderx.grad(loss), (None, 0, 0))))(p, x, y)
 >>> ex            # in Jupyter: tabs; elsewhere: a text summary
@@ -61,11 +62,13 @@ def diff_counts(before, after) -> str:
 class Explanation:
     """Stages of one function at one signature; prints as text, renders as tabs in Jupyter."""
 
-    def __init__(self, stages, torch_source, fusion_text, name):
+    def __init__(self, stages, programs, name, executor):
         self.stages: list[Stage] = stages
-        self.torch_source = torch_source
-        self.fusion_text = fusion_text
+        #: executor name -> (tab title, header line, program text)
+        self.programs: dict[str, tuple[str, str, str]] = programs
         self.name = name
+        #: the executor `jit` runs for these arguments
+        self.executor = executor
 
     def __repr__(self) -> str:
         lines = [f"explain({self.name}): {len(self.stages)} stages"]
@@ -80,12 +83,8 @@ class Explanation:
         parts = [repr(self)]
         for s in self.stages:
             parts += [f"\n== {s.title} ==", str(s.jaxpr)]
-        parts += [
-            "\n== generated torch code ==",
-            self.torch_source,
-            "\n== nvFuser regions and definitions ==",
-            self.fusion_text,
-        ]
+        for title, header, text in self.programs.values():
+            parts += [f"\n== {title}: {header} ==", text]
         return "\n".join(parts)
 
     def svg(self, stage: int = -1) -> str:
@@ -97,7 +96,8 @@ class Explanation:
     def _repr_html_(self) -> str:
         uid = f"txex{next(_ids)}"
         tabs, panels = [], []
-        titles = [s.title for s in self.stages] + ["dataflow", "torch code", "nvFuser"]
+        titles = [s.title for s in self.stages] + ["dataflow"]
+        titles += [title for title, _, _ in self.programs.values()]
         prev = None
         contents = []
         for s in self.stages:
@@ -113,10 +113,8 @@ class Explanation:
             )
             prev = s
         contents.append(f'<div class="tx" style="overflow:auto">{self.svg()}</div>')
-        contents.append(code_html("generated torch code", self.torch_source).replace(STYLE, ""))
-        contents.append(
-            code_html("nvFuser regions and FusionDefinitions", self.fusion_text).replace(STYLE, "")
-        )
+        for _, header, text in self.programs.values():
+            contents.append(code_html(header, text).replace(STYLE, ""))
         css = [
             f"#{uid} .pn{{display:none}}",
             f"#{uid} input{{display:none}}",
@@ -139,14 +137,45 @@ class Explanation:
         )
 
 
-def explain(fun: Callable) -> Callable[..., Explanation]:
+def _chosen_executor(chain, args, executor):
+    """The executor jit runs: the one asked for, the jit's own, else the devices' default."""
+    from thunderx.executors import default_executor, get_executor
+
+    if executor is not None:
+        return get_executor(executor)
+    for name, wrapper, _ in chain:
+        impl = getattr(wrapper, "jit_function", None)
+        if name == "jit" and impl is not None and impl.executor is not None:
+            return get_executor(impl.executor)
+    devices = {x.device.type for x in tree.leaves(args) if hasattr(x, "device")}
+    return default_executor(devices or {"cpu"})
+
+
+def _programs(opt, chosen) -> dict:
+    from thunderx.executors import executors
+
+    out = {}
+    for ex in executors():
+        try:
+            text = ex.lower(opt).as_text()
+        except Exception as e:  # noqa: BLE001 - shown in the tab instead of the program
+            text = f"cannot lower here: {e}"
+        mark = " — used by jit for these arguments" if ex is chosen else ""
+        out[ex.name] = (ex.title, ex.describe() + mark, text)
+    return out
+
+
+def explain(fun: Callable, executor: str | None = None) -> Callable[..., Explanation]:
     """Wrap a (possibly transformed) function; calling it with example arguments returns the
-    `Explanation` of every stage."""
+    `Explanation` of every stage. `executor` overrides the one jit would choose (it decides the
+    fusion partition shown); every registered executor's program is shown either way.
+
+    >>> ex = thunderx.explain(thunderx.jit(f), executor="inductor")(x)  # doctest: +SKIP
+    """
 
     def run(*args) -> Explanation:
         from thunderx.api import make_jaxpr
-        from thunderx.executors.nvfuser_exec import NvFuserProgram, partition
-        from thunderx.executors.torch_codegen import compile_jaxpr
+        from thunderx.executors import executors
         from thunderx.passes import closure_convert, optimize
 
         chain, f = [], fun
@@ -175,21 +204,23 @@ def explain(fun: Callable) -> Callable[..., Explanation]:
         stages.append(
             Stage("optimized", opt, note="inlined calls, NaN-safe simplification, CSE, DCE")
         )
-        regions = partition(opt)
+        chosen = _chosen_executor(chain, args, executor)
+        fuser = chosen
+        if chosen.partition(opt) is None:  # show what a fusing executor would do
+            fuser = next((ex for ex in executors() if ex.partition(opt) is not None), chosen)
+        regions = fuser.partition(opt)
+        n = len({r for r in regions if r is not None}) if regions is not None else 0
         stages.append(
             Stage(
                 "fusion partition",
                 opt,
                 regions,
-                note=f"{len({r for r in regions if r is not None})} nvFuser regions (coloured); "
-                "the rest runs through torch",
+                note=f"{n} {fuser.title} regions (coloured), the rest runs through torch; "
+                f"jit runs these arguments on the {chosen.describe()}",
             )
         )
         return Explanation(
-            stages,
-            compile_jaxpr(opt).source,
-            NvFuserProgram(opt).as_text(),
-            getattr(fun, "__name__", desc),
+            stages, _programs(opt, chosen), getattr(fun, "__name__", desc), chosen.name
         )
 
     return run

@@ -55,6 +55,14 @@ def _params_html(eqn, namer) -> tuple[str, list[str]]:
     for k, v in eqn.params.items():
         if k.startswith("_"):
             continue
+        if isinstance(v, tuple) and v and all(isinstance(b, Jaxpr) for b in v):
+            for i, b in enumerate(v):  # the branches of a cond
+                subs.append(
+                    f"<details><summary>{esc(k)}[{i}]: {len(b.eqns)} equations</summary>"
+                    f"{jaxpr_body(b, Namer())}</details>"
+                )
+            inline.append(f"{esc(k)}=&lt;{len(v)} jaxprs&gt;")
+            continue
         if isinstance(v, (Jaxpr, ClosedJaxpr)):
             sub = v.jaxpr if isinstance(v, ClosedJaxpr) else v
             subs.append(
@@ -123,13 +131,9 @@ def code_html(title: str, code: str) -> str:
 
 def lowered_html(lowered) -> str:
     parts = [f'{STYLE}<div class="tx"><h4>{esc(lowered.name)}: optimized jaxpr</h4>']
-    regions = None
-    if lowered.executor == "nvfuser":
-        from thunderx.executors.nvfuser_exec import partition
-
-        regions = partition(lowered.optimized)
+    regions = lowered.regions
     parts.append(counts_html(lowered.optimized))
     parts.append(jaxpr_body(lowered.optimized, Namer(), regions))
-    parts.append(f"<h4>execution program ({esc(lowered.executor)} executor)</h4>")
+    parts.append(f"<h4>execution program: {esc(lowered.executor_impl.describe())}</h4>")
     parts.append(f"<pre>{esc(lowered.program_text())}</pre></div>")
     return "".join(parts)

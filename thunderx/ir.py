@@ -161,8 +161,19 @@ def check_jaxpr(jaxpr: Jaxpr, full: bool = False) -> None:
         use(x, "outvars")
 
 
+def _arity_error(jaxpr: Jaxpr, consts, args) -> Exception:
+    from thunderx.errors import ArgumentValueError, user_frame
+
+    return ArgumentValueError(
+        f"eval_jaxpr: the jaxpr takes {len(jaxpr.constvars)} consts and {len(jaxpr.invars)} "
+        f"arguments, got {len(consts)} and {len(args)} (at {user_frame()})"
+    )
+
+
 def eval_jaxpr(jaxpr: Jaxpr, consts, *args) -> list:
     """Evaluate by binding each equation's primitive: works in any trace context."""
+    if len(args) != len(jaxpr.invars) or len(consts) != len(jaxpr.constvars):
+        raise _arity_error(jaxpr, consts, args)
     env: dict[int, Any] = {}
     for v, x in zip(jaxpr.constvars, consts):
         env[id(v)] = x

@@ -10,6 +10,7 @@ import torch
 
 from thunderx import tree
 from thunderx.errors import user_frame
+from thunderx.executors import get_executor
 from thunderx.ir import Jaxpr, Var
 from thunderx.passes import optimize
 
@@ -25,20 +26,14 @@ class Lowered:
         self.name = name
         self.jaxpr = entry.closed
         self.optimized = optimize(entry.jaxpr)
-        if executor == "nvfuser":
-            from thunderx.executors.nvfuser_exec import plan_nvfuser
-
-            self.program = plan_nvfuser(self.optimized)
-        else:
-            from thunderx.executors.torch_codegen import compile_jaxpr
-
-            self.program = compile_jaxpr(self.optimized)
+        self.executor_impl = get_executor(executor)
+        self.program = self.executor_impl.lower(self.optimized)
 
     def as_text(self, max_lines: int | None = None) -> str:
         parts = [
             f"# {self.name}: optimized jaxpr (consts first)",
             str(self.optimized),
-            f"# execution program ({self.executor} executor)",
+            f"# execution program: {self.executor_impl.describe()}",
             self.program_text(),
         ]
         text = "\n".join(parts)
@@ -49,9 +44,12 @@ class Lowered:
         return text
 
     def program_text(self) -> str:
-        if self.executor == "nvfuser":
-            return self.program.as_text()
-        return self.program.source
+        return self.program.as_text()
+
+    @property
+    def regions(self) -> list[int | None] | None:
+        """The fusion region of each optimized equation, or None for a non-fusing executor."""
+        return self.executor_impl.partition(self.optimized)
 
     def __repr__(self) -> str:
         return self.as_text()
@@ -95,12 +93,7 @@ class Compiled:
         (treedef, keys, _), _, _, _ = jit_fn._key(args, kwargs)
         self._treedef, self._keys = treedef, keys
         entry = lowered.entry
-        if lowered.executor == "nvfuser":
-            from thunderx.executors.nvfuser_exec import compile_nvfuser
-
-            self._program = compile_nvfuser(lowered.optimized)
-        else:
-            self._program = lowered.program
+        self._program = lowered.program  # Executor.lower gives a runnable program
         self._consts = list(entry.consts)
         self._out_tree = entry.out_tree
 

@@ -1,13 +1,50 @@
 """Jaxpr passes: inlining of call primitives, dead-code elimination, common-subexpression
-elimination, and NaN-safe simplification (`x * 0` is not folded: NaN * 0 is NaN)."""
+elimination (commutative operands in either order), NaN-safe simplification (`x * 0` is not
+folded: NaN * 0 is NaN), and the rewrites in `thunderx.rewrites` (constant folding, transposes
+absorbed into contractions)."""
 
 from __future__ import annotations
+
+import torch
 
 from thunderx.core import Primitive, effectful_primitives
 from thunderx.ir import Eqn, Jaxpr, Literal, Var
 
 # Primitives holding a sub-jaxpr in params["jaxpr"] whose invars match the equation's inputs.
 call_primitives: set[Primitive] = set()
+
+# Primitives whose torch implementation may return a view of their first operand.
+_VIEW_NAMES = {
+    "reshape",
+    "transpose",
+    "squeeze",
+    "expand_dims",
+    "broadcast_in_dim",
+    "slice",
+    "stop_gradient",
+    "convert_element_type",
+    "shard_slice",  # the local block of a global value (itself when unsharded)
+    "shard_gather",  # the global value (the block itself when unsharded)
+}
+
+
+def is_view_primitive(prim: Primitive) -> bool:
+    """Whether `prim`'s torch implementation may return a view of its first operand. The one
+    place executors and passes ask (buffer reuse, fusion regions, constant folding); it reads a
+    name set until primitives declare their aliasing themselves."""
+    return prim.name in _VIEW_NAMES
+
+
+def has_effects(prim: Primitive) -> bool:
+    """Whether `prim` has effects (reads random state): never removed, merged or folded."""
+    return prim in effectful_primitives
+
+
+def is_commutative(prim: Primitive) -> bool:
+    """`prim(x, y) == prim(y, x)` exactly, for every input (NaN and signed zeros included)."""
+    from thunderx.primitives import binary as B
+
+    return prim in (B.add_p, B.mul_p, B.eq_p, B.ne_p, B.and_p, B.or_p)
 
 
 def closure_convert(jaxpr: Jaxpr) -> Jaxpr:
@@ -65,7 +102,7 @@ def dce(jaxpr: Jaxpr, used_outputs: list[bool] | None = None) -> Jaxpr:
     live = {id(v) for v in outvars if isinstance(v, Var)}
     kept = []
     for e in reversed(jaxpr.eqns):
-        if e.prim in effectful_primitives or any(id(v) in live for v in e.outputs):
+        if has_effects(e.prim) or any(id(v) in live for v in e.outputs):
             kept.append(e)
             for x in e.inputs:
                 if isinstance(x, Var):
@@ -88,7 +125,8 @@ def _param_key(params: dict):
 
 
 def cse(jaxpr: Jaxpr) -> Jaxpr:
-    """Merge equations with the same primitive, inputs and params."""
+    """Merge equations with the same primitive, inputs and params; the operands of a
+    commutative primitive match in either order (`mul h k` and `mul k h`)."""
     seen: dict = {}
     subst: dict[int, Var] = {}
     eqns = []
@@ -102,9 +140,12 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
 
     for e in jaxpr.eqns:
         ins = [get(x) for x in e.inputs]
-        pkey = None if e.prim in effectful_primitives else _param_key(e.params)
+        pkey = None if has_effects(e.prim) else _param_key(e.params)
         if pkey is not None:
-            key = (e.prim, tuple(atom_key(x) for x in ins), pkey)
+            akeys = tuple(atom_key(x) for x in ins)
+            if len(akeys) == 2 and is_commutative(e.prim):
+                akeys = tuple(sorted(akeys, key=repr))
+            key = (e.prim, akeys, pkey)
             prev = seen.get(key)
             if prev is not None:
                 for v, p in zip(e.outputs, prev):
@@ -123,11 +164,13 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
     """NaN-safe algebra: `x + 0`, `x - 0`, `x * 1`, `x / 1`, `neg(neg(x))`, no-op converts and
-    stop_gradient (an identity once no transform follows) vanish; `x * 0` stays (NaN and inf
-    times 0 are NaN). Chains of layout ops are composed."""
+    stop_gradient (an identity once no transform follows) vanish; `x + x` becomes `x * 2`
+    (exact, inf and NaN included); `x * 0` stays (NaN and inf times 0 are NaN). Chains of
+    layout ops are composed."""
     from thunderx.primitives import binary as B
     from thunderx.primitives import unary as U
 
+    bool_ = torch.bool
     subst: dict[int, object] = {}
     producers: dict[int, Eqn] = {}
     eqns = []
@@ -157,6 +200,16 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
                 repl = y
             elif e.prim is B.div_p and lit(y, 1) and isinstance(x, Var):
                 repl = x
+            elif (
+                e.prim is B.add_p
+                and x is y
+                and isinstance(x, Var)
+                and x.aval.dtype != bool_
+                and not x.aval.weak_type
+            ):
+                two = 2.0 if x.aval.dtype.is_floating_point or x.aval.dtype.is_complex else 2
+                e = Eqn(B.mul_p, [x, Literal(two)], e.outputs, e.params)
+                ins, changed = e.inputs, True
         elif out is not None and e.prim is U.neg_p:
             prev = producers.get(id(ins[0]))
             if prev is not None and prev.prim is U.neg_p:
@@ -222,4 +275,10 @@ def _fold_layout(e, ins, producers):
 
 
 def optimize(jaxpr: Jaxpr) -> Jaxpr:
-    return dce(cse(simplify(inline_calls(jaxpr))))
+    """The pass pipeline jit runs before lowering; every step is exact (NaN-safe)."""
+    from thunderx.rewrites import absorb_transposes, fold_constants
+
+    jaxpr = fold_constants(simplify(inline_calls(jaxpr)))
+    jaxpr = cse(absorb_transposes(jaxpr))
+    # CSE can make `add l m` an `add l l`; simplify then doubles it
+    return dce(simplify(jaxpr))

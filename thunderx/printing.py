@@ -47,6 +47,11 @@ def format_param(value, indent: int, namer: Namer) -> str:
         value = value.jaxpr
     if isinstance(value, Jaxpr):
         return pp_jaxpr(value, indent=indent + 4, namer=Namer())
+    if isinstance(value, tuple) and value and all(isinstance(v, Jaxpr) for v in value):
+        # the branches of a cond: each nested jaxpr on its own lines
+        pad = " " * (indent + 4)
+        inner = ("\n" + pad).join(pp_jaxpr(v, indent=indent + 4, namer=Namer()) for v in value)
+        return f"(\n{pad}{inner}\n{pad})"
     if isinstance(value, torch.dtype):
         return short_dtype(value)
     if isinstance(value, torch.device):

@@ -66,6 +66,9 @@ def aval_of_argument(x, where: str, hint: str = "") -> ShapedArray:
     """The abstract value of a tensor, tracer, ShapeDtypeStruct or Python scalar argument."""
     if isinstance(x, ShapeDtypeStruct):
         return ShapedArray(tuple(x.shape), x.dtype, x.device)
+    if type(x) is float:
+        # weakly typed with float64 storage, as jit passes a Python float
+        return ShapedArray((), torch.float64, weak_type=True)
     if is_tensor_like(x) or type(x) in _SCALARS:
         return get_aval(x)
     raise TypeError(

@@ -5,8 +5,11 @@ from __future__ import annotations
 import gc
 from typing import Callable
 
+import torch
+
 from thunderx.avals import ShapedArray
 from thunderx.core import Trace, Tracer, abstract_eval, get_aval, new_trace, stage_rules
+from thunderx.errors import ArgumentTypeError, user_frame
 from thunderx.ir import ClosedJaxpr, Eqn, Jaxpr, Literal, Var
 
 _SCALARS = (bool, int, float)
@@ -74,6 +77,13 @@ class StagingTrace(Trace):
         return tracer
 
     def finalize(self, in_tracers, out_values) -> ClosedJaxpr:
+        for x in out_values:
+            if not isinstance(x, (Tracer, torch.Tensor)) and type(x) not in _SCALARS:
+                raise ArgumentTypeError(
+                    f"the traced function returned a {type(x).__name__} output ({x!r:.40}); "
+                    "outputs of a staged function (jit, make_jaxpr, ...) must be tensors, Python "
+                    f"scalars or pytrees of them (at {user_frame()})"
+                )
         outvars = [self.atom(x) for x in out_values]
         jaxpr = Jaxpr(self.constvars, [t._var for t in in_tracers], self.eqns, outvars)
         return ClosedJaxpr(jaxpr, self.consts)
@@ -91,7 +101,9 @@ def trace_flat(flat_fun: Callable, in_avals) -> tuple[ClosedJaxpr, object]:
     try:
         with new_trace(StagingTrace) as trace:
             in_tracers = [trace.new_arg(a) for a in in_avals]
-            with RandomnessMode(None):
+            # a no_grad block around the transform is not the function's (as in torch.func):
+            # only blocks inside the function stop gradients
+            with RandomnessMode(None), torch.enable_grad():
                 outs, extra = flat_fun(*in_tracers)
             return trace.finalize(in_tracers, outs), extra
     finally:

@@ -12,11 +12,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.ad_util import Zero, instantiate, tangent_aval
 from thunderx.avals import is_float
 from thunderx.core import get_aval, is_tensor_like, new_trace
-from thunderx.errors import user_frame
+from thunderx.errors import ArgumentTypeError, ArgumentValueError, user_frame
 from thunderx.ir import Jaxpr, eval_jaxpr
 from thunderx.tracing import StagingTracer
 from thunderx.transforms.jvp import jvp_flat
@@ -41,12 +41,26 @@ def _as_value(x, what: str):
 def _split_aux(out, has_aux: bool, name: str):
     if not has_aux:
         return out, None
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError(
-            f"{name}(..., has_aux=True): the function must return a pair (output, aux), "
-            f"got {type(out).__name__} (at {user_frame()})"
-        )
-    return out[0], out[1]
+    return validate.split_aux(out, name)
+
+
+def _checked_outputs(fun, name):
+    """`fun` whose outputs must be tensors or Python scalars (aux already filtered to tensors)."""
+
+    def checked(*args):
+        out = fun(*args)
+        validate.check_leaves(out, name, "the function's outputs")
+        return out
+
+    return checked
+
+
+def _check_api(fun, has_aux, name, argnums=None):
+    """Construction-time checks shared by the entry points."""
+    validate.check_callable(fun, name)
+    validate.check_bool(has_aux, name, "has_aux")
+    if argnums is not None:
+        validate.check_argnums(argnums, name)
 
 
 class _Linearized:
@@ -143,20 +157,26 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     >>> thunderx.jvp(torch.sin, (torch.tensor(0.),), (torch.tensor(1.),))
     (tensor(0.), tensor(1.))
     """
+    _check_api(fun, has_aux, "jvp")
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-        raise TypeError("jvp: primals and tangents must be tuples (or lists) of arguments")
+        raise ArgumentTypeError(
+            f"jvp: primals and tangents must be tuples (or lists) of arguments, got "
+            f"{type(primals).__name__} and {type(tangents).__name__} (at {user_frame()})"
+        )
     p_leaves, p_tree = _flatten_args(tuple(primals), "jvp")
     t_leaves, t_tree = _flatten_args(tuple(tangents), "jvp")
     if p_tree != t_tree:
-        raise ValueError(f"jvp: primals tree {p_tree} and tangents tree {t_tree} differ")
-    for p, t in zip(p_leaves, t_leaves):
-        pa, ta = get_aval(p), get_aval(t)
-        if pa.shape != ta.shape:
-            raise ValueError(f"jvp: tangent {ta.str_short()} for primal {pa.str_short()}")
+        raise ArgumentValueError(
+            f"jvp: tangents tree {t_tree} does not match the primals tree {p_tree} "
+            f"(at {user_frame()})"
+        )
+    validate.check_tangents([get_aval(p) for p in p_leaves], t_leaves, "jvp")
     meta = {}
+    user_fun = validate.AuxPassthrough(fun, "jvp") if has_aux else fun
+    checked = _checked_outputs(user_fun, "jvp")
 
     def flat(*xs):
-        out, aux = _split_aux(fun(*tree.unflatten(p_tree, xs)), has_aux, "jvp")
+        out, aux = _split_aux(checked(*tree.unflatten(p_tree, xs)), has_aux, "jvp")
         leaves, meta["tree"] = tree.flatten(out)
         aux_leaves, meta["aux_tree"] = tree.flatten(aux)
         meta["n"] = len(leaves)
@@ -167,7 +187,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     out = tree.unflatten(meta["tree"], p_out[:n])
     t = tree.unflatten(meta["tree"], [instantiate(x) for x in t_out[:n]])
     if has_aux:
-        return out, t, tree.unflatten(meta["aux_tree"], p_out[n:])
+        return out, t, user_fun.rebuild(tree.unflatten(meta["aux_tree"], p_out[n:]))
     return out, t
 
 
@@ -179,13 +199,19 @@ def linearize(fun: Callable, *primals):
     >>> f_jvp(torch.tensor(2.))
     tensor(2.)
     """
+    validate.check_callable(fun, "linearize")
     leaves, in_tree = _flatten_args(primals, "linearize")
-    lin = linearize_flat(lambda *xs: fun(*tree.unflatten(in_tree, xs)), leaves)
+    checked = _checked_outputs(fun, "linearize")
+    lin = linearize_flat(lambda *xs: checked(*tree.unflatten(in_tree, xs)), leaves)
 
     def f_jvp(*tangents):
         t_leaves, t_tree = tree.flatten(tangents)
         if t_tree != in_tree:
-            raise ValueError(f"linearize: tangents tree {t_tree} does not match {in_tree}")
+            raise ArgumentValueError(
+                f"linearize: the tangents' tree {t_tree} does not match the primals' {in_tree} "
+                f"(at {user_frame()})"
+            )
+        validate.check_tangents(lin.in_avals, t_leaves, "linearize's f_jvp")
         return tree.unflatten(lin.out_tree, _apply_linearized(lin, t_leaves))
 
     return tree.unflatten(lin.out_tree, lin.primal_outs), f_jvp
@@ -198,48 +224,31 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     >>> f_vjp(torch.tensor(1.))
     (tensor(1.),)
     """
+    _check_api(fun, has_aux, "vjp")
     leaves, in_tree = _flatten_args(primals, "vjp")
-    lin = linearize_flat(lambda *xs: fun(*tree.unflatten(in_tree, xs)), leaves, has_aux, "vjp")
+    user_fun = validate.AuxPassthrough(fun, "vjp") if has_aux else fun
+    checked = _checked_outputs(user_fun, "vjp")
+    lin = linearize_flat(lambda *xs: checked(*tree.unflatten(in_tree, xs)), leaves, has_aux, "vjp")
 
     def vjp_fn(ct):
         ct_leaves, ct_tree = tree.flatten(ct)
         if ct_tree != lin.out_tree:
-            raise ValueError(
-                f"vjp: the cotangent's tree {ct_tree} does not match the output's {lin.out_tree}"
+            raise ArgumentValueError(
+                f"vjp: the cotangent's tree {ct_tree} does not match the output's {lin.out_tree} "
+                f"(at {user_frame()})"
             )
-        for c, a in zip(ct_leaves, lin.tangent_avals):
-            ca = get_aval(c)
-            if ca.shape != a.shape:
-                raise ValueError(
-                    f"vjp: cotangent {ca.str_short()} for an output {a.str_short()} "
-                    f"(at {user_frame()})"
-                )
+        validate.check_tangents(lin.tangent_avals, ct_leaves, "vjp", "cotangent")
         cts = _transpose_linearized(lin, ct_leaves)
         return tuple(tree.unflatten(in_tree, cts))
 
     out = tree.unflatten(lin.out_tree, lin.primal_outs)
     if has_aux:
-        return out, vjp_fn, lin.aux
+        return out, vjp_fn, user_fun.rebuild(lin.aux)
     return out, vjp_fn
 
 
 def _normalize_argnums(argnums, nargs: int, name: str):
-    single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
-    if not nums:
-        raise ValueError(f"{name}: argnums must not be empty")
-    out = []
-    for a in nums:
-        if not isinstance(a, int):
-            raise TypeError(f"{name}: argnums must be ints, got {a!r}")
-        if not -nargs <= a < nargs:
-            raise ValueError(
-                f"{name}: argnums {a} is out of range for a call with {nargs} positional arguments"
-            )
-        out.append(a % nargs)
-    if len(set(out)) != len(out):
-        raise ValueError(f"{name}: argnums {argnums} has duplicates")
-    return single, tuple(out)
+    return validate.normalize_argnums(argnums, nargs, name)
 
 
 def _partial(fun, args, kwargs, argnums):
@@ -270,6 +279,7 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False):
     >>> thunderx.value_and_grad(lambda x: (x ** 2).sum())(torch.tensor([3.]))
     (tensor(9.), tensor([6.]))
     """
+    _check_api(fun, has_aux, "grad", argnums)
 
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
@@ -303,6 +313,7 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False):
     >>> thunderx.grad(lambda x: (x ** 2).sum())(torch.tensor([1., 2.]))
     tensor([2., 4.])
     """
+    _check_api(fun, has_aux, "grad", argnums)
     vg = value_and_grad(fun, argnums, has_aux)
 
     @functools.wraps(fun)
@@ -318,6 +329,8 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False):
 
 def _std_basis(avals):
     """Identity rows split per leaf: leaf i gets a [N, *shape_i] block."""
+    if not avals:
+        return []
     sizes = [a.size for a in avals]
     n = sum(sizes)
     dtype = avals[0].dtype
@@ -343,12 +356,17 @@ def _linearize_args(fun, argnums, has_aux, name, args, kwargs):
     _check_float_args(dyn, nums, name)
     leaves, in_tree = tree.flatten(dyn[0] if single else dyn)
     f = _partial(fun, args, kwargs, nums)
+    user_f = validate.AuxPassthrough(f, name) if has_aux else f
+    checked = _checked_outputs(user_f, name)
 
     def flat(*xs):
         dyn_args = tree.unflatten(in_tree, xs)
-        return f(dyn_args) if single else f(*dyn_args)
+        return checked(dyn_args) if single else checked(*dyn_args)
 
-    return linearize_flat(flat, leaves, has_aux, name), leaves, in_tree
+    lin = linearize_flat(flat, leaves, has_aux, name)
+    if has_aux:
+        lin.aux = user_f.rebuild(lin.aux)
+    return lin, leaves, in_tree
 
 
 def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int | None = None):
@@ -360,6 +378,8 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int |
             [0., 4.]])
     """
 
+    _check_api(fun, has_aux, "jacfwd", argnums)
+
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
         from thunderx.transforms.vmap import vmap
@@ -367,12 +387,15 @@ def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int |
         lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacfwd", args, kwargs)
         in_avals = [get_aval(x) for x in leaves]
         basis = _std_basis(in_avals)
-        cols = vmap(
-            lambda *ts: _apply_linearized(lin, list(ts)),
-            in_axes=0,
-            out_axes=-1,
-            chunk_size=chunk_size,
-        )(*basis)
+        if basis:
+            cols = vmap(
+                lambda *ts: _apply_linearized(lin, list(ts)),
+                in_axes=0,
+                out_axes=-1,
+                chunk_size=chunk_size,
+            )(*basis)
+        else:  # no input leaves: every Jacobian row is an empty tree
+            cols = [None] * len(lin.tangent_avals)
         blocks = []
         for o, a in zip(cols, lin.tangent_avals):
             row, offset = [], 0
@@ -399,6 +422,8 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int |
     tensor([1., 1.])
     """
 
+    _check_api(fun, has_aux, "jacrev", argnums)
+
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
         from thunderx.primitives import shape as S
@@ -407,12 +432,15 @@ def jacrev(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int |
         lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacrev", args, kwargs)
         out_avals = lin.tangent_avals
         basis = _std_basis(out_avals)
-        rows = vmap(
-            lambda *cts: _transpose_linearized(lin, list(cts)),
-            in_axes=0,
-            out_axes=0,
-            chunk_size=chunk_size,
-        )(*basis)
+        if basis:
+            rows = vmap(
+                lambda *cts: _transpose_linearized(lin, list(cts)),
+                in_axes=0,
+                out_axes=0,
+                chunk_size=chunk_size,
+            )(*basis)
+        else:  # no output leaves: the Jacobian is the (empty) output tree
+            rows = []
         in_avals = [get_aval(x) for x in leaves]
         blocks = []
         offset = 0
@@ -437,4 +465,13 @@ def hessian(fun: Callable, argnums=0, has_aux: bool = False):
     tensor([[ 6.,  0.],
             [ 0., 12.]])
     """
-    return jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux)
+    _check_api(fun, has_aux, "hessian", argnums)
+    inner = jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux)
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+        _normalize_argnums(argnums, len(args), "hessian")  # errors name hessian, not jacfwd
+        return inner(*args, **kwargs)
+
+    wrapper.__thunderx_transform__ = inner.__thunderx_transform__
+    return wrapper

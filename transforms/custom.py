@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.ad_util import Zero, instantiate
 from thunderx.avals import is_float
 from thunderx.core import Tracer, get_aval, is_tensor_like, is_top_level
@@ -133,6 +133,7 @@ class custom_jvp:  # noqa: N801 - JAX's name
     """
 
     def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+        validate.check_callable(fun, "custom_jvp")
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
@@ -140,6 +141,7 @@ class custom_jvp:  # noqa: N801 - JAX's name
 
     def defjvp(self, jvp: Callable) -> Callable:
         """`jvp(*nondiff_args, primals, tangents) -> (primal_out, tangent_out)`."""
+        validate.check_callable(jvp, "custom_jvp.defjvp", "jvp")
         self.jvp = jvp
         return jvp
 
@@ -235,6 +237,7 @@ class custom_vjp:  # noqa: N801 - JAX's name
     """
 
     def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+        validate.check_callable(fun, "custom_vjp")
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
@@ -242,6 +245,8 @@ class custom_vjp:  # noqa: N801 - JAX's name
         self.bwd: Callable | None = None
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
+        validate.check_callable(fwd, "custom_vjp.defvjp", "fwd")
+        validate.check_callable(bwd, "custom_vjp.defvjp", "bwd")
         self.fwd = fwd
         self.bwd = bwd
 

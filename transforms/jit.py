@@ -12,10 +12,12 @@ from typing import Any, Callable
 
 import torch
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.ad_util import Zero
+from thunderx.ad_util import instantiate as _instantiate
 from thunderx.core import EvalTrace, Tracer, _state, axis_env, get_aval, is_top_level
-from thunderx.errors import user_frame
+from thunderx.errors import ArgumentValueError, user_frame
+from thunderx.executors import default_executor, executor_names, get_executor
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.passes import closure_convert, optimize
 from thunderx.tracing import trace_flat
@@ -38,20 +40,14 @@ def compiled_for(jaxpr: Jaxpr, executor: str = "torch"):
 
 
 def _compile(jaxpr: Jaxpr, executor: str):
-    opt = optimize(jaxpr)
-    if executor == "nvfuser":
-        from thunderx.executors.nvfuser_exec import compile_nvfuser
-
-        return compile_nvfuser(opt)
-    from thunderx.executors.torch_codegen import compile_jaxpr
-
-    prog = compile_jaxpr(opt)
-    return prog
+    return get_executor(executor).lower(optimize(jaxpr))
 
 
-def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
-    """(jvp jaxpr, its consts, which tangent outputs are nonzero), cached per nonzero pattern."""
-    key = ("jvp", nonzero)
+def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple, instantiate: tuple | bool = False):
+    """(jvp jaxpr, its consts, which tangent outputs are nonzero), cached per nonzero pattern.
+    `instantiate` (per output, or for all) materializes symbolic-zero output tangents, so a loop
+    carry or the branches of a cond agree on which tangents they produce."""
+    key = ("jvp", nonzero, instantiate)
     hit = jaxpr._cache.get(key)
     if hit is not None:
         return hit
@@ -64,6 +60,9 @@ def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
         ps, ts = args[:n], iter(args[n:])
         tangents = [next(ts) if nz else None for nz in nonzero]
         p_out, t_out = jvp_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), ps, tangents)
+        if instantiate:
+            inst = instantiate if isinstance(instantiate, tuple) else (True,) * len(t_out)
+            t_out = [_instantiate(t) if i else t for t, i in zip(t_out, inst)]
         meta["nz"] = tuple(type(t) is not Zero for t in t_out)
         return p_out + [t for t in t_out if type(t) is not Zero], None
 
@@ -76,7 +75,8 @@ def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple):
 
 
 def batch_of_jaxpr(jaxpr: Jaxpr, dims: tuple, size: int, force_out=None):
-    """(batched jaxpr over batched operands, consts, out batch dims), cached per dims and size."""
+    """(batched jaxpr over batched operands, consts, out batch dims), cached per dims and size.
+    `force_out`: None, one dim for every output, or a tuple with a dim (or None) per output."""
     key = ("batch", dims, size, force_out)
     hit = jaxpr._cache.get(key)
     if hit is not None:
@@ -93,14 +93,13 @@ def batch_of_jaxpr(jaxpr: Jaxpr, dims: tuple, size: int, force_out=None):
             outs = eval_jaxpr(jaxpr, [], *ins)
             unpacked = [trace.unpack(o) for o in outs]
         results, out_dims = [], []
-        for val, d in unpacked:
-            if force_out is not None:
+        forces = force_out if isinstance(force_out, tuple) else (force_out,) * len(unpacked)
+        for (val, d), force in zip(unpacked, forces):
+            if force is not None:
                 val = (
-                    S.broadcast_batch(val, size, force_out)
-                    if d is None
-                    else S.moveaxis(val, d, force_out)
+                    S.broadcast_batch(val, size, force) if d is None else S.moveaxis(val, d, force)
                 )
-                d = force_out
+                d = force
             results.append(val)
             out_dims.append(d)
         meta["out_dims"] = tuple(out_dims)
@@ -141,6 +140,18 @@ def _leaf_key(x):
         f"jit: arguments must be tensors, Python scalars or pytrees of them, got {t.__name__} "
         f"(at {user_frame()}); mark non-array arguments static with static_argnums"
     )
+
+
+def _scalar_leaf(x):
+    return torch.tensor(x, dtype=torch.float64) if type(x) is float else torch.tensor(x)
+
+
+def _weak(aval):
+    """A Python scalar argument's aval: weakly typed, so it takes the dtype of the tensors it
+    meets (torch's rule for Python scalars), while its value keeps float64 precision."""
+    from thunderx.avals import ShapedArray
+
+    return ShapedArray(aval.shape, aval.dtype, aval.device, weak_type=True)
 
 
 class JitFunction:
@@ -212,13 +223,14 @@ class JitFunction:
         leaves, treedef = tree.flatten((dyn_args, dyn_kwargs))
         keys = tuple(_leaf_key(x) for x in leaves)
         if _SCALAR_KEYS.intersection(keys):
-            # Python scalars are dynamic: they travel as 0-dim tensors (same promotion rules)
-            leaves = [torch.tensor(x) if type(x) in _SCALARS else x for x in leaves]
+            # Python scalars are dynamic and weakly typed (as in JAX): they travel as 0-dim
+            # tensors, floats in float64 so that no precision is lost before they meet a tensor
+            leaves = [_scalar_leaf(x) if type(x) in _SCALARS else x for x in leaves]
         # named axes in scope (vmap axis_name, shard_map mesh dims) shape the trace
         return (treedef, keys, (statics, axis_env())), leaves, dyn_args, dyn_kwargs
 
     # -- tracing
-    def _trace(self, args, kwargs, leaves, treedef_args):
+    def _trace(self, args, kwargs, leaves, treedef_args, keys):
         static_pos = self._static_positions(len(args), kwargs)
 
         def flat(*xs):
@@ -230,7 +242,9 @@ class JitFunction:
             out_leaves, out_tree = tree.flatten(out)
             return out_leaves, out_tree
 
-        in_avals = [get_aval(x) for x in leaves]
+        in_avals = [
+            _weak(get_aval(x)) if k in _SCALAR_KEYS else get_aval(x) for x, k in zip(leaves, keys)
+        ]
         closed, out_tree = trace_flat(flat, in_avals)
         entry = _Entry()
         entry.closed = closed
@@ -254,7 +268,7 @@ class JitFunction:
                 return entry, leaves
             self.misses += 1
             _, treedef = tree.flatten((dyn_args, dyn_kwargs))
-            entry = self._trace(args, kwargs, leaves, treedef)
+            entry = self._trace(args, kwargs, leaves, treedef, key[1])
             if not any(isinstance(c, Tracer) for c in entry.consts):
                 self._cache[key] = entry
                 while len(self._cache) > self.cache_size:
@@ -320,6 +334,10 @@ class JitFunction:
             from thunderx.primitives.higher_order import jit_call_p
 
             outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
+            if not torch.is_grad_enabled():  # called in a no_grad block of a traced function
+                from thunderx.primitives.higher_order import stop_gradient
+
+                outs = stop_gradient(outs)
         return tree.unflatten(entry.out_tree, outs)
 
     def _remember_fast(self, args, entry, prog):
@@ -341,11 +359,8 @@ class JitFunction:
     def _executor_for(self, leaves):
         if self.executor is not None:
             return self.executor
-        from thunderx.executors.nvfuser_exec import nvfuser_available
-
-        if any(isinstance(x, torch.Tensor) and x.is_cuda for x in leaves) and nvfuser_available():
-            return "nvfuser"
-        return "torch"
+        devices = {x.device.type for x in leaves if isinstance(x, torch.Tensor)}
+        return default_executor(devices or {"cpu"}).name
 
     # -- inspection
     def cache_info(self) -> dict:
@@ -367,7 +382,8 @@ class JitFunction:
 
     def lower(self, *args, executor: str | None = None, **kwargs):
         """The staged program for these arguments: `.as_text()` shows the optimized jaxpr and
-        the execution program (generated torch code, or nvFuser regions and definitions)."""
+        the execution program of the executor that runs it (generated torch code, nvFuser or
+        inductor regions), named in its header."""
         from thunderx.lowering import Lowered
 
         entry, leaves = self._lookup(args, kwargs)
@@ -419,6 +435,11 @@ def jit(
     The signature is the pytree structure, each leaf's (shape, dtype, device) and the values of
     static arguments; Python side effects in `fun` run only when it is traced.
 
+    `executor` names who runs the program (`thunderx.executors.executor_names()`): "torch"
+    (generated torch code), "nvfuser" (fusion regions as nvFuser definitions; the default on CUDA
+    when nvFuser imports) or "inductor" (fusion regions compiled by torch.compile: opt-in, its
+    first call compiles for seconds). None picks the default for the arguments' devices.
+
     >>> f = thunderx.jit(lambda x: torch.sin(x) * 2)
     >>> f(torch.zeros(3))
     tensor([0., 0., 0.])
@@ -427,12 +448,16 @@ def jit(
         return lambda f: jit(
             f, static_argnums, static_argnames, cache_size=cache_size, executor=executor
         )
-    if isinstance(static_argnums, int):
-        static_argnums = (static_argnums,)
-    if isinstance(static_argnames, str):
-        static_argnames = (static_argnames,)
-    if executor not in (None, "torch", "nvfuser"):
-        raise ValueError(f"jit: executor must be 'torch' or 'nvfuser', not {executor!r}")
+    validate.check_callable(fun, "jit")
+    static_argnums, static_argnames = validate.check_static_args(
+        fun, static_argnums, static_argnames, "jit"
+    )
+    validate.check_int(cache_size, "jit", "cache_size", minimum=1)
+    if executor is not None and executor not in executor_names():
+        names = ", ".join(repr(n) for n in executor_names())
+        raise ArgumentValueError(
+            f"jit: executor must be one of {names} or None, not {executor!r} (at {user_frame()})"
+        )
     impl = JitFunction(fun, static_argnums, static_argnames, cache_size, executor)
     jitted = functools.wraps(fun)(impl.make_caller())
     for name in ("lower", "trace", "cache_info", "clear_cache"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from thunderx.ad_util import Zero, tangent_aval
 from thunderx.avals import ShapedArray, is_float
 from thunderx.core import (
@@ -99,7 +101,8 @@ def jvp_flat(flat_fun, primals, tangents):
             for p, t in zip(primals, tangents)
         ]
         trace.input_ids.update(id(t) for t in ins)
-        outs = flat_fun(*ins)
+        with torch.enable_grad():  # only no_grad blocks inside the function stop tangents
+            outs = flat_fun(*ins)
         primal_outs, tangent_outs = [], []
         for o in outs:
             p, t = trace.pair(o)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.avals import ShapedArray
 from thunderx.core import (
     NamedAxis,
@@ -22,7 +22,7 @@ from thunderx.core import (
     new_trace,
     set_trace,
 )
-from thunderx.errors import user_frame
+from thunderx.errors import ArgumentValueError, user_frame
 
 
 class BatchTracer(Tracer):
@@ -125,13 +125,19 @@ def _uses_axis(jaxpr, axis) -> bool:
 
 
 def _axes_for(spec, args, what: str):
+    """One axis per leaf of `args` (as tree.leaves gives them). A None in `args` is an empty
+    subtree, not a leaf: its entry in `spec` is skipped, so later arguments keep their axes."""
     try:
-        return tree.broadcast_prefix(spec, args)
+        axes = tree.broadcast_prefix(spec, args)
     except (ValueError, TypeError) as e:
         raise ValueError(
             f"vmap {what} specification {spec!r} does not match the structure of the "
             f"{'arguments' if what == 'in_axes' else 'outputs'} ({e}) (at {user_frame()})"
         ) from None
+    import optree
+
+    with_none = optree.tree_leaves(args, none_is_leaf=True, namespace=tree.NAMESPACE)
+    return [ax for ax, leaf in zip(axes, with_none) if leaf is not None]
 
 
 class _DefaultAxis(int):
@@ -190,6 +196,7 @@ def vmap(
     >>> thunderx.vmap(lambda x: x / thunderx.lax.psum(x, "i"), axis_name="i")(torch.ones(4))
     tensor([0.2500, 0.2500, 0.2500, 0.2500])
     """
+    validate.check_callable(fun, "vmap")
     in_axes = _alias(in_axes, in_dims, "in_axes", "in_dims")
     out_axes = _alias(out_axes, out_dims, "out_axes", "out_dims")
     if axis_name is not None and not isinstance(axis_name, str):
@@ -200,9 +207,14 @@ def vmap(
             "needs all of its members at once"
         )
     if randomness not in ("error", "different", "same"):
-        raise ValueError(
-            f"vmap: randomness must be 'error', 'different' or 'same', not {randomness!r}"
+        raise ArgumentValueError(
+            f"vmap: randomness must be 'error', 'different' or 'same', not {randomness!r} "
+            f"(at {user_frame()})"
         )
+    if axis_size is not None:
+        validate.check_int(axis_size, "vmap", "axis_size", minimum=0)
+    validate.check_axis_spec(in_axes, "vmap", "in_axes")
+    validate.check_axis_spec(out_axes, "vmap", "out_axes")
     if chunk_size is not None and (
         not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1
     ):
@@ -252,7 +264,10 @@ def vmap(
         if distinct:
             size = distinct.pop()
             if axis_size is not None and axis_size != size:
-                raise ValueError(f"vmap axis_size={axis_size} but the inputs have size {size}")
+                raise ArgumentValueError(
+                    f"vmap axis_size={axis_size} but the inputs have size {size} "
+                    f"(at {user_frame()})"
+                )
         elif axis_size is None:
             raise ValueError(
                 f"vmap needs at least one batched input (in_axes not all None) or an explicit "
@@ -286,6 +301,7 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
             call_args, call_kwargs = tree.unflatten(in_tree, ins)
             out = fun(*call_args, **call_kwargs)
         out_leaves, out_tree = tree.flatten(out)
+        validate.check_leaves(out_leaves, "vmap", "the function's outputs")
         unpacked = [trace.unpack(o) for o in out_leaves]
     oaxes = _axes_for(out_axes, out, "out_axes")
     from thunderx.primitives import shape as S
@@ -306,7 +322,9 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
 
             val = creation.full((), val, get_aval(val).dtype)
         nd = len(get_aval(val).shape) + (1 if bdim is None else 0)
-        oax = oax % nd
+        oax = validate.normalize_axis(
+            oax, nd, "vmap", "out_axes", f"an output of rank {nd} (with the batch axis)"
+        )
         norm_oaxes.append(oax)
         if bdim is None:
             results.append(S.broadcast_batch(val, size, oax))

@@ -14,7 +14,9 @@ from typing import Callable
 import torch
 
 from thunderx.core import impl_rules, missing_rule, torch_codegen_rules
+from thunderx.executors.base import Executor, register_executor
 from thunderx.ir import Jaxpr, Literal, Var
+from thunderx.passes import is_view_primitive
 from thunderx.printing import _names
 
 # Elementwise primitives with an in-place Tensor method, by primitive name.
@@ -46,19 +48,6 @@ _INPLACE_UNARY = {
 }
 _INPLACE_BINARY = {"add": "add_", "sub": "sub_", "mul": "mul_", "div": "div_"}
 _COMMUTATIVE = {"add", "mul"}
-# Primitives whose output may share storage with their first operand.
-_VIEWS = {
-    "reshape",
-    "transpose",
-    "squeeze",
-    "expand_dims",
-    "broadcast_in_dim",
-    "slice",
-    "stop_gradient",
-    "convert_element_type",
-    "shard_slice",  # the local block of a global value (itself when unsharded)
-    "shard_gather",  # the global value (the block itself when unsharded)
-}
 # Fresh outputs that must not be written in place (iota is an expanded arange).
 _NOT_WRITABLE = {"iota"}
 
@@ -136,14 +125,62 @@ class CompiledProgram:
     def __repr__(self) -> str:
         return self.source
 
+    def as_text(self) -> str:
+        return self.source
+
+
+class CodegenContext:
+    """What a statement rule (control flow) gets: the output names, and a way to emit a sub-jaxpr
+    as a generated function defined before the main one (its name is returned)."""
+
+    def __init__(self, namespace: dict, prelude: list, reuse_buffers: bool, outs: list):
+        self.namespace = namespace
+        self.prelude = prelude
+        self.reuse_buffers = reuse_buffers
+        self.outs = outs
+
+    def function(self, jaxpr: Jaxpr, hint: str, bare_return: bool = False) -> str:
+        from thunderx.passes import optimize
+
+        name = f"_{hint}{len(self.prelude)}"
+        self.prelude.append(None)  # reserve the name before nested bodies take theirs
+        index = len(self.prelude) - 1
+        src, _ = generate_source(
+            optimize(jaxpr),
+            name,
+            self.reuse_buffers,
+            bare_return,
+            namespace=self.namespace,
+            prelude=self.prelude,
+        )
+        self.prelude[index] = src
+        return name
+
+    def param(self, value) -> str:
+        return _param_src(value, self.namespace)
+
+
+# Rules that emit statements (real `if` / `while` / `for`) rather than an expression: called as
+# `rule(args, avals, ctx=CodegenContext, **params)`, they return lines that assign `ctx.outs`.
+statement_rules: set = set()
+
 
 def generate_source(
-    jaxpr: Jaxpr, name: str = "jitted", reuse_buffers: bool = True, bare_return: bool = False
+    jaxpr: Jaxpr,
+    name: str = "jitted",
+    reuse_buffers: bool = True,
+    bare_return: bool = False,
+    namespace: dict | None = None,
+    prelude: list | None = None,
 ):
-    """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple."""
+    """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple; the
+    functions of control-flow bodies come first in the source."""
     namer = _Namer()
-    namespace: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
-    namespace.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
+    top = prelude is None
+    prelude = [] if prelude is None else prelude
+    if namespace is None:
+        namespace = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
+        namespace.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
     params = [namer(v) for v in jaxpr.constvars + jaxpr.invars]
     lines = [f"def {name}({', '.join(params)}):"]
     last_use: dict[int, int] = {}
@@ -168,20 +205,33 @@ def generate_source(
         out = e.outputs
         expr = None
         if i in relus:
-            x = e.inputs[1]
+            x = e.inputs[2]
             reusable = reuse_buffers and _reusable(
                 x, out[0].aval, i, last_use, root, owned, live_views
             )
-            expr = f"{args[1]}.relu_()" if reusable else f"torch.relu({args[1]})"
+            expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
         elif reuse_buffers and len(out) == 1:
             expr = _inplace(e, args, i, last_use, root, owned, live_views)
+        if expr is None and e.prim in statement_rules:
+            ctx = CodegenContext(namespace, prelude, reuse_buffers, [namer(v) for v in out])
+            rule = torch_codegen_rules[e.prim]
+            lines.extend("    " + ln for ln in rule(args, avals, ctx=ctx, **e.params))
+            for v in out:  # may alias an input (a loop that ran zero times): never reused
+                root[id(v)] = id(v)
+                live_views[id(v)] = live_views.get(id(v), 0) + 1
+            for x in e.inputs:
+                if isinstance(x, Var) and root.get(id(x)) is not None:
+                    owned.discard(root[id(x)])  # an output may be this very buffer
+                    if last_use.get(id(x)) == i:
+                        live_views[root[id(x)]] -= 1
+            continue
         if expr is None:
             rule = torch_codegen_rules.get(e.prim)
             if rule is not None:
                 expr = rule(args, avals, **e.params)
             else:
                 expr = _default_codegen(e.prim, args, e.params, namespace)
-            fresh = e.prim.name not in _VIEWS
+            fresh = not is_view_primitive(e.prim)
         else:
             fresh = True
         lhs = ", ".join(namer(v) for v in out)
@@ -213,12 +263,16 @@ def generate_source(
         lines.append(f"    return {outs}")
     else:
         lines.append(f"    return ({outs}{',' if len(jaxpr.outvars) == 1 else ''})")
-    return "\n".join(lines) + "\n", namespace
+    src = "\n".join(lines) + "\n"
+    if top and prelude:
+        src = "\n".join(prelude) + "\n" + src
+    return src, namespace
 
 
 def _relu_patterns(jaxpr):
-    """`select(gt(x, 0), x, 0)` whose comparison has no other use is one `torch.relu(x)`:
-    one kernel and one allocation instead of two."""
+    """`select(le(x, 0), 0, x)` whose comparison has no other use is one `torch.relu(x)`:
+    one kernel and one allocation instead of two, and the same numbers (NaN stays NaN, -0.0
+    stays -0.0). `select(gt(x, 0), x, 0)` is not relu: it maps NaN to 0."""
     uses: dict[int, int] = {}
     producer: dict[int, int] = {}
     for i, e in enumerate(jaxpr.eqns):
@@ -234,14 +288,14 @@ def _relu_patterns(jaxpr):
     for i, e in enumerate(jaxpr.eqns):
         if e.prim.name != "select" or not e.outputs[0].aval.dtype.is_floating_point:
             continue
-        pred, x, zero = e.inputs
+        pred, zero, x = e.inputs
         if not (isinstance(zero, Literal) and zero.val == 0 and isinstance(pred, Var)):
             continue
         p = producer.get(id(pred))
         if p is None or uses.get(id(pred)) != 1:
             continue
         cmp = jaxpr.eqns[p]
-        if cmp.prim.name != "gt":
+        if cmp.prim.name != "le":
             continue
         a, b = cmp.inputs
         if a is x and isinstance(b, Literal) and b.val == 0:
@@ -313,3 +367,56 @@ def _exec(src: str, namespace: dict, name: str):
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     return namespace[name]
+
+
+def eqn_source(e, namer, namespace, prelude: list) -> list[str]:
+    """One equation as lines of Python calling torch (no in-place reuse); control flow emits
+    statements, and the functions of its bodies go to `prelude` (to be placed first)."""
+    args = [namer(x) for x in e.inputs]
+    avals = [x.aval for x in e.inputs]
+    outs = [namer(v) for v in e.outputs]
+    if e.prim in statement_rules:
+        ctx = CodegenContext(namespace, prelude, False, outs)
+        return ["    " + ln for ln in torch_codegen_rules[e.prim](args, avals, ctx=ctx, **e.params)]
+    rule = torch_codegen_rules.get(e.prim)
+    if rule is not None:
+        expr = rule(args, avals, **e.params)
+    else:
+        expr = _default_codegen(e.prim, args, e.params, namespace)
+    if not outs:  # a statement (a debug callback)
+        return [f"    {expr}"]
+    lhs = ", ".join(outs) + ("," if e.prim.multiple_results and len(outs) == 1 else "")
+    return [f"    {lhs} = {expr}"]
+
+
+def new_namer() -> _Namer:
+    """Names for generated source: valid identifiers, never a keyword or a namespace entry."""
+    return _Namer()
+
+
+def base_namespace() -> dict:
+    """The globals generated source starts from: torch, constants, every primitive's impl."""
+    ns: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
+    ns.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
+    return ns
+
+
+def exec_source(src: str, namespace: dict, name: str):
+    """Compile generated source (registered for tracebacks) and return its function `name`."""
+    return _exec(src, namespace, name)
+
+
+class TorchExecutor(Executor):
+    """Readable generated Python calling torch ops directly; any device."""
+
+    name = "torch"
+    title = "torch codegen"
+
+    def is_default_for(self, device_types: set[str]) -> bool:
+        return True
+
+    def lower(self, jaxpr: Jaxpr) -> CompiledProgram:
+        return compile_jaxpr(jaxpr)
+
+
+register_executor(TorchExecutor())

@@ -10,36 +10,51 @@ from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
     compare,
     conv,
+    decompositions,
     elementwise,
     gather,
     indexing,
     linalg,
+    linalg_functions,
     losses,
     nn,
     random,
     reductions,
     rnn,
     shape_ops,
+    sorting,
     tensor,
 )
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.inplace import install_inplace
+from thunderx.lang.views import install_views
+from thunderx.primitives.higher_order import stop_gradient
 
+_VIEW_PROPERTIES = install_views(torch_table, method_table)
 install_inplace()
 
 
 def _torch_function(cls, func, types, args=(), kwargs=None):
+    if kwargs and kwargs.get("out") is not None:
+        # A write into a caller's buffer is a side effect the traced program cannot express.
+        raise unsupported(
+            f"{getattr(func, '__name__', func)}(..., out=...)",
+            "write `t = op(...)` (or `t.copy_(op(...))` on a local tensor) instead",
+        )
     impl = torch_table.get(func)
     if impl is None:
         from thunderx.lang.fallback import opaque_call
 
-        return opaque_call(func, args, kwargs or {})
-    return impl(*args, **(kwargs or {}))
+        out = opaque_call(func, args, kwargs or {})
+    else:
+        out = impl(*args, **(kwargs or {}))
+    return out if _grad_enabled() else _no_grad(out, args)
 
 
 def _method(name, impl):
     def method(self, *args, **kwargs):
-        return impl(self, *args, **kwargs)
+        out = impl(self, *args, **kwargs)
+        return out if _grad_enabled() else _no_grad(out, (self,) + args)
 
     method.__name__ = name
     return method
@@ -81,6 +96,26 @@ _OPERATORS = {
 }
 
 
+_grad_enabled = torch.is_grad_enabled
+
+
+def _no_grad(out, args):
+    """Values created in a `torch.no_grad()` / `set_grad_enabled(False)` / `inference_mode()`
+    block carry no derivative (a view stays a view of its base: it becomes a detached view).
+    An in-place op returns its (mutated) argument unchanged."""
+    from thunderx import tree
+    from thunderx.lang.views import view_of
+
+    detach = method_table["detach"]
+
+    def stop(v):
+        if not isinstance(v, Tracer) or any(v is a for a in args):
+            return v
+        return detach(v) if view_of(v) is not None else stop_gradient(v)
+
+    return tree.map(stop, out)
+
+
 def _getattr(self, name):
     # Methods torch has but we do not decompose: a clear error at the call site.
     if hasattr(torch.Tensor, name) and not name.startswith("_"):
@@ -97,17 +132,14 @@ def _install():
             setattr(Tracer, name, _method(name, impl))
     Tracer.__hash__ = object.__hash__
     Tracer.__len__ = lambda self: _len(self)
-    Tracer.__iter__ = lambda self: iter(shape_ops._unbind(self, 0))
+    Tracer.__iter__ = lambda self: iter(method_table["unbind"](self, 0))
     Tracer.__getattr__ = _getattr
     props = {
         "shape": lambda self: torch.Size(aval(self).shape),
         "dtype": lambda self: aval(self).dtype,
         "device": lambda self: aval(self).device,
         "ndim": lambda self: len(aval(self).shape),
-        "T": shape_ops.full_transpose,
-        "mT": shape_ops.matrix_transpose,
-        "mH": shape_ops.matrix_transpose,
-        "H": lambda self: shape_ops._t(self),
+        **_VIEW_PROPERTIES,
         "is_cuda": lambda self: aval(self).device.type == "cuda",
         "is_cpu": lambda self: aval(self).device.type == "cpu",
         "is_nested": lambda self: False,
@@ -120,7 +152,7 @@ def _install():
         "is_leaf": lambda self: True,
         "layout": lambda self: torch.strided,
         "grad": lambda self: None,
-        "data": lambda self: self,
+        "data": lambda self: method_table["detach"](self),
     }
     for name, fn in props.items():
         setattr(Tracer, name, property(fn))

@@ -12,6 +12,7 @@ from thunderx.errors import unsupported  # noqa: F401
 from thunderx.lang._base import dtype, ndim, promote, register, shape
 from thunderx.primitives import binary as B
 from thunderx.primitives import conv as CV
+from thunderx.primitives import pooling as PL
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 
@@ -91,6 +92,13 @@ def _max_pool(
     kernel = _tuple(kernel_size, nsp)
     stride = _tuple(stride if stride is not None and len(_tuple(stride, 1)) else kernel_size, nsp)
     padding, dilation = _tuple(padding, nsp), _tuple(dilation, nsp)
+    if (
+        dtype(x).is_floating_point
+        and ndim(x) > nsp
+        and all(2 * p <= k for p, k in zip(padding, kernel))
+    ):
+        # torch's pooling kernel, and derivatives that route to its index (first on ties)
+        return PL.max_pool(x, kernel, stride, padding, dilation, ceil_mode, return_indices)
     pads = _pool_pads(x, nsp, kernel, stride, padding, dilation, ceil_mode)
     lead = ndim(x) - nsp
     if not return_indices and _tiles(kernel, stride, dilation, pads):

@@ -16,6 +16,7 @@ from thunderx.lang._base import (
     convert,
     dtype,
     float_operand,
+    full_like,
     is_tensor,
     isnan,
     promote,
@@ -307,14 +308,15 @@ def _minimum(x, y):
 
 @register(torch.fmax, methods=("fmax",))
 def _fmax(x, y):
+    # x where x >= y (ties included: torch sends the whole derivative to x there) or y is nan
     (a, b), _ = promote(x, y)
-    return where(isnan(a), b, where(isnan(b), a, B.maximum(a, b)))
+    return where(B.or_p.bind(B.ge(a, b), isnan(b)), a, b)
 
 
 @register(torch.fmin, methods=("fmin",))
 def _fmin(x, y):
     (a, b), _ = promote(x, y)
-    return where(isnan(a), b, where(isnan(b), a, B.minimum(a, b)))
+    return where(B.or_p.bind(B.le(a, b), isnan(b)), a, b)
 
 
 @register(torch.fmod, methods=("fmod",))
@@ -343,11 +345,17 @@ def _hypot(x, y):
 
 @register(torch.xlogy, torch.special.xlogy, methods=("xlogy",))
 def _xlogy(x, y):
+    # x * log(y), 0 where x == 0 unless y is nan. Written as a product so that its derivative
+    # in x is log(y) everywhere, x == 0 included (torch's and JAX's derivative); only the
+    # infinite logs (y == 0 or inf) are replaced by 0 where x == 0.
     (a, b), _ = promote(x, y, to_float=True)
-    zero = B.eq(a, 0.0)
-    safe_y = U.select(zero, 1.0, b) if type(b) not in SCALARS else b
-    out = B.mul(a, U.log(safe_y) if type(safe_y) not in SCALARS else math.log(safe_y))
-    return U.select(zero, 0.0, out)
+    if type(b) in SCALARS:
+        b = full_like(a, b) if type(a) not in SCALARS else torch.tensor(b)
+    lg = U.log(b)
+    if type(a) in SCALARS:
+        return B.mul(a, lg) if a != 0 else where(isnan(lg), lg, 0.0)
+    infinite = B.and_p.bind(B.eq(a, 0.0), B.eq(U.abs(lg), math.inf))
+    return B.mul(a, U.select(infinite, 0.0, lg))
 
 
 @register(torch.logaddexp, methods=("logaddexp",))

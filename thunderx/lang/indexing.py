@@ -10,7 +10,7 @@ import torch
 
 from thunderx.core import Tracer
 from thunderx.errors import concretization, unsupported
-from thunderx.lang._base import SCALARS, aval, broadcast_shapes, dtype, ndim, register, shape
+from thunderx.lang._base import aval, broadcast_shapes, dtype, ndim, register, shape
 from thunderx.primitives import binary as B
 from thunderx.primitives import creation as C
 from thunderx.primitives import indexing as I
@@ -50,8 +50,10 @@ def _expand_index(x, idx):
     n = ndim(x)
     if consumed > n:
         raise IndexError(f"too many indices for a tensor of dimension {n}")
-    if Ellipsis in out:
-        k = out.index(Ellipsis)
+    # identity tests: `in` / `index` would compare traced indices with == (elementwise)
+    ellipsis = [k for k, i in enumerate(out) if i is Ellipsis]
+    if ellipsis:
+        k = ellipsis[0]
         out = out[:k] + [slice(None)] * (n - consumed) + out[k + 1 :]
     else:
         out = out + [slice(None)] * (n - consumed)
@@ -147,22 +149,11 @@ def _add(a, b):
 
 def index_put(x, idx, v):
     """The functional `x[idx] = v`: positions are found by indexing an iota of x's elements."""
+    from thunderx.lang.views import place
+
     n = math.prod(shape(x))
     positions = getitem(S.reshape(C.iota(torch.int64, (n,), 0, aval(x).device), shape(x)), idx)
-    pshape = shape(positions)
-    flat_pos = S.reshape(positions, (math.prod(pshape),))
-    if type(v) in SCALARS:
-        v = C.full(pshape, v, dtype(x), aval(x).device)
-    else:
-        v = U.convert(v, dtype(x)) if dtype(v) != dtype(x) else v
-        v = S.broadcast_to(v, pshape) if shape(v) != pshape else v
-    flat_v = S.reshape(v, (math.prod(pshape),))
-    flat_x = S.reshape(x, (n,))
-    zeros = C.full((n,), 0, dtype(x), aval(x).device)
-    ones = C.full((math.prod(pshape),), 1.0, torch.float32, aval(x).device)
-    hit = I.index_add(C.full((n,), 0.0, torch.float32, aval(x).device), flat_pos, ones, 0)
-    placed = I.index_add(zeros, flat_pos, flat_v, 0)
-    return S.reshape(U.select(B.gt(hit, 0.0), placed, flat_x), shape(x))
+    return place(x, positions, v)
 
 
 register(torch.Tensor.__getitem__)(getitem)

@@ -1,15 +1,20 @@
-"""In-place ops on traced values are functionalized: the tracer object takes the new value.
+"""In-place ops on traced values are functionalized: the tracer object takes the new value, and a
+write to a view reaches its base and the other views of it (thunderx/lang/views.py).
 
 Only values created inside the traced function may be mutated; mutating an input of the
-transform or a captured tensor is an error, because the transform could not honour it."""
+transform (or a view of one) or a captured tensor is an error, because the transform could not
+honour it."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from thunderx.core import Tracer
 from thunderx.errors import ThunderxError, user_frame
 from thunderx.lang._base import aval, convert, method_table, register, shape
+from thunderx.lang.views import assign, view_of, write
 from thunderx.primitives import shape as S
 
 
@@ -36,11 +41,10 @@ def mutate(x, new, what: str):
         new = S.broadcast_to(new, tuple(x.aval.shape))
     if new.aval.dtype != x.aval.dtype:
         new = convert(new, x.aval.dtype)
+    if view_of(x) is not None:
+        return write(x, new, what)
     # x takes new's identity: same trace (or an inner one, when x was constant to it)
-    x.__class__ = new.__class__
-    for slot in Tracer.__slots__:
-        if slot != "__weakref__" and hasattr(new, slot):
-            object.__setattr__(x, slot, getattr(new, slot))
+    assign(x, new)
     return x
 
 
@@ -103,10 +107,6 @@ _INPLACE = [
     "expm1",
     "log1p",
     "relu",
-    "t",
-    "transpose",
-    "squeeze",
-    "unsqueeze",
     "index_add",
     "scatter",
     "scatter_add",
@@ -115,7 +115,40 @@ _INPLACE = [
 ]
 
 
+def _layout_inplace(name):
+    """`x.t_()`, `x.unsqueeze_(0)`, ...: x keeps its memory and changes its view of it, so x
+    becomes the view (its storage and the other views of it are untouched)."""
+
+    def impl(x, *args, **kwargs):
+        if not isinstance(x, Tracer):
+            raise MutationError(f"Tensor.{name}_ on a concrete tensor under a transform")
+        out = method_table[name](x, *args, **kwargs)
+        assign(x, out)
+        # x is already a member of the storage (the view call made it one): only its chain changes
+        object.__setattr__(x, "_alias", view_of(out))
+        return x
+
+    impl.__name__ = name + "_"
+    return impl
+
+
+_LAYOUT_INPLACE = ["t", "transpose", "swapaxes", "swapdims", "squeeze", "unsqueeze"]
+
+
+@register(methods=("resize_as_",))
+def _resize_as_(x, other, memory_format=None):
+    if math.prod(shape(x)) != math.prod(shape(other)):
+        raise MutationError(
+            f"Tensor.resize_as_ from {shape(x)} to {shape(other)} changes the number of elements "
+            f"(at {user_frame()}); under a transform only a reshape of the same elements is "
+            "supported: build a new tensor instead"
+        )
+    return _layout_inplace("view")(x, shape(other))
+
+
 def install_inplace():
+    for name in _LAYOUT_INPLACE:
+        register(methods=(name + "_",))(_layout_inplace(name))
     for name in _INPLACE:
         if name in method_table and name + "_" not in method_table:
             impl = _inplace_method(name)

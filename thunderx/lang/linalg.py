@@ -78,6 +78,10 @@ def _bmm(a, b, *, out=None):
 
 @register(torch.mv, methods=("mv",))
 def _mv(a, v, *, out=None):
+    if ndim(a) != 2 or ndim(v) != 1:
+        raise ValueError(
+            f"mv: expected a 2-D matrix and a 1-D vector, got {shape(a)} and {shape(v)}"
+        )
     return matmul(a, v)
 
 
@@ -95,6 +99,8 @@ def _vdot(a, b):
 
 @register(torch.outer, torch.ger, methods=("outer", "ger"))
 def _outer(a, b):
+    if ndim(a) != 1 or ndim(b) != 1:
+        raise ValueError(f"outer: expected 1-D tensors, got {shape(a)} and {shape(b)}")
     a, b = _same_dtype_noshape(a, b)
     return L.dot_general(a, b, (((), ()), ((), ())))
 

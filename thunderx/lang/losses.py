@@ -22,9 +22,8 @@ from thunderx.primitives import unary as U
 
 def _reduce(loss, reduction):
     if reduction == "mean":
-        return B.div(
-            R.reduce_sum(loss, tuple(range(ndim(loss)))), float(max(math.prod(shape(loss)), 1))
-        )
+        # the mean of no elements is nan (0 / 0), as in torch
+        return B.div(R.reduce_sum(loss, tuple(range(ndim(loss)))), float(math.prod(shape(loss))))
     if reduction == "sum":
         return R.reduce_sum(loss, tuple(range(ndim(loss))))
     if reduction == "none":

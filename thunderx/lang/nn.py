@@ -22,7 +22,7 @@ from thunderx.lang._base import (
     where,
 )
 from thunderx.lang.linalg import matmul
-from thunderx.lang.reductions import logsumexp, vector_norm
+from thunderx.lang.reductions import vector_norm
 from thunderx.primitives import binary as B
 from thunderx.primitives import creation as C
 from thunderx.primitives import indexing as I
@@ -35,7 +35,8 @@ from thunderx.primitives import unary as U
 
 @register(F.relu, torch.relu, methods=("relu",))
 def relu(x, inplace=False):
-    return U.select(B.gt(x, 0), x, 0.0 if is_float(dtype(x)) else 0)
+    # x <= 0 picks 0, so NaN stays NaN and its gradient passes through, as torch's relu does
+    return U.select(B.le(x, 0), 0.0 if is_float(dtype(x)) else 0, x)
 
 
 @register(F.relu6)
@@ -45,9 +46,13 @@ def _relu6(x, inplace=False):
 
 @register(F.hardtanh)
 def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
-    from thunderx.lang.elementwise import _clamp
+    # The value is clamp's; the derivative is 1 only strictly inside (min_val, max_val) (torch's
+    # hardtanh_backward), where clamp's counts the bounds in. nan stays nan.
+    if not is_float(dtype(x)):
+        from thunderx.lang.elementwise import _clamp
 
-    return _clamp(x, min_val, max_val)
+        return _clamp(x, min_val, max_val)
+    return U.select(B.le(x, min_val), min_val, U.select(B.ge(x, max_val), max_val, x))
 
 
 @register(F.gelu)
@@ -65,7 +70,16 @@ def silu(x, inplace=False):
 
 @register(F.elu)
 def elu(x, alpha=1.0, inplace=False):
-    return U.select(B.gt(x, 0.0), x, B.mul(U.expm1(x), alpha))
+    return _exp_kink(x, alpha, 1.0)
+
+
+def _exp_kink(x, alpha, scale_in):
+    """x for x > 0, alpha * expm1(x * scale_in) for x < 0, and at x == 0 the linear piece
+    alpha * scale_in * x: torch's derivatives at the kink are the negative side's first
+    derivative and a zero second derivative (elu/selu/celu backward and double backward)."""
+    inner = B.mul(x, scale_in) if scale_in != 1.0 else x
+    neg = U.select(B.lt(x, 0.0), B.mul(U.expm1(inner), alpha), B.mul(inner, alpha))
+    return U.select(B.gt(x, 0.0), x, neg)
 
 
 @register(F.selu, torch.selu)
@@ -76,7 +90,7 @@ def _selu(x, inplace=False):
 
 @register(F.celu, torch.celu)
 def _celu(x, alpha=1.0, inplace=False):
-    return U.select(B.gt(x, 0.0), x, B.mul(U.expm1(B.div(x, alpha)), alpha))
+    return _exp_kink(x, alpha, 1.0 / alpha)
 
 
 @register(F.leaky_relu)
@@ -95,15 +109,17 @@ def _prelu(x, weight):
 
 @register(F.softplus)
 def softplus(x, beta=1.0, threshold=20.0):
+    # torch's formula: log1p(exp(beta x)) / beta, and x itself above the threshold (so exp never
+    # overflows where its branch is used). It is smooth at 0, so every derivative is right there
+    # (a max(x, 0) + log1p(exp(-|x|)) form has sign(x) terms whose derivatives vanish at 0).
     bx = B.mul(x, beta) if beta != 1 else x
-    soft = (
-        B.div(U.log1p(U.exp(U.neg(U.abs(bx)))), beta)
-        if beta != 1
-        else U.log1p(U.exp(U.neg(U.abs(bx))))
-    )
-    pos = B.maximum(x, 0.0)
-    out = B.add(pos, soft)
-    return U.select(B.gt(bx, threshold), x, out)
+    above = B.gt(bx, threshold)
+    # the unused branch gets 0 instead of a large bx: exp(bx) = inf there would make its
+    # (discarded) derivative 0 * inf = nan in reverse mode
+    soft = U.log1p(U.exp(U.select(above, 0.0, bx)))
+    if beta != 1:
+        soft = B.div(soft, beta)
+    return U.select(above, x, soft)
 
 
 @register(F.mish)
@@ -184,9 +200,15 @@ def log_softmax(x, dim=None, _stacklevel=3, dtype=None):
         return B.mul(x, 0.0)
     if 0 in shape(x):
         return x
-    lse = logsumexp(x, (d,), keepdim=False)
+    # torch's formula, (x - max) - log(sum(exp(x - max))): an infinite max makes the whole
+    # slice nan, as in torch (logsumexp's guard against infinite maxima would not)
+    from thunderx.primitives.higher_order import stop_gradient
+
     kept = tuple(i for i in range(ndim(x)) if i != d)
-    return B.sub(x, S.broadcast_in_dim(lse, shape(x), kept))
+    m = S.broadcast_in_dim(stop_gradient(R.reduce_max(x, (d,))), shape(x), kept)
+    shifted = B.sub(x, m)
+    lse = U.log(R.reduce_sum(U.exp(shifted), (d,)))
+    return B.sub(shifted, S.broadcast_in_dim(lse, shape(x), kept))
 
 
 @register(F.softmin)
@@ -285,10 +307,16 @@ def normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
     (a, b), _ = promote(x1, x2, to_float=True)
     d = canon_dims(dim, ndim(a))
-    dot = R.reduce_sum(B.mul(a, b), d)
-    na = U.sqrt(R.reduce_sum(B.mul(a, a), d))
-    nb = U.sqrt(R.reduce_sum(B.mul(b, b), d))
-    return B.div(dot, B.maximum(B.mul(na, nb), eps))
+    # torch's formula: each input divided by its norm, the norm clamped to eps outside
+    # autograd (the clamp changes the value, not the derivative)
+    from thunderx.primitives.higher_order import stop_gradient
+
+    def unit(v):
+        n = vector_norm(v, 2, d, keepdim=True)
+        clamped = B.add(n, stop_gradient(B.sub(B.maximum(n, eps), n)))
+        return B.div(v, S.broadcast_to(clamped, shape(v)))
+
+    return R.reduce_sum(B.mul(unit(a), unit(b)), d)
 
 
 @register(F.pairwise_distance, torch.pairwise_distance)

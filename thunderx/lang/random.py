@@ -4,6 +4,10 @@ While staging (jit, make_jaxpr) they become random primitives, so each call draw
 
 from __future__ import annotations
 
+import math
+import threading
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
@@ -35,11 +39,17 @@ def _batch_traces():
         t = t.parent
 
 
-def draw(kind: str, shape, dtype, device, name: str):
-    """A random draw of `shape` per batch element, honouring every enclosing vmap."""
+def draw(kind: str, shape, dtype, device, name: str, generator=None):
+    """A random draw of `shape` per batch element, honouring every enclosing vmap. With an
+    explicit `generator`, the numbers come from it, as in eager torch."""
     from thunderx.transforms.vmap import BatchTracer
 
-    prim = C.random_uniform if kind == "uniform" else C.random_normal
+    if generator is None:
+        prim = C.random_uniform if kind == "uniform" else C.random_normal
+    else:
+        prim = lambda shape, dtype, device: _generator_draw(  # noqa: E731
+            kind, shape, dtype, device, generator
+        )
     batches = list(_batch_traces())
     different = []
     for bt in batches:
@@ -76,7 +86,12 @@ def _rand(kind, name):
     ):
         shape = _size(args, kwargs)
         return draw(
-            kind, shape, dtype or torch.get_default_dtype(), torch.device(device or "cpu"), name
+            kind,
+            shape,
+            dtype or torch.get_default_dtype(),
+            torch.device(device or "cpu"),
+            name,
+            generator,
         )
 
     return impl
@@ -102,7 +117,163 @@ def _dropout(x, p=0.5, training=True, inplace=False):
 
 def _bernoulli(p, generator=None, *, out=None):
     a = get_aval(p)
-    return (draw("uniform", a.shape, a.dtype, a.device, "bernoulli") < p).to(a.dtype)
+    u = draw("uniform", a.shape, a.dtype, a.device, "bernoulli", generator)
+    return (u < p).to(a.dtype)
+
+
+def _feature_shape(shape, name):
+    """The noise shape of channel-wise dropout: one draw per (batch, channel), as torch picks
+    it (dropout1d/3d treat a rank-2/4 input as unbatched; dropout2d treats rank 3 as (N, C, L))."""
+    n = len(shape)
+    unbatched = {"dropout1d": 2, "dropout3d": 4}.get(name)
+    if n < 2:
+        raise ValueError(f"{name}: expected an input of rank >= 2, got shape {tuple(shape)}")
+    if n == unbatched:
+        return shape[:1] + (1,) * (n - 1)
+    return shape[:2] + (1,) * (n - 2)
+
+
+def _keep_mask(x, p, name, feature):
+    a = get_aval(x)
+    shape = _feature_shape(a.shape, name) if feature else a.shape
+    return draw("uniform", shape, a.dtype, a.device, name) >= p
+
+
+def _feature_dropout(name):
+    def impl(x, p=0.5, training=True, inplace=False):
+        if not training or p == 0.0:
+            return x
+        if p == 1.0:
+            return x * 0.0
+        return x * (_keep_mask(x, p, name, True).to(get_aval(x).dtype) / (1.0 - p))
+
+    return impl
+
+
+_SELU_ALPHA = 1.7580993408473766  # -selu's lower limit: alpha * scale
+
+
+def _alpha_dropout(name, feature):
+    """torch's alpha dropout: dropped units are set to selu's saturation value, then an affine
+    map restores the mean and variance."""
+
+    def impl(x, p=0.5, training=False, inplace=False):
+        if not training or p == 0.0:
+            return x
+        if p == 1.0:
+            return x * 0.0
+        keep = _keep_mask(x, p, name, feature).to(get_aval(x).dtype)
+        a = 1.0 / math.sqrt((_SELU_ALPHA**2 * p + 1) * (1 - p))
+        b = (keep - 1.0) * (_SELU_ALPHA * a) + _SELU_ALPHA * a * p
+        return x * (keep * a) + b
+
+    return impl
+
+
+def _randint(*args, generator=None, dtype=None, device=None, layout=None, **kwargs):
+    """randint(high, size) or randint(low, high, size): floor of a float64 uniform draw."""
+    kwargs.pop("requires_grad", None)
+    kwargs.pop("pin_memory", None)
+    if "size" in kwargs:
+        args = args + (kwargs.pop("size"),)
+    if "high" in kwargs:
+        args = (kwargs.pop("low", 0), kwargs.pop("high")) + args
+    low, high, size = (0, *args) if len(args) == 2 else args
+    dt = dtype or torch.int64
+    if not _vmap_mode("torch.randint"):
+        # torch's own kernel: the numbers eager code gets from the same generator state
+        dev = torch.device(device or "cpu")
+        return runtime_draw(torch.randint, (low, high, tuple(size)), dt, dev, generator)
+    u = draw(
+        "uniform",
+        tuple(size),
+        torch.float64,
+        torch.device(device or "cpu"),
+        "torch.randint",
+        generator,
+    )
+    return (torch.floor(u * (high - low)) + low).clamp(max=high - 1).to(dt)
+
+
+def _ranks(keys, n: int, name: str):
+    """For each entry of the last axis, the number of entries with a larger key (ties broken by
+    position): a uniformly random permutation when the keys are i.i.d. continuous."""
+    if n * n > 2**24:
+        raise ValueError(f"{name} of {n} elements under a transform is limited to 4096 elements")
+    k_i, k_j = keys.unsqueeze(-1), keys.unsqueeze(-2)
+    pos = torch.arange(n, device=keys.device)
+    earlier = (pos.unsqueeze(-1) > pos.unsqueeze(-2)).expand(k_i.shape[:-1] + (n,))
+    before = (k_j > k_i) | ((k_j == k_i) & earlier)
+    return before.to(torch.int64).sum(-1)
+
+
+def _randperm(n, *, generator=None, dtype=None, device=None, layout=None, **kwargs):
+    dev = torch.device(device or "cpu")
+    if not _vmap_mode("torch.randperm"):
+        # one draw shared by any vmap: torch's own kernel, run on each call
+        return runtime_draw(torch.randperm, (n,), dtype or torch.int64, dev, generator)
+    keys = draw("uniform", (n,), torch.float64, dev, "torch.randperm", generator)
+    return _ranks(keys, n, "torch.randperm").to(dtype or torch.int64)
+
+
+def _normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=None, **kw):
+    from thunderx.core import Tracer
+
+    tensors = [v for v in (mean, std) if isinstance(v, (Tracer, torch.Tensor))]
+    if not tensors and size is not None and not _vmap_mode("torch.normal"):
+        dev = torch.device(device or "cpu")
+        args = (float(mean), float(std), tuple(size))
+        return runtime_draw(torch.normal, args, dtype or torch.get_default_dtype(), dev, generator)
+    if size is not None or not tensors:
+        shape = tuple(size) if size is not None else ()
+        dt = dtype or torch.get_default_dtype()
+        dev = torch.device(device or "cpu")
+    else:
+        shape = torch.broadcast_shapes(*[tuple(get_aval(v).shape) for v in tensors])
+        dt, dev = get_aval(tensors[0]).dtype, get_aval(tensors[0]).device
+    z = draw("normal", shape, dt, dev, "torch.normal", generator)
+    return z * std + mean
+
+
+def _multinomial(probs, num_samples, replacement=False, *, generator=None, out=None):
+    a = get_aval(probs)
+    k = a.shape[-1]
+    lead = a.shape[:-1]
+    if not replacement and num_samples > k:
+        raise ValueError(
+            f"multinomial: cannot draw {num_samples} samples without replacement from {k} "
+            "categories"
+        )
+    if replacement:
+        # inverse CDF: the number of cumulative weights at or below each uniform draw
+        cdf = torch.cumsum(probs, -1)
+        total = cdf[..., -1:]
+        u = (
+            draw(
+                "uniform", lead + (num_samples,), a.dtype, a.device, "torch.multinomial", generator
+            )
+            * total
+        )
+        idx = (cdf.unsqueeze(-2) <= u.unsqueeze(-1)).to(torch.int64).sum(-1)
+        return idx.clamp(max=k - 1)
+    # Gumbel top-k: the categories with the largest log-weight + Gumbel noise, in order
+    u = draw("uniform", lead + (k,), torch.float64, a.device, "torch.multinomial", generator)
+    gumbel = -torch.log(-torch.log(u.clamp(min=1e-300)))
+    keys = torch.where(probs > 0, torch.log(probs.to(torch.float64)) + gumbel, -math.inf)
+    rank = _ranks(keys, k, "torch.multinomial")
+    order = torch.arange(num_samples, device=a.device)
+    hit = rank.unsqueeze(-2) == order.unsqueeze(-1)  # [..., sample, category]
+    return torch.argmax(hit.to(torch.int64), -1)
+
+
+def _refuse(name):
+    def impl(*args, **kwargs):
+        raise NotImplementedError(
+            f"{name} is not supported under a thunderx transform (at {user_frame()}): its "
+            "draw would be fixed at trace time; use torch.rand / torch.randn and transform them"
+        )
+
+    return impl
 
 
 RANDOM_FUNCTIONS = {
@@ -113,18 +284,164 @@ RANDOM_FUNCTIONS = {
     F.dropout: _dropout,
     torch.dropout: lambda x, p, train: _dropout(x, p, train),
     torch.bernoulli: _bernoulli,
+    torch.randint: _randint,
+    torch.randperm: _randperm,
+    torch.normal: _normal,
+    torch.multinomial: _multinomial,
+    F.dropout1d: _feature_dropout("dropout1d"),
+    F.dropout2d: _feature_dropout("dropout2d"),
+    F.dropout3d: _feature_dropout("dropout3d"),
+    torch.feature_dropout: lambda x, p, train: _feature_dropout("feature_dropout")(x, p, train),
+    F.alpha_dropout: _alpha_dropout("alpha_dropout", False),
+    torch.alpha_dropout: lambda x, p, train: _alpha_dropout("alpha_dropout", False)(x, p, train),
+    F.feature_alpha_dropout: _alpha_dropout("feature_alpha_dropout", True),
+    torch.feature_alpha_dropout: lambda x, p, train: _alpha_dropout("feature_alpha_dropout", True)(
+        x, p, train
+    ),
+    torch.poisson: _refuse("torch.poisson"),
+    torch.randint_like: _refuse("torch.randint_like"),
+    F.rrelu: lambda x, lower=1 / 8, upper=1 / 3, training=False, inplace=False: (
+        F.leaky_relu(x, (lower + upper) / 2)
+        if not training
+        else _refuse("F.rrelu(training=True)")()
+    ),
 }
 
 
 class RandomnessMode(TorchFunctionMode):
-    """Routes torch's random functions to `draw` while a transform is tracing."""
+    """Routes torch's random functions to `draw` while a transform is tracing. A mode with no
+    trace marks a staging trace (jit, make_jaxpr, reverse mode): the generators its draws
+    advanced are put back when it ends, because the staged program draws again when it runs."""
 
     def __init__(self, trace):
         super().__init__()
         self.trace = trace
+        self.generators: dict = {}  # id -> (weakref, state before this trace's first draw)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         handler = RANDOM_FUNCTIONS.get(func)
         if handler is not None:
             return handler(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        _modes.stack.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _modes.stack.pop()
+        for ref, state in self.generators.values():
+            gen = ref()
+            if gen is not None:
+                gen.set_state(state)
+        return super().__exit__(*exc)
+
+    def remember(self, gen) -> None:
+        if id(gen) not in self.generators:
+            self.generators[id(gen)] = (weakref.ref(gen), gen.get_state())
+
+
+class _Modes(threading.local):
+    def __init__(self):
+        self.stack: list = []
+
+
+_modes = _Modes()
+
+
+# ----------------------------------------------------------------- draws with a torch kernel
+
+
+def _staging_trace():
+    """The nearest enclosing staging trace, or None when the transforms run eagerly."""
+    from thunderx.tracing import StagingTrace
+
+    t = current_trace()
+    while t is not None:
+        if isinstance(t, StagingTrace):
+            return t
+        t = t.parent
+    return None
+
+
+class RuntimeDraw:
+    """A random torch call run each time the staged program runs (a `torch_call` equation).
+
+    With a generator: while it is alive the draw advances it, as eager code would on each call;
+    once it has been collected (it was local to the traced function, so each eager call made a
+    fresh one) the draw starts from the state it had when traced."""
+
+    def __init__(self, fn, args, dtype, generator):
+        self.fn, self.args, self.dtype = fn, args, dtype
+        self.gen_ref = None if generator is None else weakref.ref(generator)
+        self.gen_state = None if generator is None else generator.get_state()
+        self.__name__ = getattr(fn, "__name__", "draw")
+
+    def _generator(self, device):
+        if self.gen_ref is None:
+            return None
+        gen = self.gen_ref()
+        if gen is None:
+            gen = torch.Generator(device)
+            gen.set_state(self.gen_state)
+        return gen
+
+    def __call__(self, like):
+        if like.is_meta:
+            return self.fn(*self.args, dtype=self.dtype, device="meta")
+        return self.fn(
+            *self.args, dtype=self.dtype, device=like.device, generator=self._generator(like.device)
+        )
+
+    def __repr__(self) -> str:
+        gen = "" if self.gen_ref is None else ", generator=..."
+        return f"{self.__name__}{self.args}{gen}"
+
+
+def runtime_draw(fn, args, dtype, device, generator=None):
+    """`fn(*args, dtype=, device=, generator=)` now (eager transforms) or on each run of the
+    staged program (jit, reverse mode)."""
+    staging = _staging_trace()
+    if staging is None:
+        return fn(*args, dtype=dtype, device=device, generator=generator)
+    if generator is not None:
+        mode = next((m for m in reversed(_modes.stack) if m.trace is None), None)
+        if mode is not None:
+            mode.remember(generator)
+    draw_ = RuntimeDraw(fn, args, dtype, generator)
+    if generator is not None:
+        # advance it as the eager call would: later draws in this trace see the next state
+        fn(*args, dtype=dtype, device=device, generator=generator)
+    from thunderx.lang.fallback import opaque_call
+
+    with set_trace(staging):
+        return opaque_call(draw_, (torch.empty(0, device=device),), {})
+
+
+def _generator_draw(kind, shape, dtype, device, generator):
+    fn = torch.rand if kind == "uniform" else torch.randn
+    return runtime_draw(fn, (tuple(shape),), dtype, device, generator)
+
+
+def _vmap_mode(name: str) -> bool:
+    """Checks the enclosing vmaps' `randomness`; True when one of them wants different draws."""
+    different = False
+    for bt in _batch_traces():
+        if bt.randomness == "error":
+            raise ValueError(
+                f"vmap: {name} called under vmap at {user_frame()}; random ops need "
+                "vmap(..., randomness='different') or randomness='same'"
+            )
+        different = different or bt.randomness == "different"
+    return different
+
+
+def _register_effects():
+    # A draw must run once per occurrence: never merged with an equal one, never folded.
+    from thunderx.lang.fallback import torch_call_p
+    from thunderx.passes import effectful_primitives
+
+    effectful_primitives.update({C.random_uniform_p, C.random_normal_p, torch_call_p})
+
+
+_register_effects()

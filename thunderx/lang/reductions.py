@@ -23,6 +23,7 @@ from thunderx.lang._base import (
 )
 from thunderx.lang.elementwise import _maximum, _minimum
 from thunderx.primitives import binary as B
+from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
@@ -131,9 +132,11 @@ def _minmax(reduce, arg, pairwise, x, dim, keepdim, other):
         from thunderx.primitives import creation as C
 
         return MinMax(x, C.full((), 0, torch.int64, aval(x).device))
-    values = keepdims(reduce(x, (d,)), (d,), keepdim)
-    indices = keepdims(arg(x, d), (d,), keepdim)
-    return MinMax(values, indices)
+    # the values are read at the returned indices, so with ties the derivative goes to that
+    # index alone (torch's rule for max(dim)/min(dim); amax/amin split it among the ties)
+    idx = arg(x, d)
+    values = S.squeeze(I.gather(x, S.expand_dims(idx, (d,)), d), (d,))
+    return MinMax(keepdims(values, (d,), keepdim), keepdims(idx, (d,), keepdim))
 
 
 @register(torch.max, methods=("max",))
@@ -180,7 +183,17 @@ def _var_fn(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 @register(torch.std, methods=("std",))
 def _std_fn(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, unbiased = _unpack_var_args(dim, unbiased)
-    return U.sqrt(_var(x, dim, _correction(unbiased, correction), keepdim)[0])
+    return safe_root(_var(x, dim, _correction(unbiased, correction), keepdim)[0], 2)
+
+
+def safe_root(v, p):
+    """v ** (1/p) (p=2: sqrt) whose derivative is 0 where v == 0: torch's convention for the
+    gradient of a norm at the zero vector and of std of a constant, where the root's derivative
+    is infinite and the chain rule would give 0 * inf = nan."""
+    zero = B.eq(v, 0.0)
+    safe = U.select(zero, 1.0, v)
+    root = U.sqrt(safe) if p == 2 else B.pow(safe, 1.0 / p)
+    return U.select(zero, 0.0, root)
 
 
 @register(torch.var_mean)
@@ -193,11 +206,23 @@ def _var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 def _std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, unbiased = _unpack_var_args(dim, unbiased)
     v, m = _var(x, dim, _correction(unbiased, correction), keepdim)
-    return U.sqrt(v), m
+    return safe_root(v, 2), m
 
 
 def logsumexp(x, dims, keepdim=False):
     from thunderx.primitives.higher_order import stop_gradient
+
+    if any(shape(x)[d] == 0 for d in dims):
+        # the log of an empty sum (amax has no value to offer here)
+        from thunderx.primitives import creation as C
+
+        out = C.full(
+            tuple(s for i, s in enumerate(shape(x)) if i not in dims),
+            -math.inf,
+            dtype(x),
+            aval(x).device,
+        )
+        return keepdims(B.add(out, R.reduce_sum(x, dims)), dims, keepdim)
 
     m = R.reduce_max(x, dims)
     m = stop_gradient(where(U.isfinite(m), m, 0.0))
@@ -235,7 +260,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False):  # noqa: A002
     dims = _dims_arg(dim, ndim(x))
     a = U.abs(x)
     if ord == 2:
-        out = U.sqrt(R.reduce_sum(B.mul(x, x), dims))
+        out = safe_root(R.reduce_sum(B.mul(x, x), dims), 2)
     elif ord == math.inf:
         out = R.reduce_max(a, dims)
     elif ord == -math.inf:
@@ -245,7 +270,8 @@ def vector_norm(x, ord=2, dim=None, keepdim=False):  # noqa: A002
     elif ord == 0:
         out = R.reduce_sum(convert(B.ne(x, 0.0), dtype(x)), dims)
     else:
-        out = B.pow(R.reduce_sum(B.pow(a, float(ord)), dims), 1.0 / ord)
+        total = R.reduce_sum(B.pow(a, float(ord)), dims)
+        out = safe_root(total, ord) if ord > 0 else B.pow(total, 1.0 / ord)
     return keepdims(out, dims, keepdim)
 
 
@@ -262,6 +288,10 @@ def _norm(x, p="fro", dim=None, keepdim=False, out=None, dtype=None):
         x = convert(x, dtype)
     if p == "fro" or p is None:
         p = 2
+    if p == "nuc":
+        from thunderx.lang.linalg_functions import matrix_norm
+
+        return matrix_norm(x, "nuc", (-2, -1) if dim is None else dim, keepdim)
     if isinstance(p, str):
         from thunderx.errors import unsupported
 

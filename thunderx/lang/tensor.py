@@ -75,7 +75,10 @@ def _contiguous(x, memory_format=None):
 
 @register(torch.clone, methods=("clone",))
 def _clone(x, memory_format=None):
-    return x
+    # a new identity with the same value: mutating the clone leaves x (an input, a view) alone
+    from thunderx.lang.views import alias_of
+
+    return alias_of(x) if isinstance(x, Tracer) else x.clone()
 
 
 @register(torch.detach, methods=("detach",))

@@ -8,7 +8,17 @@ from typing import Callable, Sequence
 
 import torch
 
-from thunderx import tree
+from thunderx import tree, validate
+from thunderx.errors import ArgumentTypeError, ArgumentValueError, user_frame
+
+
+def _check_entry(f, args, api: str) -> None:
+    validate.check_callable(f, api, "f")
+    if not isinstance(args, (tuple, list)):
+        raise ArgumentTypeError(
+            f"{api}: args must be a tuple or list of arguments, got {type(args).__name__} "
+            f"(at {user_frame()})"
+        )
 
 
 def _f64(x):
@@ -39,7 +49,14 @@ def numerical_jvp(f: Callable, args: Sequence, tangents: Sequence, eps: float = 
     plus = [a + eps * t if t is not None else a for a, t in zip(args, tangents)]
     minus = [a - eps * t if t is not None else a for a, t in zip(args, tangents)]
     fp, fm = f(*plus), f(*minus)
-    return tree.map(lambda p, m: (p - m) / (2 * eps) if _is_float(p) else None, fp, fm)
+
+    def quotient(p, m):
+        if _is_float(p):
+            return (p - m) / (2 * eps)
+        # an integer output (indices) has no derivative; a placeholder keeps outputs aligned
+        return torch.zeros_like(p) if isinstance(p, torch.Tensor) else None
+
+    return tree.map(quotient, fp, fm)
 
 
 def _assert_close(actual, expected, rtol, atol, what):
@@ -93,6 +110,13 @@ def check_grads(
     worst element and both values."""
     import thunderx
 
+    _check_entry(f, args, "check_grads")
+    validate.check_int(order, "check_grads", "order", minimum=1)
+    if isinstance(modes, str) or not set(modes) <= {"fwd", "rev"} or not modes:
+        raise ArgumentValueError(
+            f"check_grads: modes must be a non-empty sequence of 'fwd' and 'rev', got {modes!r} "
+            f"(at {user_frame()})"
+        )
     args = tuple(_f64(a) for a in args)
     gen = torch.Generator().manual_seed(seed)
     tangents = [_random_like(a, gen) for a in args]
@@ -137,6 +161,8 @@ def check_vmap(f: Callable, args: Sequence, in_axes=0, out_axes=0, rtol=1e-6, at
     """vmap(f) equals a Python loop over the batch, stacked along out_axes."""
     import thunderx
 
+    _check_entry(f, args, "check_vmap")
+
     got = thunderx.vmap(f, in_axes, out_axes)(*args)
     flat_args, in_tree = tree.flatten(tuple(args))
     axes = tree.broadcast_prefix(
@@ -167,6 +193,8 @@ def check_jit(f: Callable, args: Sequence, rtol=1e-6, atol=1e-6) -> None:
     """jit(f) equals f run eagerly."""
     import thunderx
 
+    _check_entry(f, args, "check_jit")
+
     got = thunderx.jit(f)(*args)
     expected = f(*args)
     _assert_close(got, expected, rtol, atol, "check_jit: jit vs eager")
@@ -183,6 +211,8 @@ def check_transpose(linear_f: Callable, args: Sequence, rtol=1e-6, atol=1e-6, se
     """For a function linear in `args`: <ct, L(t)> == <L^T(ct), t> on random t and ct, with L^T
     computed by thunderx's transposition (vjp)."""
     import thunderx
+
+    _check_entry(linear_f, args, "check_transpose")
 
     gen = torch.Generator().manual_seed(seed)
     args = tuple(_f64(a) for a in args)

@@ -25,5 +25,12 @@ def load_profile(name: str | None = None) -> str:
         name = os.environ.get("THUNDERX_HYPOTHESIS_PROFILE") or (
             "ci" if os.environ.get("CI") else "dev"
         )
+    if name not in ("ci", "dev", "thorough"):
+        from thunderx.errors import ArgumentValueError, user_frame
+
+        raise ArgumentValueError(
+            f"load_profile: unknown profile {name!r} (from the argument or "
+            f"THUNDERX_HYPOTHESIS_PROFILE); choose 'ci', 'dev' or 'thorough' (at {user_frame()})"
+        )
     settings.load_profile(name)
     return name

@@ -1,0 +1,172 @@
+"""Fusion benchmarks: thunderx (torch codegen and inductor executors) beside torch.compile,
+Lightning Thunder where it imports, and eager torch; steady state and first call."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+from cases import _check, _row
+from harness import compare, first_call
+
+import thunderx as tx
+from thunderx.executors.inductor_exec import inductor_unavailable_reason
+
+
+def thunder_jit():
+    """(thunder.jit, None) when Lightning Thunder imports beside this torch, else (None, why)."""
+    try:
+        import thunder
+
+        return thunder.jit, None
+    except Exception as e:  # noqa: BLE001 - the reason goes into the results
+        return None, f"lightning-thunder unavailable: {type(e).__name__}: {e}"[:160]
+
+
+def _raw_row(case, cand, base, ours_s, theirs_s, note=""):
+    return {
+        "case": case,
+        "candidate": cand,
+        "baseline": base,
+        "ratio": ours_s / theirs_s,
+        "ms": ours_s * 1e3,
+        "baseline_ms": theirs_s * 1e3,
+        "note": note,
+    }
+
+
+def _peers(case, f, args, rounds, ours, thunder_ok=True, first=False, tol=1e-4):
+    """Rows comparing `ours` (label -> thunderx callable) with torch.compile(f): steady state
+    for each, eager and Thunder beside them, and optionally both first calls."""
+    rows = []
+    comp = torch.compile(f)
+    t_first = {}
+    if first:
+        t_first["torch.compile"] = first_call(comp, *args)
+        for label, fn in ours.items():
+            if "inductor" in label:
+                t_first[label] = first_call(fn, *args)
+    want = f(*args)
+    cands = {}
+    for label, fn in ours.items():
+        _check(fn(*args), want, tol)
+        cands[label] = lambda fn=fn: fn(*args)
+    comp(*args)
+    _check(comp(*args), want, tol)
+    cands["eager"] = lambda: f(*args)
+    thunder_note = ""
+    if thunder_ok:
+        tj, why = thunder_jit()
+        if tj is not None:
+            th = tj(f)
+            _check(th(*args), want, tol)
+            cands["thunder.jit"] = lambda: th(*args)
+        else:
+            thunder_note = why
+    res = compare(lambda: comp(*args), cands, rounds)
+    for label in cands:
+        rows.append(_row(case, label, "torch.compile", res, label))
+    if thunder_note:
+        rows.append(_raw_row(case, "thunder.jit", "torch.compile", math.nan, 1.0, thunder_note))
+        rows[-1]["ms"] = rows[-1]["baseline_ms"] = math.nan
+    for label, t in t_first.items():
+        if label != "torch.compile":
+            rows.append(
+                _raw_row(f"{case}: first call", label, "torch.compile", t, t_first["torch.compile"])
+            )
+    return rows
+
+
+def _inductor_ok():
+    return inductor_unavailable_reason() is None
+
+
+def _ours(f, transform=None):
+    g = transform(f) if transform else f
+    out = {"jit (torch)": tx.jit(g)}
+    if _inductor_ok():
+        out["jit (inductor)"] = tx.jit(g, executor="inductor")
+    return out
+
+
+# --------------------------------------------------------------------------------- the cases
+
+
+def gelu_gate_chain(x, b):
+    """12 elementwise ops: bias, tanh-GELU, scale, sigmoid gate."""
+    h = x + b
+    g = 0.5 * h * (1 + torch.tanh(0.7978845608 * (h + 0.044715 * h * h * h)))
+    return g * 1.5 * torch.sigmoid(h)
+
+
+def elementwise_chain(rounds):
+    rows = []
+    for n in (1024, 2048):
+        g = torch.Generator().manual_seed(0)
+        args = (torch.randn(n, n, generator=g), torch.randn(n, generator=g))
+        case = f"elementwise chain (12 ops), f32[{n},{n}]"
+        rows += _peers(case, gelu_gate_chain, args, rounds, _ours(gelu_gate_chain), first=True)
+    return rows
+
+
+def _mlp_params(dims, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [
+        (torch.randn(a, b, generator=g) / a**0.5, torch.zeros(b))
+        for a, b in zip(dims[:-1], dims[1:])
+    ]
+
+
+def _mlp_loss(params, x, y):
+    for i, (w, b) in enumerate(params):
+        x = x @ w + b
+        if i < len(params) - 1:
+            x = torch.relu(x)
+    return F.cross_entropy(x, y)
+
+
+def _sgd(grad):
+    def step(params, x, y):
+        grads = grad(_mlp_loss)(params, x, y)
+        return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+
+    return step
+
+
+def mlp_training_step(rounds):
+    rows = []
+    for dims, batch in (([256, 512, 512, 10], 128), ([784, 1024, 1024, 10], 256)):
+        params = _mlp_params(dims)
+        g = torch.Generator().manual_seed(1)
+        x, y = torch.randn(batch, dims[0], generator=g), torch.randint(0, 10, (batch,), generator=g)
+        case = f"MLP training step (fwd+bwd+SGD) {'-'.join(map(str, dims))}, batch {batch}"
+        ours = {"jit (torch)": tx.jit(_sgd(tx.grad))}
+        if _inductor_ok():
+            ours["jit (inductor)"] = tx.jit(_sgd(tx.grad), executor="inductor")
+        rows += _peers(case, _sgd(tf.grad), (params, x, y), rounds, ours, thunder_ok=False)
+    return rows
+
+
+def transformer_layer(rounds):
+    rows = []
+    for d, heads, seq, batch in ((64, 4, 32, 8), (256, 8, 64, 16)):
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+        params = {k: v.detach() for k, v in layer.named_parameters()}
+        x = torch.randn(batch, seq, d)
+
+        def loss(p, x, call):
+            return call(layer, p, (x,)).square().mean()
+
+        ours_f = lambda p, x: loss(p, x, tx.functional_call)  # noqa: E731
+        ref_f = lambda p, x: loss(p, x, tf.functional_call)  # noqa: E731
+        ours = {"jit (torch)": tx.jit(tx.grad(ours_f))}
+        if _inductor_ok():
+            ours["jit (inductor)"] = tx.jit(tx.grad(ours_f), executor="inductor")
+        case = f"TransformerEncoderLayer fwd+bwd d={d} heads={heads}, {batch}x{seq}"
+        rows += _peers(
+            case, tf.grad(ref_f), (params, x), max(3, rounds // 2), ours, thunder_ok=False, tol=1e-3
+        )
+    return rows

@@ -1,0 +1,298 @@
+"""Order statistics: sort (several operands, lexicographic keys, stable or not), top_k, cumulative
+max/min with their indices, logcumsumexp, and searchsorted (integer-valued). The floating outputs
+of sort, top_k and cummax/cummin rearrange an operand, so their tangents are the operand's
+tangents gathered by the same indices.
+
+    >>> from thunderx.primitives import sort as SO
+    >>> x = torch.tensor([3.0, 1.0, 2.0])
+    >>> values, idx = SO.sort([x, SO.iota_along(x, 0)], dimension=0)  # torch.sort(x)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from thunderx.ad_util import Zero
+from thunderx.avals import ShapedArray, is_float
+from thunderx.core import (
+    abstract_eval_rules,
+    batch_rules,
+    get_aval,
+    impl_rules,
+    jvp_rules,
+    new_primitive,
+    torch_codegen_rules,
+)
+from thunderx.primitives import _matrix as M
+from thunderx.primitives import binary as B
+from thunderx.primitives import creation as C
+from thunderx.primitives import indexing as I
+from thunderx.primitives import reductions as R
+from thunderx.primitives import shape as S
+from thunderx.primitives import unary as U
+
+
+def _check_axis(name, x: ShapedArray, axis: int) -> None:
+    if not 0 <= axis < max(x.ndim, 1):
+        raise TypeError(f"{name}: axis {axis} out of range for {x.str_short()}")
+
+
+def iota_along(x, axis: int):
+    """int64 positions 0..n-1 along `axis`, shaped like x."""
+    a = get_aval(x)
+    return C.iota(torch.int64, tuple(a.shape), axis, a.device)
+
+
+def _gather_tangent(t, idx, axis):
+    if type(t) is Zero:
+        return Zero(ShapedArray(get_aval(idx).shape, t.aval.dtype, t.aval.device))
+    if len(M.shape(t)) == 0:
+        return t
+    return I.gather(t, idx, axis)
+
+
+def _front(args, dims):
+    return M.batch_to_front(list(args), list(dims))
+
+
+# ------------------------------------------------------------------------------------------ sort
+
+sort_p = new_primitive("sort", multiple_results=True)
+
+
+def sort(
+    operands, dimension: int, is_stable: bool = True, num_keys: int = 1, descending: bool = False
+):
+    """Sort `operands` (same shape) along `dimension` by the first `num_keys` of them,
+    lexicographically; the rest follow the same permutation. NaN sorts as the largest value."""
+    return sort_p.bind(
+        *operands,
+        dimension=dimension,
+        is_stable=is_stable,
+        num_keys=num_keys,
+        descending=descending,
+    )
+
+
+def _sort_impl(*ops, dimension, is_stable, num_keys, descending):
+    if ops[0].dim() == 0:
+        return list(ops)
+    if num_keys == 1:
+        first, idx = torch.sort(ops[0], dim=dimension, stable=is_stable, descending=descending)
+    else:
+        # lexicographic: stable sorts from the last key to the first
+        idx = torch.arange(ops[0].shape[dimension], device=ops[0].device)
+        shape = [1] * ops[0].dim()
+        shape[dimension] = -1
+        idx = idx.reshape(shape).expand(ops[0].shape).contiguous()
+        for key in reversed(ops[:num_keys]):
+            _, j = torch.sort(
+                key.gather(dimension, idx), dim=dimension, stable=True, descending=descending
+            )
+            idx = idx.gather(dimension, j)
+        first = ops[0].gather(dimension, idx)
+    return [first] + [o.gather(dimension, idx) for o in ops[1:]]
+
+
+def _sort_codegen(args, avals, *, dimension, is_stable, num_keys, descending):
+    call = f"torch.sort({args[0]}, dim={dimension}, stable={is_stable}, descending={descending})"
+    if len(args) == 1:
+        return f"({call}.values,)"
+    return (
+        f"_impl_sort({', '.join(args)}, dimension={dimension}, is_stable={is_stable}, "
+        f"num_keys={num_keys}, descending={descending})"
+    )
+
+
+def _sort_abstract_eval(*ops, dimension, is_stable, num_keys, descending):
+    if not 1 <= num_keys <= len(ops):
+        raise TypeError(f"sort: num_keys={num_keys} with {len(ops)} operands")
+    if any(o.shape != ops[0].shape for o in ops):
+        raise TypeError(f"sort: operands differ in shape: {[o.str_short() for o in ops]}")
+    _check_axis("sort", ops[0], dimension)
+    return [o.strip_weak() for o in ops]
+
+
+def _sort_jvp(primals, tangents, **params):
+    dim = params["dimension"]
+    if len(M.shape(primals[0])) == 0:
+        return list(primals), list(tangents)
+    *outs, perm = sort(list(primals) + [iota_along(primals[0], dim)], **params)
+    return outs, [_gather_tangent(t, perm, dim) for t in tangents]
+
+
+def _sort_batch(args, dims, *, dimension, **params):
+    outs = sort(_front(args, dims), dimension + 1, **params)
+    return outs, [0] * len(outs)
+
+
+impl_rules[sort_p] = _sort_impl
+abstract_eval_rules[sort_p] = _sort_abstract_eval
+torch_codegen_rules[sort_p] = _sort_codegen
+jvp_rules[sort_p] = _sort_jvp
+batch_rules[sort_p] = _sort_batch
+
+# ----------------------------------------------------------------------------------------- top_k
+
+top_k_p = new_primitive("top_k", multiple_results=True)
+
+
+def top_k(x, k: int, axis: int, largest: bool = True, sorted: bool = True):  # noqa: A002
+    """[values, int64 indices] of the k largest (or smallest) entries along `axis`: torch.topk."""
+    return top_k_p.bind(x, k=k, axis=axis, largest=largest, sorted=sorted)
+
+
+def _top_k_abstract_eval(x, *, k, axis, largest, sorted):  # noqa: A002
+    _check_axis("top_k", x, axis)
+    n = x.shape[axis] if x.ndim else 1
+    if not 0 <= k <= n:
+        raise TypeError(f"top_k: k={k} out of range for {x.str_short()} along axis {axis}")
+    shape = tuple(x.shape[:axis]) + (k,) + tuple(x.shape[axis + 1 :]) if x.ndim else ()
+    return [ShapedArray(shape, x.dtype, x.device), ShapedArray(shape, torch.int64, x.device)]
+
+
+def _top_k_jvp(primals, tangents, **params):
+    (x,), (t,) = primals, tangents
+    vals, idx = top_k(x, **params)
+    return [vals, idx], [_gather_tangent(t, idx, params["axis"]), Zero(get_aval(idx))]
+
+
+def _top_k_batch(args, dims, *, axis, **params):
+    return top_k(S.moveaxis(args[0], dims[0], 0), axis=axis + 1, **params), [0, 0]
+
+
+impl_rules[top_k_p] = lambda x, *, k, axis, largest, sorted: list(  # noqa: A006
+    torch.topk(x, k, axis, largest=largest, sorted=sorted)
+)
+abstract_eval_rules[top_k_p] = _top_k_abstract_eval
+torch_codegen_rules[top_k_p] = lambda args, avals, *, k, axis, largest, sorted: (  # noqa: A006
+    f"torch.topk({args[0]}, {k}, {axis}, largest={largest}, sorted={sorted})"
+)
+jvp_rules[top_k_p] = _top_k_jvp
+batch_rules[top_k_p] = _top_k_batch
+
+# ------------------------------------------------------------------------------- cummax / cummin
+
+
+def _def_cum_extremum(name, torch_fn):
+    prim = new_primitive(name, multiple_results=True)
+
+    def abstract_eval(x, *, axis):
+        _check_axis(name, x, axis)
+        return [x.strip_weak(), ShapedArray(x.shape, torch.int64, x.device)]
+
+    def jvp(primals, tangents, *, axis):
+        (x,), (t,) = primals, tangents
+        vals, idx = prim.bind(x, axis=axis)
+        return [vals, idx], [_gather_tangent(t, idx, axis), Zero(get_aval(idx))]
+
+    def batch(args, dims, *, axis):
+        return prim.bind(S.moveaxis(args[0], dims[0], 0), axis=axis + 1), [0, 0]
+
+    impl_rules[prim] = lambda x, *, axis: list(torch_fn(x, axis))
+    abstract_eval_rules[prim] = abstract_eval
+    torch_codegen_rules[prim] = lambda args, avals, *, axis: (
+        f"torch.{torch_fn.__name__}({args[0]}, {axis})"
+    )
+    jvp_rules[prim] = jvp
+    batch_rules[prim] = batch
+    return prim
+
+
+cummax_p = _def_cum_extremum("cummax", torch.cummax)
+cummin_p = _def_cum_extremum("cummin", torch.cummin)
+
+
+def cummax(x, axis: int):
+    """[running max, int64 index of the last element attaining it] along axis: torch.cummax."""
+    return cummax_p.bind(x, axis=axis)
+
+
+def cummin(x, axis: int):
+    return cummin_p.bind(x, axis=axis)
+
+
+# ---------------------------------------------------------------------------------- logcumsumexp
+
+logcumsumexp_p = new_primitive("logcumsumexp")
+
+
+def logcumsumexp(x, axis: int):
+    return logcumsumexp_p.bind(x, axis=axis)
+
+
+def _lcse_abstract_eval(x, *, axis):
+    _check_axis("logcumsumexp", x, axis)
+    if not is_float(x.dtype):
+        raise TypeError(f"logcumsumexp: expected a floating dtype, got {x.str_short()}")
+    return x.strip_weak()
+
+
+def _lcse_jvp(primals, tangents, *, axis):
+    """dy_k = sum_{i <= k} exp(x_i - y_k) t_i. Each weight is at most 1, so nothing overflows;
+    the price is an n x n weight matrix per row along `axis`."""
+    (x,), (t,) = primals, tangents
+    y = logcumsumexp(x, axis)
+    if len(M.shape(x)) == 0:
+        return y, t
+    xm, ym, tm = (S.moveaxis(v, axis, -1) for v in (x, y, t))
+    w = U.exp(B.sub(M.row_vector(xm), M.col_vector(ym)))  # [.., k, i] = exp(x_i - y_k)
+    w = M.tril(w)
+    dy = R.reduce_sum(B.mul(w, M.row_vector(tm)), (len(M.shape(w)) - 1,))
+    return y, S.moveaxis(dy, len(M.shape(dy)) - 1, axis)
+
+
+impl_rules[logcumsumexp_p] = lambda x, *, axis: torch.logcumsumexp(x, axis)
+abstract_eval_rules[logcumsumexp_p] = _lcse_abstract_eval
+torch_codegen_rules[logcumsumexp_p] = lambda args, avals, *, axis: (
+    f"torch.logcumsumexp({args[0]}, {axis})"
+)
+jvp_rules[logcumsumexp_p] = _lcse_jvp
+batch_rules[logcumsumexp_p] = lambda args, dims, *, axis: (
+    logcumsumexp(S.moveaxis(args[0], dims[0], 0), axis + 1),
+    0,
+)
+
+# ---------------------------------------------------------------------------------- searchsorted
+
+searchsorted_p = new_primitive("searchsorted")
+
+
+def searchsorted(sorted_sequence, values, right: bool = False, index_dtype=torch.int64):
+    """Insertion points of `values` in the last dim of `sorted_sequence` (1-D, or with the same
+    leading dims as `values`): torch.searchsorted. Integer-valued: no tangent."""
+    return searchsorted_p.bind(sorted_sequence, values, right=right, index_dtype=index_dtype)
+
+
+def _ss_abstract_eval(seq, values, *, right, index_dtype):
+    if seq.ndim == 0 or (seq.ndim > 1 and seq.shape[:-1] != values.shape[:-1]):
+        raise TypeError(
+            f"searchsorted: sequence {seq.str_short()} must be 1-D or share the leading dims "
+            f"of values {values.str_short()}"
+        )
+    return ShapedArray(values.shape, index_dtype, values.device)
+
+
+def _ss_batch(args, dims, *, right, index_dtype):
+    (seq, values), (ds, dv) = args, dims
+    if ds is None and len(M.shape(seq)) == 1:
+        return searchsorted(seq, values, right, index_dtype), dv
+    seq, values = _front([seq, values], [ds, dv])
+    vs, n = M.shape(values), M.shape(seq)[-1]
+    if len(M.shape(seq)) == 2 and len(vs) > 2:
+        # a batch of 1-D sequences: torch wants one per row of values
+        seq = S.broadcast_in_dim(seq, vs[:-1] + (n,), (0, len(vs) - 1))
+    return searchsorted(seq, values, right, index_dtype), 0
+
+
+def _ss_impl(seq, values, *, right, index_dtype):
+    return torch.searchsorted(seq, values, right=right, out_int32=index_dtype == torch.int32)
+
+
+impl_rules[searchsorted_p] = _ss_impl
+abstract_eval_rules[searchsorted_p] = _ss_abstract_eval
+torch_codegen_rules[searchsorted_p] = lambda args, avals, *, right, index_dtype: (
+    f"torch.searchsorted({args[0]}, {args[1]}, right={right}, "
+    f"out_int32={index_dtype == torch.int32})"
+)
+batch_rules[searchsorted_p] = _ss_batch

@@ -1,0 +1,197 @@
+"""The differential test (thunderx.testing.differential): random cases of every differentiable
+op and random programs through every transform against torch.func / torch.autograd (and JAX where
+installed), finite differences deciding which side is wrong. The bounded profile runs here; the
+long one is `python -m thunderx.testing.differential --minutes 10`."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+import thunderx as tx
+from thunderx.core import Tracer, jvp_rules
+from thunderx.testing import diff_checks as dc
+from thunderx.testing import differential as D
+from thunderx.testing.diff_ops import EDGES, OPS, Case, Op, make_case
+
+SEED = int(os.environ.get("THUNDERX_DIFF_SEED", "0"))
+
+# Differentiable primitives the op table does not reach directly, with the reason.
+NOT_IN_TABLE = {
+    "custom_jvp_call": "user-defined rules: tests/test_ad.py and the custom-rule tests",
+    "custom_vjp_call": "user-defined rules: tests/test_ad.py and the custom-rule tests",
+    "jit_call": "reached by every nested check (jit(grad), jit(vmap(grad)))",
+    "stop_gradient": "an identity with a zero derivative: tests/test_ad.py",
+    **{
+        p: "control flow (higher-order): tests/test_control_flow.py"
+        for p in ("cond", "scan", "while", "checkpoint")
+    },
+    **{
+        p: "linear algebra decompositions (merged late): they need well-conditioned or "
+        "symmetric inputs the op table does not draw yet; their own tests cover them"
+        for p in ("cholesky", "eigh", "expm", "expm_frechet", "lu", "qr", "svd", "triangular_solve")
+    },
+    "conv_kernel_grad": "conv's weight cotangent: it appears only in conv's derivative, never in "
+    "a forward program the table draws; its own rules: tests/test_conv.py",
+    "debug_callback": "a host callback (printing), no value of its own: tests/test_api_pieces.py",
+    **{
+        p: "a collective over a named axis, or shard_map's boundary: bound only inside "
+        "vmap(axis_name=) or shard_map; tests/test_distributed.py"
+        for p in (
+            "all_gather",
+            "all_to_all",
+            "pmax",
+            "pmin",
+            "ppermute",
+            "psum",
+            "psum_scatter",
+            "shard_gather",
+            "shard_slice",
+        )
+    },
+}
+
+
+def test_bounded_profile_has_no_failure_outside_the_known_table(capsys):
+    report = D.run(seed=SEED, programs=12)
+    with capsys.disabled():
+        print("\n" + report.summary(verbose=False))
+    assert report.cases >= len(OPS) - 2, "every op of the table should give a case"
+    assert report.programs >= 8
+    unexpected = report.unexpected()
+    assert not unexpected, report.summary()
+
+
+def test_known_failure_entries_still_fail():
+    """A fixed failure must leave the table (or the table hides the next regression)."""
+    stale = D.stale_entries()
+    assert not stale, "stale entries in KNOWN_FAILURES:\n" + "\n".join(stale)
+
+
+def test_every_differentiable_primitive_is_in_the_op_table():
+    rng = random.Random(0)
+    reached = set()
+    for op in OPS.values():
+        for edge in ("normal", "one"):
+            case = make_case(op, edge, rng)
+            if case is None:
+                continue
+            xs, ks = case.args[: case.ndiff], case.args[case.ndiff :]
+            for f in (lambda *a: case.fn(*a), tx.grad(lambda *a: case.fn(*a).sum())):
+                try:
+                    closed = tx.make_jaxpr(f)(*xs, *ks)
+                except Exception:  # noqa: BLE001 - a known failure (KNOWN_FAILURES) of this op
+                    continue
+                reached |= {e.prim.name for e in closed.jaxpr.eqns}
+    differentiable = {p.name for p in jvp_rules}
+    missing = differentiable - reached - set(NOT_IN_TABLE)
+    assert not missing, f"differentiable primitives no op of the table reaches: {sorted(missing)}"
+
+
+def test_finite_differences_decide_which_side_is_wrong():
+    x = torch.tensor([0.3, -1.2, 2.0], dtype=torch.float64)
+    fd = lambda f: lambda: dc.fd_jacobian(f, [x])  # noqa: E731
+    right = torch.cos(x)
+    # a wrong thunderx value at a differentiable point
+    found = dc.classify(
+        "jvp", right * 1.5, right, lambda: tuple(j.diagonal() for j in fd(torch.sin)())
+    )
+    assert found.category == "thunderx-wrong"
+    # torch wrong, thunderx right
+    found = dc.classify(
+        "jvp", right, right * 1.5, lambda: tuple(j.diagonal() for j in fd(torch.sin)())
+    )
+    assert found.category == "torch-wrong"
+    # a kink: relu at 0 (one-sided differences 0 and 1)
+    z = torch.zeros(1, dtype=torch.float64)
+    found = dc.classify(
+        "grad",
+        torch.ones(1, dtype=torch.float64),
+        torch.zeros(1, dtype=torch.float64),
+        lambda: tuple(j.reshape(-1) for j in dc.fd_jacobian(torch.relu, [z])),
+    )
+    assert found.category == "kink"
+
+
+def _lying_op():
+    """An op whose traced form computes something else than eager torch: a planted bug."""
+
+    def fn(x):
+        return x * 3 if isinstance(x, Tracer) else x * 2
+
+    return Op("planted", fn, lambda rng, base: ([base], None, {}))
+
+
+def test_a_planted_bug_is_found_and_blamed_on_its_op(monkeypatch):
+    monkeypatch.setitem(OPS, "planted", _lying_op())
+    report = D.run(ops=["planted"], checks=["jit", "grad", "vmap(jvp)"], programs=0)
+    keys = set(report.failures)
+    assert ("planted", "jit", "forward") in keys
+    assert ("planted", "grad", "thunderx-wrong") in keys
+    assert report.unexpected(), "a planted bug must never count as known"
+    # inside a program the finding is localized to the planted step
+    rng = random.Random(1)
+    x = torch.randn(3, dtype=torch.float64)
+    steps = [D.Step("sin", [-1], [], {}), D.Step("planted", [-1], [], {})]
+    prog = Case(
+        "program:sin>planted", "normal", lambda v: OPS["planted"].fn(torch.sin(v)), [x], 1, {}
+    )
+    report = D.Report()
+    D.check_program(prog, steps, ["jit"], report, rng.randrange(100))
+    assert ("planted", "jit", "forward") in report.failures
+
+
+def test_a_check_that_overwrites_the_callers_input_is_a_failure():
+    x = torch.randn(3, dtype=torch.float64)
+
+    def fn(v):
+        if isinstance(v, Tracer):
+            x.mul_(2)  # planted: the traced program writes into the caller's tensor
+        return v * 1
+
+    case = Case("planted", "normal", fn, [x], 1, {})
+    found = dc.run_check("jit", dc.Ctx(case, 0))
+    assert found.category == "forward" and "overwrote" in found.detail
+    assert dc.run_check("grad", dc.Ctx(case, 0)).category == "forward"
+
+
+def test_every_edge_kind_builds_cases():
+    rng = random.Random(0)
+    for edge in EDGES:
+        built = [make_case(op, edge, rng) for op in OPS.values()]
+        assert sum(c is not None for c in built) > len(OPS) // 3, edge
+
+
+def test_against_jax():
+    from thunderx.testing import diff_jax
+
+    if not diff_jax.AVAILABLE:
+        pytest.skip("JAX is not installed (optional extra: pip install 'thunderx[jax]')")
+    # jax.grad compiles per case: a rotating quarter of the ops keeps this test short
+    ops = sorted(diff_jax.JAX_FNS)[SEED % 4 :: 4]
+    report = D.run(seed=SEED, ops=ops, checks=["jax(grad)"], programs=0)
+    assert report.per_check["jax(grad)"] >= len(ops) // 2
+    assert not report.unexpected(), report.summary()
+
+
+@pytest.mark.parametrize("loss", ["mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"])
+def test_mean_loss_of_no_elements_is_nan_as_in_torch(loss):
+    """Found by the differential test: thunderx gave 0 (a silent wrong answer)."""
+    fn = getattr(torch.nn.functional, loss)
+    x = torch.zeros(0, 3, dtype=torch.float64)
+    assert torch.isnan(fn(x, x))
+    assert torch.isnan(tx.jit(fn)(x, x))
+    assert torch.isnan(tx.vmap(fn)(x[None].expand(2, 0, 3), x[None].expand(2, 0, 3))).all()
+
+
+@pytest.mark.parametrize("module", ["diff_ops", "differential"])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(f"thunderx.testing.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0

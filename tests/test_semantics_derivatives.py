@@ -1,0 +1,143 @@
+"""torch's derivatives under transforms: at differentiable points (float64 finite differences
+decide) and torch.func's conventions at kinks and ties (docs/conventions.md)."""
+
+import math
+
+import pytest
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+
+import thunderx as tx
+
+F64 = torch.float64
+
+
+def close(a, b, tol=1e-6):
+    for x, y in zip(tx.tree.leaves(a), tx.tree.leaves(b), strict=True):
+        torch.testing.assert_close(x, y, rtol=tol, atol=tol, equal_nan=True)
+
+
+# ------------------------------------------------- derivatives at differentiable points
+
+
+def _fd_diag(g, x, eps=1e-6):
+    """d g_i / d x_i by central finite differences in float64 (the independent oracle)."""
+    out = torch.zeros_like(x)
+    for i in range(x.numel()):
+        e = torch.zeros_like(x)
+        e[i] = eps
+        out[i] = ((g(x + e) - g(x - e)) / (2 * eps))[i]
+    return out
+
+
+def test_xlogy_derivative_in_x_at_zero_is_log_y():
+    y = torch.tensor([0.5, 2.0, 2.0], dtype=F64)
+    f = lambda x: torch.xlogy(x, y).sum()  # noqa: E731
+    x = torch.tensor([0.0, 0.0, 1.0], dtype=F64)
+    want = torch.log(y)
+    close(tx.grad(f)(x), want)
+    close(tf.grad(f)(x), want)
+    close(tx.jvp(lambda x: torch.xlogy(x, y), (x,), (torch.ones(3, dtype=F64),))[1], want)
+    # values where x == 0 stay 0 for y == 0 and y == inf, nan for y == nan
+    ys = torch.tensor([0.0, math.inf, math.nan, 3.0], dtype=F64)
+    xs = torch.tensor([0.0, 0.0, 0.0, 2.0], dtype=F64)
+    close(tx.jit(torch.xlogy)(xs, ys), torch.xlogy(xs, ys))
+    g = tx.grad(lambda y: torch.xlogy(xs[[0, 3]], y).sum())(ys[[0, 3]] + 1)
+    close(g, T(0, 2 / 4))
+
+
+@pytest.mark.parametrize("fn", [F.softplus, F.logsigmoid, F.mish])
+def test_second_derivatives_of_softplus_family_at_zero(fn):
+    x = torch.tensor([0.0, 1.0, -2.0, 30.0], dtype=F64)
+    f = lambda x: fn(x).sum()  # noqa: E731
+    want = torch.diagonal(tf.hessian(f)(x))
+    close(torch.diagonal(tx.hessian(f)(x)), want)
+    fd = _fd_diag(tf.grad(f), x[:3])
+    close(want[:3], fd, tol=1e-5)  # torch agrees with finite differences
+    close(tx.jit(fn)(x), fn(x))
+    big = torch.tensor([-100.0, -30.0, 25.0, 100.0])
+    close(tx.jit(fn)(big), fn(big))
+    close(tx.grad(lambda v: fn(v).sum())(big), tf.grad(lambda v: fn(v).sum())(big))
+
+
+def test_log_softmax_with_an_infinite_entry_is_nan_like_torch():
+    x = torch.tensor([[1.0, math.inf, 0.5], [1.0, 2.0, 3.0], [-math.inf] * 3])
+    want = F.log_softmax(x, -1)
+    close(tx.jit(lambda x: F.log_softmax(x, -1))(x), want)
+    close(tx.vmap(lambda r: F.log_softmax(r, 0))(x), want)
+    close(tx.jit(torch.logsumexp, static_argnums=1)(x, 1), torch.logsumexp(x, 1))
+
+
+def test_logsumexp_over_an_empty_dimension():
+    x = torch.zeros(2, 0)
+    want = torch.logsumexp(x, 1)
+    f = lambda x: torch.logsumexp(x, 1)  # noqa: E731
+    close(tx.jit(f)(x), want)
+    close(tx.vmap(f)(torch.zeros(3, 2, 0)), torch.full((3, 2), -math.inf))
+    close(tx.jvp(f, (x,), (x,)), (want, torch.zeros(2)))
+    close(tx.grad(lambda x: f(x).exp().sum())(x), torch.zeros(2, 0))
+
+
+# ------------------------------------------ gradients at kinks and ties: torch's conventions
+
+T = lambda *v: torch.tensor(v, dtype=F64)  # noqa: E731
+
+KINKS = {
+    "vector_norm at 0": (lambda x: torch.linalg.vector_norm(x), T(0, 0, 0)),
+    "vector_norm ord 3 at 0": (lambda x: torch.linalg.vector_norm(x, 3), T(0, 0, 0)),
+    "norm at 0": (lambda x: torch.norm(x), T(0, 0)),
+    "std of a constant": (lambda x: torch.std(x), T(2, 2, 2)),
+    "std_mean of a constant": (lambda x: torch.std_mean(x)[0], T(2, 2, 2)),
+    "atan2(0, 0)": (lambda x: torch.atan2(x, x * 0).sum() + torch.atan2(x * 0, x).sum(), T(0, 1)),
+    "relu6 at 0 and 6": (lambda x: F.relu6(x).sum(), T(0, 6, 3, -1, 7)),
+    "hardtanh at +-1": (lambda x: F.hardtanh(x).sum(), T(-1, 1, 0, 2)),
+    "clamp at its bounds": (lambda x: torch.clamp(x, -1, 1).sum(), T(-1, 1, 0, 2)),
+    "hardsigmoid at +-3": (lambda x: F.hardsigmoid(x).sum(), T(-3, 3, 0, 4)),
+    "hardswish at +-3": (lambda x: F.hardswish(x).sum(), T(-3, 3, 0, 4)),
+    "max(dim) with ties": (lambda x: torch.max(x, 0).values.sum(), T(1, 3, 3)),
+    "min(dim) with ties": (lambda x: torch.min(x.reshape(2, 2), 1).values.sum(), T(1, 1, 3, 0)),
+    "max() with ties (split)": (lambda x: torch.max(x), T(1, 3, 3)),
+    "amax with ties (split)": (lambda x: torch.amax(x.reshape(2, 2), 1).sum(), T(1, 1, 3, 0)),
+    "prod(1/x) at [0, 2]": (lambda x: torch.prod(1 / x), T(0, 2)),
+    "prod with zeros": (lambda x: torch.prod(x), T(0, 2, 3)),
+    "normalize of 0": (lambda x: F.normalize(x, dim=0).sum(), T(0, 0, 0)),
+    "elu at 0": (lambda x: F.elu(x, alpha=2.0).sum(), T(0, -0.5, 1)),
+    "cosine_similarity of 0": (lambda x: F.cosine_similarity(x, x * 0 + 1, dim=0), T(0, 0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KINKS))
+def test_gradient_at_kinks_and_ties_follows_torch(name):
+    f, x = KINKS[name]
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    close(tx.jit(tx.grad(f))(x), tf.grad(f)(x))
+
+
+def test_fmax_fmin_ties_send_the_derivative_to_the_first_argument():
+    a = T(1, 2)
+    for fn in (torch.fmax, torch.fmin, torch.maximum, torch.minimum):
+        f = lambda a, b: fn(a, b).sum()  # noqa: E731
+        close(tx.grad(f, argnums=(0, 1))(a, a.clone()), tf.grad(f, argnums=(0, 1))(a, a.clone()))
+    b = T(math.nan, 1)
+    close(tx.jit(torch.fmax)(a, b), torch.fmax(a, b))
+    close(tx.jit(torch.fmin)(b, a), torch.fmin(b, a))
+
+
+@pytest.mark.parametrize("reduce", ["min", "amin", "max"])
+def test_extremum_jvp_ignores_infinite_tangents_it_does_not_select(reduce):
+    sign = -1 if reduce == "max" else 1
+    if reduce == "amin":
+        f = lambda x: torch.amin(1 / x, 0)  # noqa: E731
+    else:
+        f = lambda x: getattr(torch, reduce)(sign / x, 0).values  # noqa: E731
+    x, t = T(1, 0), T(1, 1)
+    close(tx.jvp(f, (x,), (t,)), tf.jvp(f, (x,), (t,)))
+
+
+@pytest.mark.parametrize("fn", [F.elu, F.selu, F.celu])
+def test_second_derivative_of_elu_family_at_zero(fn):
+    x = T(0, 1, -1, -0.25)
+    f = lambda x: fn(x).sum()  # noqa: E731
+    close(torch.diagonal(tx.hessian(f)(x)), torch.diagonal(tf.hessian(f)(x)))
+    close(tx.grad(f)(x), tf.grad(f)(x))

@@ -1,0 +1,169 @@
+"""Sorting and order statistics under jit, grad and vmap against torch eager and torch.func
+(float64): values, indices (torch's tie conventions), and gradients through the permutation."""
+
+import pytest
+import torch
+
+import thunderx as tx
+
+F64 = torch.float64
+GEN = torch.Generator().manual_seed(1)
+
+
+def rand(*shape):
+    return torch.randn(*shape, dtype=F64, generator=GEN)
+
+
+TIES = torch.tensor([[3.0, 1.0, 3.0, 2.0, 1.0, 3.0], [0.0, 0.0, 5.0, -1.0, 5.0, 0.0]], dtype=F64)
+WITH_NAN = torch.tensor([[1.0, float("nan"), 3.0, 2.0], [4.0, 2.0, 2.0, 1.0]], dtype=F64)
+ALL_NAN = torch.tensor([[float("nan"), 1.0], [float("nan"), 2.0], [float("nan"), 0.5]], dtype=F64)
+Q = torch.tensor([0.0, 0.3, 0.5, 0.9, 1.0], dtype=F64)
+
+CASES = [
+    ("sort", lambda x: torch.sort(x), rand(3, 5)),
+    ("sort_dim0_descending", lambda x: torch.sort(x, 0, descending=True), rand(4, 3)),
+    ("sort_stable_ties", lambda x: torch.sort(x, stable=True), TIES),
+    ("sort_stable_descending_ties", lambda x: torch.sort(x, descending=True, stable=True), TIES),
+    ("sort_nan", lambda x: torch.sort(x, stable=True), WITH_NAN),
+    ("argsort", lambda x: torch.argsort(x, dim=1), rand(3, 5)),
+    ("argsort_stable_ties", lambda x: torch.argsort(x, stable=True), TIES),
+    ("msort", lambda x: torch.msort(x), rand(4, 3)),
+    ("sort_method", lambda x: x.sort(dim=-1).values, rand(2, 3)),
+    ("topk", lambda x: torch.topk(x, 2), rand(3, 5)),
+    ("topk_smallest_dim0", lambda x: torch.topk(x, 3, dim=0, largest=False), rand(4, 3)),
+    ("kthvalue", lambda x: torch.kthvalue(x, 2), rand(3, 5)),
+    ("kthvalue_keepdim_dim0", lambda x: torch.kthvalue(x, 3, 0, keepdim=True), rand(4, 3)),
+    ("median_all", lambda x: torch.median(x), rand(3, 4)),
+    ("median_dim", lambda x: torch.median(x, 1), rand(3, 4)),
+    ("median_ties", lambda x: torch.median(x, 1), TIES),
+    ("median_nan", lambda x: torch.median(x, 1), WITH_NAN),
+    ("nanmedian_nan", lambda x: torch.nanmedian(x, 1), WITH_NAN),
+    ("nanmedian_all", lambda x: torch.nanmedian(x), WITH_NAN),
+    ("quantile_linear", lambda x: torch.quantile(x, Q, dim=1), rand(3, 6)),
+    ("quantile_scalar_all", lambda x: torch.quantile(x, 0.37), rand(3, 6)),
+    ("quantile_keepdim", lambda x: torch.quantile(x, Q, dim=0, keepdim=True), rand(5, 2)),
+    ("quantile_lower", lambda x: torch.quantile(x, Q, 1, interpolation="lower"), rand(3, 6)),
+    ("quantile_higher", lambda x: torch.quantile(x, Q, 1, interpolation="higher"), rand(3, 6)),
+    ("quantile_midpoint", lambda x: torch.quantile(x, Q, 1, interpolation="midpoint"), rand(3, 6)),
+    ("quantile_nearest", lambda x: torch.quantile(x, Q, 1, interpolation="nearest"), rand(3, 5)),
+    ("quantile_nan", lambda x: torch.quantile(x, 0.5, dim=1), WITH_NAN),
+    ("nanquantile", lambda x: torch.nanquantile(x, Q, dim=1), WITH_NAN),
+    ("nanquantile_all_nan_row", lambda x: torch.nanquantile(x, 0.4, dim=0), ALL_NAN),
+    ("nanquantile_all", lambda x: torch.nanquantile(x, Q, interpolation="midpoint"), WITH_NAN),
+    ("cummax", lambda x: torch.cummax(x, 1), rand(3, 5)),
+    ("cummin_ties", lambda x: torch.cummin(x, 1), TIES),
+    ("cummax_ties", lambda x: torch.cummax(x, 1), TIES),
+    ("logcumsumexp", lambda x: torch.logcumsumexp(x, 1), rand(3, 5)),
+    ("logcumsumexp_wide_range", lambda x: torch.logcumsumexp(x * 300.0, 0), rand(6, 2)),
+    (
+        "searchsorted",
+        lambda x: torch.searchsorted(torch.arange(-2.0, 2.0, 0.5, dtype=F64), x),
+        rand(3, 4),
+    ),  # fmt: skip
+    (
+        "searchsorted_right_rows",
+        lambda x: torch.searchsorted(torch.sort(x, 1).values, x[:, :2], right=True),
+        TIES,
+    ),  # fmt: skip
+    (
+        "searchsorted_side_int32",
+        lambda x: torch.searchsorted(torch.sort(x, 1).values, x, side="right", out_int32=True),
+        rand(2, 5),
+    ),  # fmt: skip
+    (
+        "bucketize",
+        lambda x: torch.bucketize(x, torch.tensor([-1.0, 0.0, 1.0], dtype=F64)),
+        rand(3, 4),
+    ),  # fmt: skip
+]
+IDS = [c[0] for c in CASES]
+
+
+def _close(got, want, tol=1e-7):
+    gl, wl = tx.tree.leaves(got), tx.tree.leaves(want)
+    assert len(gl) == len(wl), f"{len(gl)} outputs, expected {len(wl)}"
+    for g, w in zip(gl, wl):
+        g = torch.as_tensor(g)
+        assert g.dtype == w.dtype and g.shape == w.shape, (
+            f"{g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        )
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol, equal_nan=True)
+
+
+def _float_outputs(out):
+    return [o for o in tx.tree.leaves(out) if o.dtype.is_floating_point]
+
+
+def _loss(fn):
+    def f(x):
+        outs = _float_outputs(fn(x))
+        weights = [torch.arange(o.numel(), dtype=F64).reshape(o.shape) + 1 for o in outs]
+        return sum(torch.nansum(o * w) for o, w in zip(outs, weights))
+
+    return f
+
+
+@pytest.mark.parametrize("name,fn,x", CASES, ids=IDS)
+def test_jit_matches_torch(name, fn, x):
+    _close(tx.jit(fn)(x), fn(x))
+
+
+# integer-valued functions (argsort, searchsorted, bucketize) are covered by
+# test_integer_ops_have_zero_grad
+DIFFERENTIABLE = [c for c in CASES if _float_outputs(c[1](c[2]))]
+
+
+@pytest.mark.parametrize("name,fn,x", DIFFERENTIABLE, ids=[c[0] for c in DIFFERENTIABLE])
+def test_grad_matches_torch_func(name, fn, x):
+    _close(tx.grad(_loss(fn))(x), torch.func.grad(_loss(fn))(x), 1e-6)
+
+
+@pytest.mark.parametrize("name,fn,x", CASES, ids=IDS)
+def test_vmap_matches_loop(name, fn, x):
+    batched = torch.stack([x, x.flip(-1), x * 2.0])
+    want = tx.tree.map(lambda *xs: torch.stack(xs), *[fn(b) for b in batched])
+    _close(tx.vmap(fn)(batched), want)
+
+
+def test_integer_ops_have_zero_grad():
+    x = rand(3, 4)
+    seq = torch.sort(rand(5)).values
+
+    def f(x):
+        idx = torch.searchsorted(seq, x) + torch.argsort(x, dim=1)
+        return (x * idx.to(F64)).sum()
+
+    _close(tx.grad(f)(x), torch.func.grad(f)(x))
+
+
+def test_sort_primitive_orders_by_several_keys():
+    from thunderx.primitives import sort as SO
+
+    k1 = torch.tensor([1, 0, 1, 0, 1])
+    k2 = torch.tensor([2, 3, 0, 3, 1])
+    v = torch.arange(5.0, dtype=F64)
+    got = SO.sort([k1, k2, v], 0, num_keys=2)
+    order = sorted(range(5), key=lambda i: (int(k1[i]), int(k2[i])))  # Python's sort is stable
+    assert got[2].tolist() == [float(i) for i in order]
+    jitted = tx.jit(lambda a, b, c: SO.sort([a, b, c], 0, num_keys=2))(k1, k2, v)
+    assert jitted[2].tolist() == got[2].tolist()
+
+
+def test_hessian_of_a_sorted_weighted_sum_matches_torch_func():
+    x = rand(5)
+
+    def f(v):
+        s = torch.sort(v).values
+        return (torch.arange(5, dtype=F64) * s**3).sum() + torch.logcumsumexp(v, 0).sum()
+
+    _close(tx.hessian(f)(x), torch.func.hessian(f)(x), 1e-6)
+
+
+def test_bad_arguments_name_the_problem():
+    x = rand(3, 4)
+    with pytest.raises(IndexError, match="kthvalue"):
+        tx.jit(lambda v: torch.kthvalue(v, 9))(x)
+    with pytest.raises(ValueError, match="interpolation"):
+        tx.jit(lambda v: torch.quantile(v, 0.5, interpolation="cubic"))(x)
+    with pytest.raises(RuntimeError, match="topk"):
+        tx.jit(lambda v: torch.topk(v, 7))(x)

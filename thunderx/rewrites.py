@@ -1,0 +1,195 @@
+"""Algebraic rewrites run by `passes.optimize`, each exact (NaN-safe: no rewrite changes a
+result for any input, NaN and inf included):
+
+- `fold_constants`: equations whose operands are all known at trace time (an input-free
+  subgraph: `full`, arithmetic on it, layout ops of it) become one `full` each, and a constant
+  operand of `add`/`sub`/`mul` becomes a literal, so nothing input-free runs per call.
+- `absorb_transposes`: a `transpose` of a `dot_general` result, or of an operand, folds into the
+  contraction's dimension numbers (the product is the same; only the layout differs).
+
+>>> fold_constants(jaxpr)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from thunderx.core import impl_rules
+from thunderx.ir import Eqn, Jaxpr, Literal, Var
+
+# Elementwise binary primitives where a rank-0 literal may replace a uniform tensor operand with
+# the same result on every backend (div is left out: CUDA divides by a scalar operand through
+# its reciprocal, which rounds differently).
+_LITERAL_OPERAND: tuple = ()
+
+
+def _literal_operand_prims():
+    global _LITERAL_OPERAND
+    if not _LITERAL_OPERAND:
+        from thunderx.primitives import binary as B
+
+        _LITERAL_OPERAND = (B.add_p, B.sub_p, B.mul_p)
+    return _LITERAL_OPERAND
+
+
+def _full_eqn(out: Var, value) -> Eqn:
+    from thunderx.primitives.creation import full_p
+
+    a = out.aval
+    params = {"shape": tuple(a.shape), "fill_value": value, "dtype": a.dtype, "device": a.device}
+    return Eqn(full_p, [], [out], params)
+
+
+def _scalar(t: torch.Tensor):
+    return t.reshape(()).item()
+
+
+def fold_constants(jaxpr: Jaxpr, max_numel: int = 1) -> Jaxpr:
+    """Evaluate input-free equations at trace time (results of at most `max_numel` elements, so
+    folding never materializes a large tensor); every constant becomes a `full`, and `add`,
+    `sub`, `mul` take a constant operand as a literal. Effectful equations are never folded."""
+    from thunderx.passes import call_primitives, has_effects, is_view_primitive
+    from thunderx.primitives.creation import full_p
+
+    literal_ok = _literal_operand_prims()
+    uniform: dict[int, object] = {}  # var -> the one value every element holds
+    eqns, changed = [], False
+    for e in jaxpr.eqns:
+        out = e.outputs[0] if len(e.outputs) == 1 else None
+        if e.prim is full_p:
+            # the value the tensor holds: the fill rounded to its dtype (0.1 in float16 is not 0.1)
+            fill = torch.tensor(e.params["fill_value"], dtype=e.params["dtype"])
+            uniform[id(out)] = _scalar(fill)
+            eqns.append(e)
+            continue
+        ins = list(e.inputs)
+        known = [isinstance(x, Literal) or id(x) in uniform for x in ins]
+        foldable = (
+            out is not None
+            and ins
+            and all(known)
+            and any(isinstance(x, Var) for x in ins)
+            and not has_effects(e.prim)
+            and e.prim not in call_primitives
+            and e.prim in impl_rules
+        )
+        if foldable and is_view_primitive(e.prim) and out.aval.dtype == ins[0].aval.dtype:
+            # a layout op of a constant is the constant, at any size
+            uniform[id(out)] = uniform[id(ins[0])]
+            eqns.append(_full_eqn(out, uniform[id(out)]))
+            changed = True
+            continue
+        if foldable and math.prod(out.aval.shape) <= max_numel:
+            args = [
+                x.val
+                if isinstance(x, Literal)
+                else torch.full(x.aval.shape, uniform[id(x)], dtype=x.aval.dtype)
+                for x in ins
+            ]
+            val = impl_rules[e.prim](*args, **e.params)
+            if isinstance(val, torch.Tensor) and val.numel() == 1:
+                val = _scalar(val.to(out.aval.dtype))
+                uniform[id(out)] = val
+                eqns.append(_full_eqn(out, val))
+                changed = True
+                continue
+        if e.prim in literal_ok and out is not None and len(ins) == 2:
+            for k in (0, 1):
+                x, other = ins[k], ins[1 - k]
+                if (
+                    isinstance(x, Var)
+                    and id(x) in uniform
+                    and isinstance(other, Var)
+                    and other.aval.shape == out.aval.shape
+                    and other.aval.dtype == x.aval.dtype == out.aval.dtype
+                    and type(uniform[id(x)]) is not bool
+                ):
+                    ins[k] = Literal(uniform[id(x)])
+                    break
+            if ins != e.inputs:
+                e = Eqn(e.prim, ins, e.outputs, e.params)
+                changed = True
+        eqns.append(e)
+    if not changed:
+        return jaxpr
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars, check=False)
+
+
+def _free(n, contract, batch):
+    return [i for i in range(n) if i not in contract and i not in batch]
+
+
+def absorb_transposes(jaxpr: Jaxpr) -> Jaxpr:
+    """`transpose(dot_general(x, y))` that only swaps the operands' free dimensions becomes
+    `dot_general(y, x)`; `dot_general(transpose(a), y)` becomes `dot_general(a, y)` with the
+    dimension numbers renamed, when the transpose keeps the free dimensions in order."""
+    from thunderx.primitives.linalg import dot_general_p
+    from thunderx.primitives.shape import transpose_p
+
+    producer: dict[int, Eqn] = {}
+    uses: dict[int, int] = {}
+    for e in jaxpr.eqns:
+        for x in e.inputs:
+            if isinstance(x, Var):
+                uses[id(x)] = uses.get(id(x), 0) + 1
+    for x in jaxpr.outvars:
+        if isinstance(x, Var):
+            uses[id(x)] = uses.get(id(x), 0) + 1
+    eqns, changed = [], False
+    for e in jaxpr.eqns:
+        if e.prim is dot_general_p:
+            new = _absorb_operand_transposes(e, producer, transpose_p)
+            if new is not None:
+                e, changed = new, True
+        elif e.prim is transpose_p and isinstance(e.inputs[0], Var):
+            prev = producer.get(id(e.inputs[0]))
+            if prev is not None and prev.prim is dot_general_p and uses[id(e.inputs[0])] == 1:
+                new = _swap_operands(prev, e)
+                if new is not None:
+                    e, changed = new, True
+        for v in e.outputs:
+            producer[id(v)] = e
+        eqns.append(e)
+    if not changed:
+        return jaxpr
+    from thunderx.passes import dce
+
+    return dce(Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars, check=False))
+
+
+def _swap_operands(dot: Eqn, tr: Eqn):
+    (lc, rc), (lb, rb) = dot.params["dimension_numbers"]
+    x, y = dot.inputs
+    nb = len(lb)
+    nfx = len(_free(x.aval.ndim, lc, lb))
+    nfy = len(_free(y.aval.ndim, rc, rb))
+    swapped = tuple(range(nb)) + tuple(range(nb + nfx, nb + nfx + nfy)) + tuple(range(nb, nb + nfx))
+    if tuple(tr.params["permutation"]) != swapped:
+        return None
+    return Eqn(dot.prim, [y, x], tr.outputs, {"dimension_numbers": ((rc, lc), (rb, lb))})
+
+
+def _absorb_operand_transposes(e: Eqn, producer, transpose_p):
+    (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+    ins = list(e.inputs)
+    dims = [[lc, lb], [rc, rb]]
+    changed = False
+    for k in (0, 1):
+        x = ins[k]
+        prev = producer.get(id(x)) if isinstance(x, Var) else None
+        if prev is None or prev.prim is not transpose_p:
+            continue
+        perm = prev.params["permutation"]
+        contract, batch = dims[k]
+        mapped_free = [perm[d] for d in _free(x.aval.ndim, contract, batch)]
+        if mapped_free != sorted(mapped_free):
+            continue  # the output's free-dimension order would change
+        ins[k] = prev.inputs[0]
+        dims[k] = [tuple(perm[d] for d in contract), tuple(perm[d] for d in batch)]
+        changed = True
+    if not changed:
+        return None
+    dn = ((dims[0][0], dims[1][0]), (dims[0][1], dims[1][1]))
+    return Eqn(e.prim, ins, e.outputs, {"dimension_numbers": dn})

@@ -1,0 +1,473 @@
+"""One case through one transform, against torch.func / torch.autograd; when they disagree,
+float64 finite differences decide which side is wrong.
+
+Every check returns None (agreement), or a `Finding` whose category says what kind of
+disagreement it is:
+
+- `forward`: jit or vmap computes other values than eager torch (no derivative involved);
+- `error`: thunderx raised where torch computed a result;
+- `thunderx-wrong`: at a point where the function is differentiable (one-sided differences agree)
+  finite differences side with torch;
+- `kink`: the point is not differentiable (one-sided differences differ), so torch's convention is
+  the reference (DESIGN: torch.func is the oracle at kinks and ties);
+- `torch-wrong`: differentiable point, finite differences side with thunderx (reported, not a
+  thunderx failure); `jax-differs`: thunderx and JAX disagree and finite differences do not
+  side with JAX at a differentiable point (reported);
+- `unresolved`: differentiable point, finite differences agree with neither (or are not finite).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Callable
+
+import torch
+import torch.func as tf
+
+import thunderx as tx
+from thunderx import tree
+from thunderx.testing.diff_ops import Case, fill
+
+F64 = torch.float64
+RTOL, ATOL = 1e-6, 1e-8  # thunderx vs torch: the same math in float64
+FD_RTOL, FD_ATOL = 1e-4, 1e-5  # either side vs central differences
+FAILURES = ("forward", "error", "thunderx-wrong", "kink", "unresolved")
+
+
+@dataclasses.dataclass
+class Finding:
+    check: str
+    category: str
+    detail: str
+
+
+class _NoOracle(Exception):
+    """torch itself cannot compute this reference (the case is skipped for this check)."""
+
+
+def _flat(x) -> torch.Tensor:
+    leaves = [t for t in tree.leaves(x) if isinstance(t, torch.Tensor)]
+    if not leaves:
+        return torch.zeros(0, dtype=F64)
+    return torch.cat([t.reshape(-1).to(F64) for t in leaves])
+
+
+# The relative tolerance of thunderx vs torch for the case being checked (set by run_check): a
+# case whose values reach magnitude M carries rounding noise of about 1e-16 * M in any float64
+# evaluation order (logits of 5e12 give a loss of 0.1 with an error near 1e-3).
+_CASE_RTOL = [RTOL]
+
+
+def _close(a, b, rtol=None, atol=ATOL) -> torch.Tensor:
+    """Elementwise agreement (NaN matches NaN, inf matches the same inf)."""
+    rtol = _CASE_RTOL[0] if rtol is None else rtol
+    if a.shape != b.shape:
+        return torch.zeros(max(a.numel(), b.numel(), 1), dtype=torch.bool)
+    same = (a == b) | (a.isnan() & b.isnan())
+    return same | ((a - b).abs() <= atol + rtol * b.abs())
+
+
+def _same_structure(got, want) -> str | None:
+    gl, wl = tree.leaves(got), tree.leaves(want)
+    if len(gl) != len(wl):
+        return f"{len(gl)} outputs, torch {len(wl)}"
+    for g, w in zip(gl, wl):
+        if isinstance(w, torch.Tensor):
+            if not isinstance(g, torch.Tensor):
+                return f"{type(g).__name__} where torch gives a tensor"
+            if g.shape != w.shape or g.dtype != w.dtype:
+                return f"{g.dtype}{tuple(g.shape)} where torch gives {w.dtype}{tuple(w.shape)}"
+    return None
+
+
+# --------------------------------------------------------------------- finite differences
+
+
+def fd_jacobian(f: Callable, xs: list, eps: float = 1e-6):
+    """(central, forward, backward) Jacobians of flat(f(*xs)) by the flattened float inputs."""
+    sizes = [x.numel() for x in xs]
+    base = torch.cat([x.reshape(-1) for x in xs]) if xs else torch.zeros(0, dtype=F64)
+
+    def at(v):
+        parts, off = [], 0
+        for x, n in zip(xs, sizes):
+            parts.append(v[off : off + n].reshape(x.shape))
+            off += n
+        return _flat(f(*parts))
+
+    f0 = at(base)
+    cols_c, cols_f, cols_b = [], [], []
+    for j in range(base.numel()):
+        h = eps * max(1.0, abs(float(base[j])))
+        e = torch.zeros_like(base)
+        e[j] = h
+        fp, fm = at(base + e), at(base - e)
+        cols_c.append((fp - fm) / (2 * h))
+        cols_f.append((fp - f0) / h)
+        cols_b.append((f0 - fm) / h)
+    if not cols_c:
+        empty = torch.zeros(f0.numel(), 0, dtype=F64)
+        return empty, empty, empty
+    return torch.stack(cols_c, 1), torch.stack(cols_f, 1), torch.stack(cols_b, 1)
+
+
+def _smooth(jf, jb) -> bool:
+    scale = 1 + jf.abs() + jb.abs()
+    ok = ((jf - jb).abs() <= 1e-3 * scale) | (jf.isnan() & jb.isnan())
+    return bool(ok.all())
+
+
+def classify(check: str, got, want, fd: Callable[[], tuple]) -> Finding:
+    """A derivative disagreement: `fd()` -> (central, forward, backward) of the same quantity."""
+    g, w = _flat(got), _flat(want)
+    bad = ~_close(g, w)
+    c, fwd, bwd = fd()
+    where = f"{int(bad.sum())} of {bad.numel()} entries differ"
+    if not _smooth(fwd, bwd):
+        return Finding(check, "kink", f"{where}; non-differentiable point: {_pair(g, w, bad)}")
+    cb, gb, wb = c[bad], g[bad], w[bad]
+    if not torch.isfinite(cb).all():
+        return Finding(check, "unresolved", f"{where}; differences not finite: {_pair(g, w, bad)}")
+    ok_w = bool(_close(wb, cb, FD_RTOL, FD_ATOL).all())
+    ok_g = bool(_close(gb, cb, FD_RTOL, FD_ATOL).all())
+    cat = (
+        "thunderx-wrong"
+        if ok_w and not ok_g
+        else "torch-wrong"
+        if ok_g and not ok_w
+        else ("unresolved")
+    )
+    return Finding(check, cat, f"{where}: {_pair(g, w, bad)}, finite differences {cb[:4].tolist()}")
+
+
+def _pair(g, w, bad) -> str:
+    return f"thunderx {g[bad][:4].tolist()} vs torch {w[bad][:4].tolist()}"
+
+
+# ----------------------------------------------------------------------------- the checks
+
+
+class Ctx:
+    """A case prepared for the checks: the function with and without its integer args, a
+    weighting for scalar reductions, tangents, cotangents and a batch."""
+
+    def __init__(self, case: Case, seed: int):
+        self.case = case
+        self.xs = case.args[: case.ndiff]
+        self.ks = case.args[case.ndiff :]
+        self.n = case.ndiff
+        self.f = lambda *xs: case.fn(*xs, *self.ks)
+        self.out = self.f(*self.xs)
+        g = torch.Generator().manual_seed(seed)
+        self.float_out = isinstance(self.out, torch.Tensor) and self.out.is_floating_point()
+        if self.float_out:
+            self.w = torch.randn(self.out.shape, dtype=F64, generator=g)
+        self.ts = [torch.randn(x.shape, dtype=F64, generator=g) for x in self.xs]
+        rng = random.Random(seed)
+        self.batch = [torch.stack([x, fill(x.shape, case.edge, g)]) for x in self.xs]
+        self.axes = [
+            rng.choice([0, -1, None]) if x.ndim else rng.choice([0, None]) for x in self.xs
+        ]
+        if self.axes and all(a is None for a in self.axes):
+            self.axes[0] = 0
+        self.argnums = tuple(range(self.n))
+        scale = max([case.scale] + [max_finite(t) for t in case.args[: case.ndiff]])
+        if self.float_out:
+            scale = max(scale, max_finite(self.out))
+        self.rtol = max(RTOL, 1e-13 * scale)
+
+    def s(self, *xs):
+        return (self.f(*xs) * self.w).sum()
+
+    def s_all(self, *args):
+        return (self.case.fn(*args) * self.w).sum()
+
+
+def max_finite(t: torch.Tensor) -> float:
+    finite = t[torch.isfinite(t)] if t.is_floating_point() else t
+    return float(finite.abs().max()) if finite.numel() else 0.0
+
+
+def _oracle(fn):
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - torch cannot compute the reference here
+        raise _NoOracle(f"{type(e).__name__}: {e}") from None
+
+
+def _values(check, got, want) -> Finding | None:
+    why = _same_structure(got, want)
+    g, w = _flat(got), _flat(want)
+    if why is None and bool(_close(g, w).all()):
+        return None
+    return Finding(check, "forward", why or f"values differ: {_pair(g, w, ~_close(g, w))}")
+
+
+def _derivative(check, got, want, fd) -> Finding | None:
+    why = _same_structure(got, want)
+    if why is not None:
+        return Finding(check, "thunderx-wrong", why)
+    if bool(_close(_flat(got), _flat(want)).all()):
+        return None
+    return classify(check, got, want, fd)
+
+
+def check_jit(c: Ctx):
+    return _values("jit", tx.jit(c.case.fn)(*c.case.args), c.out)
+
+
+def _vmap_values(check, got, loop, torch_vmap):
+    """vmap vs a Python loop; where they differ, torch.func.vmap's own result settles it: a
+    batched kernel may round differently from the loop's, and a step function (ceil, sign)
+    after it turns one ulp into a different value."""
+    found = _values(check, got, loop)
+    if found is not None:
+        try:
+            if _values(check, got, torch_vmap()) is None:
+                return None
+        except Exception:  # noqa: BLE001 - torch.func cannot vmap this: the loop decides
+            pass
+    return found
+
+
+def check_vmap(c: Ctx):
+    got = tx.vmap(c.f)(*c.batch)
+    want = _oracle(lambda: torch.stack([c.f(*[b[i] for b in c.batch]) for i in range(2)]))
+    return _vmap_values("vmap", got, want, lambda: tf.vmap(c.f)(*c.batch))
+
+
+def check_vmap_axes(c: Ctx):
+    """Batch axes 0, -1 or None per input (at least one batched), output batch axis last."""
+    ins = [
+        b[0] if a is None else b if a == 0 else b.movedim(0, -1) for b, a in zip(c.batch, c.axes)
+    ]
+    out_axis = -1 if c.out.ndim else 0
+    got = tx.vmap(c.f, in_axes=tuple(c.axes), out_axes=out_axis)(*ins)
+
+    def loop():
+        rows = [
+            c.f(*[b[0] if a is None else b[i] for b, a in zip(c.batch, c.axes)]) for i in range(2)
+        ]
+        return torch.stack(rows, out_axis)
+
+    return _vmap_values(
+        "vmap_axes",
+        got,
+        _oracle(loop),
+        lambda: tf.vmap(c.f, in_dims=tuple(c.axes), out_dims=out_axis)(*ins),
+    )
+
+
+def _fd_of(c: Ctx, fn, project):
+    return lambda: tuple(project(j) for j in fd_jacobian(fn, c.xs))
+
+
+def check_grad(c: Ctx):
+    got = tx.grad(c.s, argnums=c.argnums)(*c.xs)
+    want = _oracle(lambda: tf.grad(c.s, argnums=c.argnums)(*c.xs))
+    return _derivative("grad", got, want, _fd_of(c, c.s, lambda j: j.reshape(-1)))
+
+
+def check_autograd(c: Ctx):
+    """torch.autograd (not torch.func) as the oracle of the same gradient."""
+    got = tx.grad(c.s, argnums=c.argnums)(*c.xs)
+
+    def ref():
+        leaves = [x.detach().requires_grad_() for x in c.xs]
+        return torch.autograd.grad(c.s(*leaves), leaves, allow_unused=True, materialize_grads=True)
+
+    return _derivative("autograd", got, _oracle(ref), _fd_of(c, c.s, lambda j: j.reshape(-1)))
+
+
+def check_jvp(c: Ctx):
+    _, got = tx.jvp(c.f, tuple(c.xs), tuple(c.ts))
+    want = _oracle(lambda: tf.jvp(c.f, tuple(c.xs), tuple(c.ts))[1])
+    t = _flat(c.ts)
+    return _derivative("jvp", got, want, _fd_of(c, c.f, lambda j: j @ t))
+
+
+def check_linearize(c: Ctx):
+    _, f_jvp = tx.linearize(c.f, *c.xs)
+    got = f_jvp(*c.ts)
+    want = _oracle(lambda: tf.jvp(c.f, tuple(c.xs), tuple(c.ts))[1])
+    t = _flat(c.ts)
+    return _derivative("linearize", got, want, _fd_of(c, c.f, lambda j: j @ t))
+
+
+def check_vjp(c: Ctx):
+    got = tx.vjp(c.f, *c.xs)[1](c.w)
+    want = _oracle(lambda: tf.vjp(c.f, *c.xs)[1](c.w))
+    w = c.w.reshape(-1)
+    return _derivative("vjp", got, want, _fd_of(c, c.f, lambda j: w @ j))
+
+
+def _jac_matrix(jac, c: Ctx):
+    n_out = c.out.numel()
+    return torch.cat([b.reshape(n_out, x.numel()) for b, x in zip(jac, c.xs)], 1).reshape(-1)
+
+
+def check_jacfwd(c: Ctx):
+    got = _jac_matrix(tx.jacfwd(c.f, argnums=c.argnums)(*c.xs), c)
+    want = _oracle(lambda: _jac_matrix(tf.jacfwd(c.f, argnums=c.argnums)(*c.xs), c))
+    return _derivative("jacfwd", got, want, _fd_of(c, c.f, lambda j: j.reshape(-1)))
+
+
+def check_jacrev(c: Ctx):
+    got = _jac_matrix(tx.jacrev(c.f, argnums=c.argnums)(*c.xs), c)
+    want = _oracle(lambda: _jac_matrix(tf.jacrev(c.f, argnums=c.argnums)(*c.xs), c))
+    return _derivative("jacrev", got, want, _fd_of(c, c.f, lambda j: j.reshape(-1)))
+
+
+def check_hessian(c: Ctx):
+    got = tx.hessian(c.s, argnums=c.argnums)(*c.xs)
+    want = _oracle(lambda: tf.hessian(c.s, argnums=c.argnums)(*c.xs))
+    grad_fn = tf.grad(c.s, argnums=c.argnums)
+    # The Hessian's layout (input block i, input block j) flattened; the finite differences of
+    # torch's gradient give the rows in the same order.
+    return _derivative(
+        "hessian",
+        _hess_flat(got, c),
+        _hess_flat(want, c),
+        lambda: tuple(j.reshape(-1) for j in fd_jacobian(grad_fn, c.xs)),
+    )
+
+
+def _hess_flat(h, c: Ctx):
+    sizes = [x.numel() for x in c.xs]
+    rows = [
+        torch.cat([h[i][j].reshape(si, sj) for j, sj in enumerate(sizes)], 1)
+        for i, si in enumerate(sizes)
+    ]
+    return torch.cat(rows, 0).reshape(-1)
+
+
+def _rowwise(check, c: Ctx, got, want, per_row: Callable[[int], Callable]):
+    """A batched derivative: the first differing row, classified on its own inputs."""
+    if _same_structure(got, want) is not None:
+        return Finding(check, "thunderx-wrong", _same_structure(got, want))
+    for i in range(2):
+        gi, wi = tree.map(lambda t: t[i], got), tree.map(lambda t: t[i], want)
+        if not bool(_close(_flat(gi), _flat(wi)).all()):
+            return classify(check, gi, wi, per_row(i))
+    return None
+
+
+def check_jit_vmap_grad(c: Ctx):
+    got = tx.jit(tx.vmap(tx.grad(c.s, argnums=c.argnums)))(*c.batch)
+    want = _oracle(lambda: tf.vmap(tf.grad(c.s, argnums=c.argnums))(*c.batch))
+    return _rowwise(
+        "jit(vmap(grad))",
+        c,
+        got,
+        want,
+        lambda i: lambda: tuple(j.reshape(-1) for j in fd_jacobian(c.s, [b[i] for b in c.batch])),
+    )
+
+
+def check_vmap_jvp(c: Ctx):
+    def tx_fn(*xs):
+        return tx.jvp(c.f, xs, tuple(c.ts))[1]
+
+    def tf_fn(*xs):
+        return tf.jvp(c.f, xs, tuple(c.ts))[1]
+
+    got = tx.vmap(tx_fn)(*c.batch)
+    want = _oracle(lambda: tf.vmap(tf_fn)(*c.batch))
+    t = _flat(c.ts)
+    return _rowwise(
+        "vmap(jvp)",
+        c,
+        got,
+        want,
+        lambda i: lambda: tuple(j @ t for j in fd_jacobian(c.f, [b[i] for b in c.batch])),
+    )
+
+
+def check_jit_grad(c: Ctx):
+    """Integer args travel as jit arguments: traced indices (dynamic_slice and friends)."""
+    got = tx.jit(tx.grad(c.s_all, argnums=c.argnums))(*c.case.args)
+    want = _oracle(lambda: tf.grad(c.s, argnums=c.argnums)(*c.xs))
+    return _derivative("jit(grad)", got, want, _fd_of(c, c.s, lambda j: j.reshape(-1)))
+
+
+def check_jax_grad(c: Ctx):
+    """jax.grad of the same function (ops with a jax.numpy counterpart; JAX installed)."""
+    from thunderx.testing import diff_jax
+
+    if not diff_jax.AVAILABLE or c.case.op not in diff_jax.JAX_FNS:
+        raise _NoOracle("no JAX counterpart")
+    got = tx.grad(c.s, argnums=c.argnums)(*c.xs)
+    want = _oracle(lambda: diff_jax.jax_grad(c.case.op, c.case.params, c.xs, c.w))
+    found = _derivative("jax(grad)", got, want, _fd_of(c, c.s, lambda j: j.reshape(-1)))
+    if found is not None and found.category != "thunderx-wrong":
+        found.category = "jax-differs"  # a convention (kinks, ties) or JAX's own error: a note
+    return found
+
+
+CHECKS: dict[str, Callable[[Ctx], Finding | None]] = {
+    "jit": check_jit,
+    "vmap": check_vmap,
+    "vmap_axes": check_vmap_axes,
+    "grad": check_grad,
+    "autograd": check_autograd,
+    "jvp": check_jvp,
+    "vjp": check_vjp,
+    "linearize": check_linearize,
+    "jacfwd": check_jacfwd,
+    "jacrev": check_jacrev,
+    "hessian": check_hessian,
+    "jit(grad)": check_jit_grad,
+    "jit(vmap(grad))": check_jit_vmap_grad,
+    "vmap(jvp)": check_vmap_jvp,
+    "jax(grad)": check_jax_grad,
+}
+BATCHED_CHECKS = ("vmap", "vmap_axes", "jit(vmap(grad))", "vmap(jvp)")
+DERIVATIVE_CHECKS = tuple(k for k in CHECKS if k not in ("jit", "vmap", "vmap_axes"))
+
+
+def run_check(name: str, c: Ctx) -> Finding | None | str:
+    """The check's finding; "skip" where torch cannot compute the reference."""
+    if name in DERIVATIVE_CHECKS and (not c.float_out or c.n == 0):
+        return "skip"
+    if name == "hessian" and sum(x.numel() for x in c.xs) > 24:
+        return "skip"  # keep the float64 Hessians small
+    before = [a.clone() for a in c.case.args]
+    _CASE_RTOL[0] = c.rtol
+    try:
+        found = CHECKS[name](c)
+        changed = [i for i, (a, b) in enumerate(zip(c.case.args, before)) if not _same_bits(a, b)]
+        if changed:
+            for a, b in zip(c.case.args, before):
+                a.copy_(b)  # the next checks see the case's own inputs
+            return Finding(name, "forward", f"overwrote the caller's input(s) {changed}")
+        return found
+    except _NoOracle:
+        return "skip"
+    except Exception as e:  # noqa: BLE001 - thunderx raised where torch computed a result
+        try:
+            _reference_only(name, c)
+        except Exception:  # noqa: BLE001 - torch raises too: not a valid case for this check
+            return "skip"
+        return Finding(name, "error", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
+def _reference_only(name: str, c: Ctx) -> None:
+    if name in ("jit", "vmap", "vmap_axes"):
+        c.f(*[b[0] for b in c.batch])
+    elif name in ("jvp", "linearize", "vmap(jvp)"):
+        tf.jvp(c.f, tuple(c.xs), tuple(c.ts))
+    elif name == "hessian":
+        tf.hessian(c.s, argnums=c.argnums)(*c.xs)
+    elif name == "jax(grad)":
+        from thunderx.testing import diff_jax
+
+        diff_jax.jax_grad(c.case.op, c.case.params, c.xs, c.w)
+    elif name == "jacfwd":
+        tf.jacfwd(c.f, argnums=c.argnums)(*c.xs)
+    else:
+        tf.grad(c.s, argnums=c.argnums)(*c.xs)
