@@ -2,6 +2,7 @@
 
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
     binary,
+    collectives,
     cond,
     conv,
     creation,

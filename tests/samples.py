@@ -38,6 +38,22 @@ EXCLUDED = {
     "torch_call": "the opaque fallback: tested by the fallback tests",
     "random_uniform": "random: tested by the randomness tests",
     "random_normal": "random: tested by the randomness tests",
+    **{
+        name: "a collective over a named axis (bound only inside vmap(axis_name=) or shard_map): "
+        "tested in tests/test_distributed.py, under vmap and on several processes"
+        for name in (
+            "psum",
+            "pmax",
+            "pmin",
+            "all_gather",
+            "psum_scatter",
+            "ppermute",
+            "all_to_all",
+            "axis_index",
+        )
+    },
+    "shard_slice": "shard_map's boundary (needs a DeviceMesh): tested in tests/test_distributed.py",
+    "shard_gather": "shard_map's boundary (needs a DeviceMesh): tested in tests/test_distributed.py",
     "debug_callback": "no outputs, an effect: tested by tests/test_api_pieces.py",
 }
 

@@ -37,6 +37,21 @@ NOT_IN_TABLE = {
     "conv_kernel_grad": "conv's weight cotangent: it appears only in conv's derivative, never in "
     "a forward program the table draws; its own rules: tests/test_conv.py",
     "debug_callback": "a host callback (printing), no value of its own: tests/test_api_pieces.py",
+    **{
+        p: "a collective over a named axis, or shard_map's boundary: bound only inside "
+        "vmap(axis_name=) or shard_map; tests/test_distributed.py"
+        for p in (
+            "all_gather",
+            "all_to_all",
+            "pmax",
+            "pmin",
+            "ppermute",
+            "psum",
+            "psum_scatter",
+            "shard_gather",
+            "shard_slice",
+        )
+    },
 }
 
 

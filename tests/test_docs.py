@@ -1,12 +1,14 @@
 """The examples in the public API's docstrings run and print what they show."""
 
 import doctest
+import importlib
 
 import pytest
 import torch
 
 import thunderx
 import thunderx.api
+import thunderx.collectives
 import thunderx.debug
 import thunderx.lowering
 import thunderx.primitives.higher_order
@@ -20,8 +22,10 @@ import thunderx.tree
 
 MODULES = [
     thunderx.api,
+    thunderx.collectives,
     thunderx.debug,
     thunderx.lowering,
+    importlib.import_module("thunderx.shard_map"),  # the attribute is the function
     thunderx.primitives.higher_order,
     thunderx.shapes,
     thunderx.transforms.ad,

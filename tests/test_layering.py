@@ -26,7 +26,11 @@ LAYERS = [
     ("passes", ["thunderx.passes", "thunderx.rewrites"]),
     ("language", ["thunderx.lang"]),
     ("executors", ["thunderx.executors"]),
-    ("transforms", ["thunderx.transforms", "thunderx.api", "thunderx.shapes", "thunderx.lowering"]),
+    (
+        "transforms",
+        ["thunderx.transforms", "thunderx.api", "thunderx.shapes", "thunderx.lowering"]
+        + ["thunderx.collectives", "thunderx.shard_map"],
+    ),
     ("presentation", ["thunderx.html", "thunderx.svg", "thunderx.explain", "thunderx.browser"]),
     ("package", ["thunderx", "thunderx.stats", "thunderx.testing"]),
 ]
@@ -43,6 +47,10 @@ ALLOWED_UPWARD = {
     ("thunderx.lang", "thunderx.transforms"): (
         "random draws ask vmap's trace for its randomness setting and batch size; "
         "decompositions with torch's derivative conventions use custom_jvp"
+    ),
+    ("thunderx.primitives", "thunderx.collectives"): (
+        "collective primitives run through the process-group runtime of thunderx.collectives, "
+        "which binds them (a cycle the runtime module closes at call time)"
     ),
     ("thunderx.primitives", "thunderx.transforms"): (
         "the call primitives' rules (jit_call, custom_jvp/vjp) run jvp/vmap/jit on sub-jaxprs"

@@ -20,6 +20,7 @@ from thunderx.explain import explain
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.primitives.higher_order import stop_gradient
 from thunderx.shapes import ShapeDtypeStruct, eval_shape
+from thunderx.shard_map import P, shard_map
 from thunderx.transforms.ad import (
     grad,
     hessian,
@@ -42,6 +43,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ClosedJaxpr",
     "Jaxpr",
+    "P",
     "ShapeDtypeStruct",
     "checkpoint",
     "checkpoint_policies",
@@ -61,9 +63,11 @@ __all__ = [
     "jacrev",
     "jit",
     "jvp",
+    "lax",
     "linear_transpose",
     "linearize",
     "make_jaxpr",
+    "shard_map",
     "stack_module_state",
     "stop_gradient",
     "tree",

@@ -56,3 +56,14 @@ def add_tangents(a, b):
 def tangent_aval(aval: ShapedArray) -> ShapedArray | None:
     """Only floating values carry tangents; integer and bool outputs carry none."""
     return aval.strip_weak() if is_float(aval.dtype) else None
+
+
+def deflinear(prim, *, transpose=None, nonlinear=()) -> None:
+    """Low-level: mark a primitive made with `new_primitive` linear (new primitives use
+    `core.declare(linear=True, transpose=..., nonlinear=...)` instead)."""
+    from thunderx.core import jvp_rules, linear_jvp, linear_primitives, transpose_rules
+
+    jvp_rules[prim] = linear_jvp(prim, nonlinear)
+    linear_primitives.add(prim)
+    if transpose is not None:
+        transpose_rules[prim] = transpose

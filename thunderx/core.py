@@ -84,6 +84,11 @@ torch_codegen_rules: dict[Primitive, Callable] = {}
 nvfuser_rules: dict[Primitive, Callable] = {}
 # Optional per-equation checks for the nvFuser rule (params it cannot express run in torch).
 nvfuser_checks: dict[Primitive, Callable] = {}
+# Collectives over a vmapped axis name: `rule(axis, vals, dims, **params) -> (out, out_dim)`, used
+# by the batch trace that binds `axis` (even for unbatched operands); `batch_rules` covers the
+# collective's other names. `axis_names_rules[prim](**params)` says which names a primitive uses.
+axis_batch_rules: dict[Primitive, Callable] = {}
+axis_names_rules: dict[Primitive, Callable] = {}
 # Why a primitive has no jvp / transpose rule: checked by the coverage tests.
 not_differentiable: dict[Primitive, str] = {}
 _not_differentiable_table = (
@@ -184,13 +189,13 @@ def declare(
         raise TypeError(f"declare({name!r}): effects and aliases are tuples, e.g. effects=('rng',)")
     if inplace is not None and not hasattr(torch.Tensor, inplace):
         raise ValueError(f"declare({name!r}): torch.Tensor has no in-place method {inplace!r}")
-    prim = new_primitive(name, multiple_results)
-    prim.props = Properties(
-        aliases=aliases if aliases == ALL_OPERANDS else tuple(aliases),
+    prim = declare_properties(
+        new_primitive(name, multiple_results),
+        aliases=aliases,
         inplace=inplace,
         inplace_floating_only=inplace_floating_only,
         commutative=commutative,
-        effects=frozenset(effects),
+        effects=effects,
         elementwise=elementwise,
         overlapping=overlapping,
     )
@@ -216,10 +221,41 @@ def declare(
     for table, rule in rules:
         if rule is not None:
             table[prim] = rule
-    if effects:
-        effectful_primitives.add(prim)
     if torch_codegen_statement:
         statement_rules.add(prim)
+    return prim
+
+
+def declare_properties(
+    prim: Primitive,
+    *,
+    aliases: tuple[int, ...] | str = (),
+    inplace: str | None = None,
+    inplace_floating_only: bool = False,
+    commutative: bool = False,
+    effects: tuple[str, ...] = (),
+    elementwise: bool = False,
+    overlapping: bool = False,
+) -> Primitive:
+    """The properties half of `declare`, for a primitive made with `new_primitive` whose rules
+    are registered table by table (see `Properties` for each keyword)."""
+    if isinstance(effects, str) or isinstance(aliases, int):
+        raise TypeError(
+            f"declare({prim.name!r}): effects and aliases are tuples, e.g. effects=('rng',)"
+        )
+    if inplace is not None and not hasattr(torch.Tensor, inplace):
+        raise ValueError(f"declare({prim.name!r}): torch.Tensor has no in-place method {inplace!r}")
+    prim.props = Properties(
+        aliases=aliases if aliases == ALL_OPERANDS else tuple(aliases),
+        inplace=inplace,
+        inplace_floating_only=inplace_floating_only,
+        commutative=commutative,
+        effects=frozenset(effects),
+        elementwise=elementwise,
+        overlapping=overlapping,
+    )
+    if effects:
+        effectful_primitives.add(prim)
     return prim
 
 
@@ -308,6 +344,8 @@ class EvalTrace(Trace):
 class _State(threading.local):
     def __init__(self):
         self.trace: Trace = EvalTrace(None)
+        # The named axes in scope (vmap's axis_name, shard_map's mesh dims), innermost last.
+        self.axis_env: tuple[NamedAxis, ...] = ()
 
 
 _state = _State()
@@ -351,6 +389,54 @@ class new_trace:
     def __exit__(self, *exc):
         _state.trace = self.prev
         self.trace.alive = False
+        return False
+
+
+class NamedAxis:
+    """A named axis in scope: its size and, for a mesh dim, the mesh (None for a vmap axis).
+
+    Collectives hold these in their params, so a staged collective still knows its process group
+    after the shard_map that bound the name has returned.
+    """
+
+    __slots__ = ("name", "size", "mesh")
+
+    def __init__(self, name: str, size: int, mesh=None):
+        self.name = name
+        self.size = size
+        self.mesh = mesh
+
+    def _key(self):
+        return (self.name, self.size, id(self.mesh))
+
+    def __eq__(self, other) -> bool:
+        return type(other) is NamedAxis and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def axis_env() -> tuple[NamedAxis, ...]:
+    return _state.axis_env
+
+
+class extend_axis_env:
+    """Context manager putting named axes in scope (innermost last) for the body of a transform."""
+
+    __slots__ = ("axes", "prev")
+
+    def __init__(self, axes):
+        self.axes = tuple(axes)
+
+    def __enter__(self):
+        self.prev = _state.axis_env
+        _state.axis_env = self.prev + self.axes
+
+    def __exit__(self, *exc):
+        _state.axis_env = self.prev
         return False
 
 

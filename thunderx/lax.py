@@ -1,10 +1,23 @@
-"""`thunderx.lax`: JAX's lax-level API for torch programs (control flow as traced primitives).
+"""`thunderx.lax`: JAX's lax-level API for torch programs: control flow as traced primitives, and
+collectives over named axes (implemented in `thunderx.collectives`).
 
 >>> import thunderx.lax as lax
 >>> lax.fori_loop(0, 3, lambda i, x: x * 2, torch.tensor(1.))
 tensor(8.)
 """
 
+from thunderx.collectives import (  # noqa: F401  (re-exported API)
+    all_gather,
+    all_to_all,
+    axis_index,
+    axis_size,
+    pmax,
+    pmean,
+    pmin,
+    ppermute,
+    psum,
+    psum_scatter,
+)
 from thunderx.control_flow import (  # noqa: F401  (re-exported API)
     checkpoint,
     checkpoint_policies,
@@ -18,11 +31,21 @@ from thunderx.control_flow import (  # noqa: F401  (re-exported API)
 )
 
 __all__ = [
+    "all_gather",
+    "all_to_all",
+    "axis_index",
+    "axis_size",
     "checkpoint",
     "checkpoint_policies",
     "cond",
     "fori_loop",
     "map",
+    "pmax",
+    "pmean",
+    "pmin",
+    "ppermute",
+    "psum",
+    "psum_scatter",
     "remat",
     "scan",
     "switch",

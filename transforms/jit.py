@@ -15,7 +15,7 @@ import torch
 from thunderx import tree, validate
 from thunderx.ad_util import Zero
 from thunderx.ad_util import instantiate as _instantiate
-from thunderx.core import EvalTrace, Tracer, _state, get_aval, is_top_level
+from thunderx.core import EvalTrace, Tracer, _state, axis_env, get_aval, is_top_level
 from thunderx.errors import ArgumentValueError, user_frame
 from thunderx.executors import default_executor, executor_names, get_executor
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
@@ -226,7 +226,8 @@ class JitFunction:
             # Python scalars are dynamic and weakly typed (as in JAX): they travel as 0-dim
             # tensors, floats in float64 so that no precision is lost before they meet a tensor
             leaves = [_scalar_leaf(x) if type(x) in _SCALARS else x for x in leaves]
-        return (treedef, keys, statics), leaves, dyn_args, dyn_kwargs
+        # named axes in scope (vmap axis_name, shard_map mesh dims) shape the trace
+        return (treedef, keys, (statics, axis_env())), leaves, dyn_args, dyn_kwargs
 
     # -- tracing
     def _trace(self, args, kwargs, leaves, treedef_args, keys):
@@ -323,7 +324,9 @@ class JitFunction:
                 outs = prog.fn_plain(*entry.consts, *leaves)
             else:
                 outs = prog.fn(*entry.consts, *leaves)
-            if self._fast_ok and not kwargs and all(type(a) in _PLAIN for a in args):
+            # the fast path's key has no axis env: only programs traced without one go there
+            fast = self._fast_ok and not kwargs and not axis_env()
+            if fast and all(type(a) in _PLAIN for a in args):
                 self._remember_fast(args, entry, prog)
         else:
             from thunderx.primitives.higher_order import jit_call_p

@@ -8,9 +8,14 @@ from typing import Any, Callable
 from thunderx import tree, validate
 from thunderx.avals import ShapedArray
 from thunderx.core import (
+    NamedAxis,
     Trace,
     Tracer,
+    abstract_eval,
+    axis_batch_rules,
+    axis_names_rules,
     batch_rules,
+    extend_axis_env,
     get_aval,
     is_tensor_like,
     missing_rule,
@@ -36,12 +41,14 @@ class BatchTracer(Tracer):
 
 
 class BatchTrace(Trace):
-    __slots__ = ("axis_size", "randomness")
+    __slots__ = ("axis_size", "randomness", "axis")
 
-    def __init__(self, parent, axis_size: int, randomness: str = "error"):
+    def __init__(self, parent, axis_size: int, randomness: str = "error", axis_name=None):
         super().__init__(parent)
         self.axis_size = axis_size
         self.randomness = randomness
+        # The named axis this trace binds (vmap's axis_name), or None.
+        self.axis = None if axis_name is None else NamedAxis(axis_name, axis_size)
 
     def unpack(self, x):
         if type(x) is BatchTracer and x._trace is self:
@@ -51,6 +58,10 @@ class BatchTrace(Trace):
         return x, None
 
     def process_primitive(self, prim, args, params):
+        if self.axis is not None:
+            named = self.process_named(prim, args, params)
+            if named is not None:
+                return named
         vals, dims = [], []
         batched = False
         for a in args:
@@ -69,6 +80,27 @@ class BatchTrace(Trace):
             return [self.wrap(o, d) for o, d in zip(out, out_dim)]
         return self.wrap(out, out_dim)
 
+    def process_named(self, prim, args, params):
+        """A collective over this trace's axis name reduces over the batch dim (even where its
+        operands are unbatched); a call whose body uses the name is evaluated inline here."""
+        names = axis_names_rules.get(prim)
+        if names is not None:
+            if self.axis not in names(**params):
+                return None
+            abstract_eval(prim, [get_aval(a) for a in args], params)  # checks shapes, as JAX
+            vals, dims = zip(*[self.unpack(a) for a in args]) if args else ((), ())
+            with set_trace(self.parent):
+                out, out_dim = axis_batch_rules[prim](self.axis, list(vals), list(dims), **params)
+            if prim.multiple_results:
+                return [self.wrap(o, d) for o, d in zip(out, out_dim)]
+            return self.wrap(out, out_dim)
+        sub = params.get("jaxpr")
+        if sub is not None and _uses_axis(sub, self.axis):
+            from thunderx.ir import eval_jaxpr
+
+            return eval_jaxpr(sub, [], *args)
+        return None
+
     def lift(self, value):
         from thunderx.primitives import shape as S
 
@@ -79,6 +111,17 @@ class BatchTrace(Trace):
         if bdim is None:
             return val
         return BatchTracer(self, val, bdim)
+
+
+def _uses_axis(jaxpr, axis) -> bool:
+    for e in jaxpr.eqns:
+        names = axis_names_rules.get(e.prim)
+        if names is not None and axis in names(**e.params):
+            return True
+        sub = e.params.get("jaxpr")
+        if sub is not None and hasattr(sub, "eqns") and _uses_axis(sub, axis):
+            return True
+    return False
 
 
 def _axes_for(spec, args, what: str):
@@ -134,6 +177,7 @@ def vmap(
     in_dims: Any = _UNSET,
     out_dims: Any = _UNSET,
     chunk_size: int | None = None,
+    axis_name: str | None = None,
 ) -> Callable:
     """Vectorize `fun` over a batch axis of its inputs.
 
@@ -141,16 +185,27 @@ def vmap(
     for the outputs (`in_dims` / `out_dims` are torch.func's names for them). `randomness`:
     'error' (default), 'different' or 'same' for random ops. `chunk_size`: map over at most this
     many batch elements at a time and concatenate (torch.func's memory bound; the result is the
-    same as without it).
+    same as without it). `axis_name` names the batch axis for collectives
+    (`thunderx.lax.psum(x, axis_name)` sums over the batch), so an SPMD program written for
+    `shard_map` also runs under `vmap`.
 
     >>> thunderx.vmap(torch.dot, in_axes=(0, None))(torch.ones(5, 3), torch.ones(3)).shape
     torch.Size([5])
     >>> thunderx.vmap(torch.sum, in_dims=1, chunk_size=2)(torch.ones(4, 5))
     tensor([4., 4., 4., 4., 4.])
+    >>> thunderx.vmap(lambda x: x / thunderx.lax.psum(x, "i"), axis_name="i")(torch.ones(4))
+    tensor([0.2500, 0.2500, 0.2500, 0.2500])
     """
     validate.check_callable(fun, "vmap")
     in_axes = _alias(in_axes, in_dims, "in_axes", "in_dims")
     out_axes = _alias(out_axes, out_dims, "out_axes", "out_dims")
+    if axis_name is not None and not isinstance(axis_name, str):
+        raise TypeError(f"vmap: axis_name must be a str, got {axis_name!r}")
+    if axis_name is not None and chunk_size is not None:
+        raise ValueError(
+            "vmap: chunk_size cannot be combined with axis_name: a collective over the axis "
+            "needs all of its members at once"
+        )
     if randomness not in ("error", "different", "same"):
         raise ArgumentValueError(
             f"vmap: randomness must be 'error', 'different' or 'same', not {randomness!r} "
@@ -222,7 +277,7 @@ def vmap(
             size = axis_size
 
         def run(xs, n):
-            return _vmap_flat(fun, xs, norm_axes, in_tree, n, randomness, out_axes)
+            return _vmap_flat(fun, xs, norm_axes, in_tree, n, randomness, out_axes, axis_name)
 
         if chunk_size is None or size <= chunk_size:
             out_tree, results, _ = run(flat_args, size)
@@ -234,14 +289,15 @@ def vmap(
     return batched
 
 
-def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes):
+def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, axis_name=None):
     """Run `fun` batched over `size` elements: (out tree, outputs, their normalized out axes)."""
-    with new_trace(BatchTrace, size, randomness) as trace:
+    with new_trace(BatchTrace, size, randomness, axis_name) as trace:
         ins = [
             x if ax is None else BatchTracer(trace, x, ax) for x, ax in zip(flat_args, norm_axes)
         ]
         trace.input_ids.update(id(t) for t in ins)
-        with _random_mode(trace):
+        env = () if trace.axis is None else (trace.axis,)
+        with _random_mode(trace), extend_axis_env(env):
             call_args, call_kwargs = tree.unflatten(in_tree, ins)
             out = fun(*call_args, **call_kwargs)
         out_leaves, out_tree = tree.flatten(out)

@@ -64,8 +64,8 @@ def _default_codegen(prim, args, params, namespace) -> str:
         if prim not in impl_rules:
             raise missing_rule(prim, "torch codegen")
         namespace[fn_name] = impl_rules[prim]
-    kw = "".join(f", {k}={_param_src(v, namespace)}" for k, v in params.items())
-    return f"{fn_name}({', '.join(args)}{kw})"
+    parts = list(args) + [f"{k}={_param_src(v, namespace)}" for k, v in params.items()]
+    return f"{fn_name}({', '.join(parts)})"
 
 
 def _param_src(v, namespace) -> str:
@@ -73,7 +73,9 @@ def _param_src(v, namespace) -> str:
         return _literal(v)
     if isinstance(v, (tuple, list)):
         inner = ", ".join(_param_src(x, namespace) for x in v)
-        return f"({inner},)" if isinstance(v, tuple) else f"[{inner}]"
+        if isinstance(v, tuple):
+            return f"({inner},)" if v else "()"
+        return f"[{inner}]"
     if isinstance(v, torch.dtype):
         return str(v)
     if isinstance(v, torch.device):
