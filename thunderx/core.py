@@ -185,10 +185,8 @@ def declare(
     Example: `exp_p` in primitives/unary.py (through the `def_unary` factory); docs/primitives.md
     shows a declaration and the table of all of them.
     """
-    if isinstance(effects, str) or isinstance(aliases, int):
-        raise TypeError(f"declare({name!r}): effects and aliases are tuples, e.g. effects=('rng',)")
-    if inplace is not None and not hasattr(torch.Tensor, inplace):
-        raise ValueError(f"declare({name!r}): torch.Tensor has no in-place method {inplace!r}")
+    # checked before the name is registered, so a corrected retry can register it
+    _check_properties(name, aliases, inplace, effects)
     prim = declare_properties(
         new_primitive(name, multiple_results),
         aliases=aliases,
@@ -226,6 +224,13 @@ def declare(
     return prim
 
 
+def _check_properties(name: str, aliases, inplace, effects) -> None:
+    if isinstance(effects, str) or isinstance(aliases, int):
+        raise TypeError(f"declare({name!r}): effects and aliases are tuples, e.g. effects=('rng',)")
+    if inplace is not None and not hasattr(torch.Tensor, inplace):
+        raise ValueError(f"declare({name!r}): torch.Tensor has no in-place method {inplace!r}")
+
+
 def declare_properties(
     prim: Primitive,
     *,
@@ -239,12 +244,7 @@ def declare_properties(
 ) -> Primitive:
     """The properties half of `declare`, for a primitive made with `new_primitive` whose rules
     are registered table by table (see `Properties` for each keyword)."""
-    if isinstance(effects, str) or isinstance(aliases, int):
-        raise TypeError(
-            f"declare({prim.name!r}): effects and aliases are tuples, e.g. effects=('rng',)"
-        )
-    if inplace is not None and not hasattr(torch.Tensor, inplace):
-        raise ValueError(f"declare({prim.name!r}): torch.Tensor has no in-place method {inplace!r}")
+    _check_properties(prim.name, aliases, inplace, effects)
     prim.props = Properties(
         aliases=aliases if aliases == ALL_OPERANDS else tuple(aliases),
         inplace=inplace,

@@ -115,7 +115,7 @@ class PartialEvalTrace(StagingTrace):
         out = abstract_eval(prim, [v.aval for v in in_vars], params)
         out_vars = [Var(a) for a in (out if prim.multiple_results else [out])]
         eqn = Eqn(prim, in_vars, out_vars, params)
-        known_eqn, unknown_eqn, out_unknowns, _ = rule(eqn, unknowns)
+        known_eqn, unknown_eqn, _, _ = rule(eqn, unknowns)
         env = {id(v): a for v, a, u in zip(in_vars, args, unknowns) if not u}
 
         def read(x):
@@ -146,7 +146,6 @@ class PartialEvalTrace(StagingTrace):
             for v, x in zip(unknown_eqn.outputs, res):
                 env[id(v)] = x
         outs = [env[id(v)] for v in out_vars]
-        del out_unknowns
         return outs if prim.multiple_results else outs[0]
 
 
