@@ -426,6 +426,11 @@ def _(d):
     return Sample([d.tensor(d.shape())], {})
 
 
+@sample("no_grad")
+def _(d):
+    return Sample([d.tensor(d.shape())], {})
+
+
 @sample("conv")
 def _(d):
     nsp = d.int(1, 2)

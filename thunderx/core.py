@@ -78,6 +78,9 @@ primitives: dict[str, Primitive] = {}
 impl_rules: dict[Primitive, Callable] = {}
 abstract_eval_rules: dict[Primitive, Callable] = {}
 jvp_rules: dict[Primitive, Callable] = {}
+# jvp rules for forward-mode levels (jvp, jacfwd, linearize) where they differ from the
+# reverse-mode one: torch's no_grad blocks stop reverse-mode derivatives only
+forward_jvp_rules: dict[Primitive, Callable] = {}
 transpose_rules: dict[Primitive, Callable] = {}
 batch_rules: dict[Primitive, Callable] = {}
 torch_codegen_rules: dict[Primitive, Callable] = {}
@@ -146,6 +149,7 @@ def declare(
     abstract_eval: Callable,
     impl: Callable,
     jvp: Callable | None = None,
+    forward_jvp: Callable | None = None,
     transpose: Callable | None = None,
     linear: bool = False,
     nonlinear: tuple[int, ...] | Callable[[int], bool] = (),
@@ -172,7 +176,8 @@ def declare(
     per-interpretation tables each transform reads) and its properties (`prim.props`).
 
     Rule signatures: `impl(*arrays, **params)`; `abstract_eval(*avals, **params)`;
-    `jvp(primals, tangents, **params) -> (out, tangent_out)`; `transpose(ct, *args, **params)
+    `jvp(primals, tangents, **params) -> (out, tangent_out)` (`forward_jvp`, same signature: the
+    rule forward-mode levels use instead, where the two differ); `transpose(ct, *args, **params)
     -> [ct per operand]`; `batch(args, dims, **params) -> (out, out_dim)`;
     `partial_eval(eqn, unknowns)`, `stage(args, params)` and `flops(in_avals, out_avals,
     **params)` (see their tables above);
@@ -205,6 +210,7 @@ def declare(
             jvp = linear_jvp(prim, nonlinear)
     rules = (
         (jvp_rules, jvp),
+        (forward_jvp_rules, forward_jvp),
         (transpose_rules, transpose),
         (batch_rules, batch),
         (partial_eval_rules, partial_eval),
@@ -346,6 +352,9 @@ class _State(threading.local):
         self.trace: Trace = EvalTrace(None)
         # The named axes in scope (vmap's axis_name, shard_map's mesh dims), innermost last.
         self.axis_env: tuple[NamedAxis, ...] = ()
+        # While a jvp rule runs: whether its JVP level serves reverse mode (a rule that
+        # differentiates a sub-jaxpr gives its inner level the same mode).
+        self.jvp_reverse: bool = False
 
 
 _state = _State()
@@ -371,6 +380,18 @@ class set_trace:
     def __exit__(self, *exc):
         _state.trace = self.prev
         return False
+
+
+def jvp_reverse() -> bool:
+    """Whether the jvp rule now running belongs to a reverse-mode level (see JVPTrace)."""
+    return _state.jvp_reverse
+
+
+def set_jvp_reverse(reverse: bool) -> bool:
+    """Set the mode `jvp_reverse` reports; returns the previous one."""
+    prev = _state.jvp_reverse
+    _state.jvp_reverse = reverse
+    return prev
 
 
 class new_trace:
