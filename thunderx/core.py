@@ -78,8 +78,7 @@ primitives: dict[str, Primitive] = {}
 impl_rules: dict[Primitive, Callable] = {}
 abstract_eval_rules: dict[Primitive, Callable] = {}
 jvp_rules: dict[Primitive, Callable] = {}
-# jvp rules for forward-mode levels (jvp, jacfwd, linearize) where they differ from the
-# reverse-mode one: torch's no_grad blocks stop reverse-mode derivatives only
+# forward-mode levels' jvp rules where they differ (torch's no_grad stops reverse mode only)
 forward_jvp_rules: dict[Primitive, Callable] = {}
 transpose_rules: dict[Primitive, Callable] = {}
 batch_rules: dict[Primitive, Callable] = {}
@@ -352,9 +351,6 @@ class _State(threading.local):
         self.trace: Trace = EvalTrace(None)
         # The named axes in scope (vmap's axis_name, shard_map's mesh dims), innermost last.
         self.axis_env: tuple[NamedAxis, ...] = ()
-        # While a jvp rule runs: whether its JVP level serves reverse mode (a rule that
-        # differentiates a sub-jaxpr gives its inner level the same mode).
-        self.jvp_reverse: bool = False
 
 
 _state = _State()
@@ -380,18 +376,6 @@ class set_trace:
     def __exit__(self, *exc):
         _state.trace = self.prev
         return False
-
-
-def jvp_reverse() -> bool:
-    """Whether the jvp rule now running belongs to a reverse-mode level (see JVPTrace)."""
-    return _state.jvp_reverse
-
-
-def set_jvp_reverse(reverse: bool) -> bool:
-    """Set the mode `jvp_reverse` reports; returns the previous one."""
-    prev = _state.jvp_reverse
-    _state.jvp_reverse = reverse
-    return prev
 
 
 class new_trace:

@@ -47,8 +47,7 @@ def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple, instantiate: tuple | bool = False
     """(jvp jaxpr, its consts, which tangent outputs are nonzero), cached per nonzero pattern.
     `instantiate` (per output, or for all) materializes symbolic-zero output tangents, so a loop
     carry or the branches of a cond agree on which tangents they produce."""
-    from thunderx.core import jvp_reverse
-    from thunderx.transforms.jvp import jvp_flat
+    from thunderx.transforms.jvp import jvp_flat, jvp_reverse
 
     reverse = jvp_reverse()  # the mode of the level differentiating the primitive holding it
     key = ("jvp", nonzero, instantiate, reverse)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from thunderx.ad_util import Zero, tangent_aval
@@ -14,9 +16,22 @@ from thunderx.core import (
     get_aval,
     jvp_rules,
     missing_rule,
-    set_jvp_reverse,
     set_trace,
 )
+
+
+class _Mode(threading.local):
+    # While a jvp rule runs: whether its level serves reverse mode (a rule differentiating a
+    # sub-jaxpr, as jit_call's and the control-flow primitives' do, gives the inner level the same)
+    reverse = False
+
+
+_mode = _Mode()
+
+
+def jvp_reverse() -> bool:
+    """Whether the jvp rule now running belongs to a reverse-mode level (see JVPTrace)."""
+    return _mode.reverse
 
 
 class JVPTracer(Tracer):
@@ -78,11 +93,11 @@ class JVPTrace(Trace):
                 rule = jvp_rules.get(prim)
             if rule is None:
                 return self.no_rule(prim, primals, params)
-            prev = set_jvp_reverse(self.reverse)
+            prev, _mode.reverse = _mode.reverse, self.reverse
             try:
                 out, t_out = rule(primals, tangents, **params)
             finally:
-                set_jvp_reverse(prev)
+                _mode.reverse = prev
         if prim.multiple_results:
             return [self.wrap(o, t) for o, t in zip(out, t_out)]
         return self.wrap(out, t_out)
