@@ -168,6 +168,8 @@ def test_vjp_is_the_transpose_of_jvp(name, data):
 LINEAR = [n for n in TESTED if core.primitives[n] in core.linear_primitives]
 # For bilinear primitives only the first operand is taken as the linear one.
 _BILINEAR = {"mul", "div", "dot_general", "conv", "conv_kernel_grad"}
+# torch's fused derivative kernels: linear in the incoming gradient, not in the saved output
+_BILINEAR |= {"tanh_backward", "sigmoid_backward", "threshold_backward"}
 # Linear in the second operand only (the first is a coefficient matrix).
 _LINEAR_IN_SECOND = {"triangular_solve", "expm_frechet"}
 

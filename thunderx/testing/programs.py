@@ -37,6 +37,7 @@ UNARY = {
     "neg": torch.neg,
     "exp_tanh": lambda x: torch.exp(torch.tanh(x)),
     "silu": F.silu,
+    "relu": F.relu,
     "abs_mul": lambda x: torch.abs(x) * x,
     "acos": lambda x: torch.acos(torch.tanh(x) * 0.9),
     "acosh": lambda x: torch.acosh(x * x + 1.5),
