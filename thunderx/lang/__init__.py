@@ -8,6 +8,7 @@ import torch
 from thunderx.core import Tracer
 from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
+    autograd_function,
     compare,
     conv,
     decompositions,
@@ -172,3 +173,4 @@ def _len(x):
 
 
 _install()
+autograd_function.install()
