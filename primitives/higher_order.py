@@ -30,6 +30,34 @@ stop_gradient_p = declare(
 )
 
 
+def _no_grad_jvp(primals, tangents):
+    out = no_grad_p.bind(primals[0])
+    return out, Zero(get_aval(out))
+
+
+def _no_grad_forward_jvp(primals, tangents):
+    # the tangent too is computed in the block: a constant for enclosing reverse-mode levels
+    return no_grad_p.bind(primals[0]), no_grad_p.bind(tangents[0])
+
+
+# A value computed in a torch `no_grad` block: no derivative for reverse-mode levels (grad, vjp,
+# jacrev), while forward-mode levels (jvp, jacfwd) carry its tangent, as torch's forward AD does.
+no_grad_p = declare(
+    "no_grad",
+    impl=lambda x: x,
+    abstract_eval=lambda x: x.strip_weak(),
+    jvp=_no_grad_jvp,
+    forward_jvp=_no_grad_forward_jvp,
+    # an identity on tangents (linearize stages it into the linear map)
+    transpose=lambda ct, x: [ct],
+    batch=lambda args, dims: (no_grad_p.bind(args[0]), dims[0]),
+    torch_codegen=lambda args, avals: args[0],
+    nvfuser=lambda fd, x: x,
+    aliases=(0,),  # the identity: its operand itself
+    elementwise=True,
+)
+
+
 def stop_gradient(x):
     """Identity whose derivative is zero (`x.detach()` under tracing means the same).
 

@@ -168,6 +168,20 @@ for _n in _BINARY_DOMAINS:
     SAMPLES[_n] = _binary(_n)
 
 
+@sample("tanh_backward", "sigmoid_backward")
+def _(d):
+    shape = d.shape()
+    y = d.tensor(shape, F64, "unit")  # an output of tanh (or, shifted, of sigmoid)
+    return Sample([d.tensor(shape, F64), y], {})
+
+
+@sample("threshold_backward")
+def _(d):
+    shape = d.shape()
+    y = d.tensor(shape, F64)
+    return Sample([d.tensor(shape, F64), y], {"threshold": d.choice([0.0, 0.5])})
+
+
 @sample("eq", "ne", "lt", "le", "gt", "ge")
 def _(d):
     shape = d.shape()
@@ -422,6 +436,11 @@ def _(d):
 
 
 @sample("stop_gradient")
+def _(d):
+    return Sample([d.tensor(d.shape())], {})
+
+
+@sample("no_grad")
 def _(d):
     return Sample([d.tensor(d.shape())], {})
 

@@ -138,7 +138,7 @@ def test_linear_transpose_under_jit_and_vmap_is_the_same():
     [
         (torch.sin, "'sin'"),
         (lambda x: x * x, "mul"),
-        (lambda x: torch.relu(x), "'le'"),
+        (lambda x: torch.relu(x), "'relu'"),
         (lambda x: x + 1, "not zero at zero inputs"),
         (lambda x: 1 / x, "not zero at zero inputs"),
         (lambda x: torch.ones(3, dtype=F64), "not zero at zero inputs"),

@@ -87,7 +87,8 @@ def test_bare_primitives_and_transforms_packages_are_not_importable():
 
 
 def test_registry_size_and_module_budget():
-    assert 60 <= len(core.primitives) <= 125  # 10 for collectives and shard_map
+    # 10 for collectives and shard_map, 3 for torch's fused derivative kernels
+    assert 60 <= len(core.primitives) <= 130
     import pathlib
 
     root = pathlib.Path(tx.__file__).parent.parent

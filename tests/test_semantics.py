@@ -438,3 +438,104 @@ def test_make_jaxpr_python_float_is_weak_float64():
     assert [str(v.aval.dtype) for v in jaxpr.jaxpr.invars] == ["torch.float32", "torch.float64"]
     out = tx.eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, torch.ones(2), torch.tensor(1 / 3, dtype=F64))
     assert out[0].dtype == torch.float32
+
+
+# --- no_grad and nested transforms, as torch.func defines them: a transform ignores a no_grad
+# block around it, a no_grad block stops reverse-mode levels only (forward AD ignores it), and
+# what a transform returns inside a no_grad block is a constant for the enclosing levels
+
+
+def _inner_grad_in_no_grad(G):
+    def h(x):
+        with torch.no_grad():
+            shift = G.grad(lambda x: 0.25 * x**4)(x)
+        return x**3 - shift
+
+    return h
+
+
+def _inner_value_in_no_grad(G):
+    def h(x):
+        with torch.no_grad():
+            value = G.jvp(lambda x: x**3, (x,), (torch.ones_like(x),))[0]
+        return x**3 - value
+
+    return h
+
+
+def _grad_twice_one_in_no_grad(G):
+    def f(x):
+        with torch.no_grad():
+            shift = x**3
+        return x**3 - shift
+
+    def g(x):
+        r1 = G.grad(f)(x)
+        with torch.no_grad():
+            shift = G.grad(f)(x)
+        return r1 - shift
+
+    return g
+
+
+def _vjp_fn_in_no_grad(G):
+    def h(x):
+        _, vjp_fn = G.vjp(torch.sin, x)
+        with torch.no_grad():
+            (c,) = vjp_fn(torch.ones_like(x))
+        return x * c
+
+    return h
+
+
+def _no_grad_term(x):
+    with torch.no_grad():
+        c = x**2
+    return x - c
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        _inner_grad_in_no_grad,
+        _inner_value_in_no_grad,
+        _grad_twice_one_in_no_grad,
+        _vjp_fn_in_no_grad,
+    ],
+)
+def test_transforms_inside_no_grad_blocks_give_torch_func_answers(make):
+    x = torch.tensor(1.5, dtype=torch.float64)
+    close(tx.grad(make(tx))(x), tf.grad(make(tf))(x))
+    close(tx.grad(tx.grad(make(tx)))(x), tf.grad(tf.grad(make(tf)))(x))
+
+
+def test_forward_mode_ignores_no_grad_blocks_like_torch_forward_ad():
+    x = torch.tensor([3.0, -1.0], dtype=torch.float64)
+    t = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    close(tx.jvp(_no_grad_term, (x,), (t,)), tf.jvp(_no_grad_term, (x,), (t,)))
+    close(tx.jacfwd(_no_grad_term)(x), tf.jacfwd(_no_grad_term)(x))
+    close(tx.jacrev(_no_grad_term)(x), tf.jacrev(_no_grad_term)(x))
+    close(tx.linearize(_no_grad_term, x)[1](t), tf.jvp(_no_grad_term, (x,), (t,))[1])
+    # forward over reverse and reverse over forward
+    f = lambda x: (x**3 - _no_grad_term(x)).sum()  # noqa: E731
+    close(tx.hessian(f)(x), tf.hessian(f)(x))
+    close(tx.jacrev(tx.jacfwd(f))(x), tf.jacrev(tf.jacfwd(f))(x))
+    # the same through jit (the jvp of a jit call keeps the level's mode) and vmap
+    close(tx.jvp(tx.jit(_no_grad_term), (x,), (t,)), tf.jvp(_no_grad_term, (x,), (t,)))
+    close(
+        tx.grad(lambda x: tx.jit(_no_grad_term)(x).sum())(x),
+        tf.grad(lambda x: _no_grad_term(x).sum())(x),
+    )
+    close(
+        tx.vmap(tx.jacfwd(_no_grad_term))(x[:, None]), tf.vmap(tf.jacfwd(_no_grad_term))(x[:, None])
+    )
+
+
+def test_vjp_called_in_no_grad_returns_tensors_without_grad_like_torch_func():
+    for G in (tx, tf):
+        x = torch.tensor(2.0, requires_grad=True)
+        with torch.no_grad():
+            out, vjp_fn = G.vjp(lambda x: x**2, x)
+            (y,) = vjp_fn(torch.tensor(1.0))
+        assert torch.equal(y, 2 * x.detach())
+        assert not y.requires_grad and not out.requires_grad, G

@@ -28,7 +28,9 @@ from .samples import _BINARY_DOMAINS, SAMPLES, Draw
 
 F64 = torch.float64
 DIFFERENTIABLE = sorted(
-    n for n in SAMPLES if core.primitives[n] in core.jvp_rules and n != "stop_gradient"
+    n
+    for n in SAMPLES
+    if core.primitives[n] in core.jvp_rules and n not in ("stop_gradient", "no_grad")
 )
 DOMAINS = {p.name: d for p, d in unary.prim_domains.items()}
 DOMAINS.update({n: d[0] for n, d in _BINARY_DOMAINS.items()})

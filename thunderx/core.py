@@ -78,6 +78,8 @@ primitives: dict[str, Primitive] = {}
 impl_rules: dict[Primitive, Callable] = {}
 abstract_eval_rules: dict[Primitive, Callable] = {}
 jvp_rules: dict[Primitive, Callable] = {}
+# forward-mode levels' jvp rules where they differ (torch's no_grad stops reverse mode only)
+forward_jvp_rules: dict[Primitive, Callable] = {}
 transpose_rules: dict[Primitive, Callable] = {}
 batch_rules: dict[Primitive, Callable] = {}
 torch_codegen_rules: dict[Primitive, Callable] = {}
@@ -146,6 +148,7 @@ def declare(
     abstract_eval: Callable,
     impl: Callable,
     jvp: Callable | None = None,
+    forward_jvp: Callable | None = None,
     transpose: Callable | None = None,
     linear: bool = False,
     nonlinear: tuple[int, ...] | Callable[[int], bool] = (),
@@ -172,7 +175,8 @@ def declare(
     per-interpretation tables each transform reads) and its properties (`prim.props`).
 
     Rule signatures: `impl(*arrays, **params)`; `abstract_eval(*avals, **params)`;
-    `jvp(primals, tangents, **params) -> (out, tangent_out)`; `transpose(ct, *args, **params)
+    `jvp(primals, tangents, **params) -> (out, tangent_out)` (`forward_jvp`, same signature: the
+    rule forward-mode levels use instead, where the two differ); `transpose(ct, *args, **params)
     -> [ct per operand]`; `batch(args, dims, **params) -> (out, out_dim)`;
     `partial_eval(eqn, unknowns)`, `stage(args, params)` and `flops(in_avals, out_avals,
     **params)` (see their tables above);
@@ -205,6 +209,7 @@ def declare(
             jvp = linear_jvp(prim, nonlinear)
     rules = (
         (jvp_rules, jvp),
+        (forward_jvp_rules, forward_jvp),
         (transpose_rules, transpose),
         (batch_rules, batch),
         (partial_eval_rules, partial_eval),

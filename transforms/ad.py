@@ -19,7 +19,7 @@ from thunderx.core import get_aval, is_tensor_like, new_trace
 from thunderx.errors import ArgumentTypeError, ArgumentValueError, user_frame
 from thunderx.ir import Jaxpr, eval_jaxpr
 from thunderx.tracing import StagingTracer
-from thunderx.transforms.jvp import jvp_flat
+from thunderx.transforms.jvp import jvp_flat, no_grad_outputs
 from thunderx.transforms.partial_eval import PartialEvalTrace
 from thunderx.transforms.transpose import backward_pass
 
@@ -79,7 +79,9 @@ class _Linearized:
     )
 
 
-def linearize_flat(flat_fun, primals, has_aux=False, name="vjp") -> _Linearized:
+def linearize_flat(
+    flat_fun, primals, has_aux=False, name="vjp", reverse: bool = True
+) -> _Linearized:
     """`flat_fun(*leaves) -> out` (a pytree, or (out, aux) with has_aux). Computes the primal
     outputs now and returns the linear map's jaxpr with its residuals.
 
@@ -101,7 +103,7 @@ def linearize_flat(flat_fun, primals, has_aux=False, name="vjp") -> _Linearized:
 
     with new_trace(PartialEvalTrace) as trace:
         t_in = [trace.new_arg(a) if d else None for a, d in zip(in_avals, in_diff)]
-        p_outs, t_outs = jvp_flat(inner, primals, t_in)
+        p_outs, t_outs = jvp_flat(inner, primals, t_in, reverse)
         for p in p_outs:
             if type(p) is StagingTracer and p._trace is trace:
                 raise RuntimeError("internal error: a primal output depends on a tangent")
@@ -131,16 +133,18 @@ def _transpose_linearized(lin: _Linearized, cts: list) -> list:
     for a, d in zip(lin.in_avals, lin.in_diff):
         ct = next(it) if d else Zero(a)
         out.append(instantiate(ct))
-    return out
+    # evaluated in a no_grad block (of an enclosing transform's function): no derivative there
+    return out if torch.is_grad_enabled() else no_grad_outputs(out)
 
 
 def _apply_linearized(lin: _Linearized, tangents: list) -> list:
     ts = [t for t, d in zip(tangents, lin.in_diff) if d]
     outs = iter(eval_jaxpr(lin.linear, [], *lin.residuals, *ts))
-    return [
+    out = [
         next(outs) if u else instantiate(Zero(a))
         for u, a in zip(lin.tangent_unknown, lin.tangent_avals)
     ]
+    return out if torch.is_grad_enabled() else no_grad_outputs(out)
 
 
 def _flatten_args(args, name):
@@ -183,6 +187,8 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
         return leaves + aux_leaves
 
     p_out, t_out = jvp_flat(flat, p_leaves, t_leaves)
+    if not torch.is_grad_enabled():  # inside a no_grad block: see `jvp_flat`
+        t_out = [t if type(t) is Zero else no_grad_outputs(t) for t in t_out]
     n = meta["n"]
     out = tree.unflatten(meta["tree"], p_out[:n])
     t = tree.unflatten(meta["tree"], [instantiate(x) for x in t_out[:n]])
@@ -202,7 +208,9 @@ def linearize(fun: Callable, *primals):
     validate.check_callable(fun, "linearize")
     leaves, in_tree = _flatten_args(primals, "linearize")
     checked = _checked_outputs(fun, "linearize")
-    lin = linearize_flat(lambda *xs: checked(*tree.unflatten(in_tree, xs)), leaves)
+    lin = linearize_flat(
+        lambda *xs: checked(*tree.unflatten(in_tree, xs)), leaves, name="linearize", reverse=False
+    )
 
     def f_jvp(*tangents):
         t_leaves, t_tree = tree.flatten(tangents)
@@ -363,7 +371,7 @@ def _linearize_args(fun, argnums, has_aux, name, args, kwargs):
         dyn_args = tree.unflatten(in_tree, xs)
         return checked(dyn_args) if single else checked(*dyn_args)
 
-    lin = linearize_flat(flat, leaves, has_aux, name)
+    lin = linearize_flat(flat, leaves, has_aux, name, reverse=name != "jacfwd")
     if has_aux:
         lin.aux = user_f.rebuild(lin.aux)
     return lin, leaves, in_tree

@@ -47,11 +47,13 @@ def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple, instantiate: tuple | bool = False
     """(jvp jaxpr, its consts, which tangent outputs are nonzero), cached per nonzero pattern.
     `instantiate` (per output, or for all) materializes symbolic-zero output tangents, so a loop
     carry or the branches of a cond agree on which tangents they produce."""
-    key = ("jvp", nonzero, instantiate)
+    from thunderx.transforms.jvp import jvp_flat, jvp_reverse
+
+    reverse = jvp_reverse()  # the mode of the level differentiating the primitive holding it
+    key = ("jvp", nonzero, instantiate, reverse)
     hit = jaxpr._cache.get(key)
     if hit is not None:
         return hit
-    from thunderx.transforms.jvp import jvp_flat
 
     n = len(jaxpr.invars)
     meta = {}
@@ -59,7 +61,7 @@ def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple, instantiate: tuple | bool = False
     def fun(*args):
         ps, ts = args[:n], iter(args[n:])
         tangents = [next(ts) if nz else None for nz in nonzero]
-        p_out, t_out = jvp_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), ps, tangents)
+        p_out, t_out = jvp_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), ps, tangents, reverse)
         if instantiate:
             inst = instantiate if isinstance(instantiate, tuple) else (True,) * len(t_out)
             t_out = [_instantiate(t) if i else t for t, i in zip(t_out, inst)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from thunderx.ad_util import Zero, tangent_aval
@@ -10,11 +12,26 @@ from thunderx.core import (
     Trace,
     Tracer,
     abstract_eval,
+    forward_jvp_rules,
     get_aval,
     jvp_rules,
     missing_rule,
     set_trace,
 )
+
+
+class _Mode(threading.local):
+    # While a jvp rule runs: whether its level serves reverse mode (a rule differentiating a
+    # sub-jaxpr, as jit_call's and the control-flow primitives' do, gives the inner level the same)
+    reverse = False
+
+
+_mode = _Mode()
+
+
+def jvp_reverse() -> bool:
+    """Whether the jvp rule now running belongs to a reverse-mode level (see JVPTrace)."""
+    return _mode.reverse
 
 
 class JVPTracer(Tracer):
@@ -40,7 +57,15 @@ class JVPTracer(Tracer):
 
 
 class JVPTrace(Trace):
-    __slots__ = ()
+    """`reverse`: this level serves reverse mode (grad, vjp, jacrev), where torch's `no_grad`
+    blocks stop derivatives; forward mode (jvp, jacfwd, linearize) ignores them, as torch's
+    forward AD does."""
+
+    __slots__ = ("reverse",)
+
+    def __init__(self, parent, reverse: bool = False):
+        super().__init__(parent)
+        self.reverse = reverse
 
     def pair(self, x):
         if type(x) is JVPTracer and x._trace is self:
@@ -63,10 +88,16 @@ class JVPTrace(Trace):
         with set_trace(self.parent):
             if not nonzero:
                 return prim.bind(*primals, **params)
-            rule = jvp_rules.get(prim)
+            rule = None if self.reverse else forward_jvp_rules.get(prim)
+            if rule is None:
+                rule = jvp_rules.get(prim)
             if rule is None:
                 return self.no_rule(prim, primals, params)
-            out, t_out = rule(primals, tangents, **params)
+            prev, _mode.reverse = _mode.reverse, self.reverse
+            try:
+                out, t_out = rule(primals, tangents, **params)
+            finally:
+                _mode.reverse = prev
         if prim.multiple_results:
             return [self.wrap(o, t) for o, t in zip(out, t_out)]
         return self.wrap(out, t_out)
@@ -90,12 +121,18 @@ class JVPTrace(Trace):
         return JVPTracer(self, out, t)
 
 
-def jvp_flat(flat_fun, primals, tangents):
+def jvp_flat(flat_fun, primals, tangents, reverse: bool = False):
     """Run `flat_fun(*args) -> out_leaves` on JVP tracers. Returns (primal_outs, tangent_outs),
-    tangents as symbolic `Zero`s where the output does not depend on the inputs."""
+    tangents as symbolic `Zero`s where the output does not depend on the inputs. `reverse`: the
+    level serves reverse mode (see `JVPTrace`).
+
+    The function runs with grad mode on (a transform ignores a `no_grad` block around it, as
+    torch.func's do); called inside such a block, its primal outputs carry no derivative for the
+    enclosing reverse-mode levels (tangent outputs: see `no_grad_outputs`' callers)."""
     from thunderx.core import new_trace
 
-    with new_trace(JVPTrace) as trace:
+    outer_grad_mode = torch.is_grad_enabled()
+    with new_trace(JVPTrace, reverse) as trace:
         ins = [
             JVPTracer(trace, p, t) if t is not None and tangent_aval(get_aval(p)) is not None else p
             for p, t in zip(primals, tangents)
@@ -108,4 +145,22 @@ def jvp_flat(flat_fun, primals, tangents):
             p, t = trace.pair(o)
             primal_outs.append(p)
             tangent_outs.append(Zero(get_aval(p).strip_weak()) if t is None else t)
+    if not outer_grad_mode:
+        primal_outs = no_grad_outputs(primal_outs)
     return primal_outs, tangent_outs
+
+
+def no_grad_outputs(outs):
+    """What a transform returns inside a `no_grad` block: no derivative for the enclosing
+    reverse-mode levels (the `no_grad` primitive), and detached concrete tensors."""
+    from thunderx import tree
+    from thunderx.primitives.higher_order import no_grad_p
+
+    def stop(v):
+        if isinstance(v, Tracer):
+            return no_grad_p.bind(v)
+        if isinstance(v, torch.Tensor) and v.requires_grad:
+            return v.detach()
+        return v
+
+    return tree.map(stop, outs)

@@ -8,6 +8,7 @@ import torch
 from thunderx.core import Tracer
 from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
+    autograd_function,
     compare,
     conv,
     decompositions,
@@ -28,8 +29,8 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call
 from thunderx.lang.inplace import install_inplace
-from thunderx.lang.views import install_views
-from thunderx.primitives.higher_order import stop_gradient
+from thunderx.lang.views import install_views, view_function
+from thunderx.primitives.higher_order import no_grad_p
 
 _VIEW_PROPERTIES = install_views(torch_table, method_table)
 install_inplace()
@@ -98,19 +99,26 @@ _OPERATORS = {
 _grad_enabled = torch.is_grad_enabled
 
 
+def _no_grad_value(x):
+    return no_grad_p.bind(x) if isinstance(x, Tracer) else x
+
+
+# a view made in a no_grad block stays a view of its base (torch: a detached view)
+_no_grad_view = view_function(_no_grad_value, torch.detach, "view")
+
+
 def _no_grad(out, args):
     """Values created in a `torch.no_grad()` / `set_grad_enabled(False)` / `inference_mode()`
-    block carry no derivative (a view stays a view of its base: it becomes a detached view).
-    An in-place op returns its (mutated) argument unchanged."""
+    block carry no derivative for reverse-mode levels (grad, vjp, jacrev); forward mode (jvp,
+    jacfwd) keeps their tangents, as torch's forward AD does (the `no_grad` primitive). A view
+    stays a view of its base. An in-place op returns its (mutated) argument unchanged."""
     from thunderx import tree
     from thunderx.lang.views import view_of
-
-    detach = method_table["detach"]
 
     def stop(v):
         if not isinstance(v, Tracer) or any(v is a for a in args):
             return v
-        return detach(v) if view_of(v) is not None else stop_gradient(v)
+        return _no_grad_view(v) if view_of(v) is not None else no_grad_p.bind(v)
 
     return tree.map(stop, out)
 
@@ -165,3 +173,4 @@ def _len(x):
 
 
 _install()
+autograd_function.install()

@@ -35,8 +35,11 @@ from thunderx.primitives import unary as U
 
 @register(F.relu, torch.relu, methods=("relu",))
 def relu(x, inplace=False):
-    # x <= 0 picks 0, so NaN stays NaN and its gradient passes through, as torch's relu does
-    return U.select(B.le(x, 0), 0.0 if is_float(dtype(x)) else 0, x)
+    # torch's kernels: relu forward, threshold_backward for its derivative (NaN stays NaN and
+    # its gradient passes through)
+    if dtype(x) == torch.bool:
+        raise TypeError("relu: bool tensors are not supported (torch refuses them too)")
+    return U.relu_p.bind(x)
 
 
 @register(F.relu6)

@@ -37,6 +37,7 @@ UNARY = {
     "neg": torch.neg,
     "exp_tanh": lambda x: torch.exp(torch.tanh(x)),
     "silu": F.silu,
+    "relu": F.relu,
     "abs_mul": lambda x: torch.abs(x) * x,
     "acos": lambda x: torch.acos(torch.tanh(x) * 0.9),
     "acosh": lambda x: torch.acosh(x * x + 1.5),
@@ -128,6 +129,9 @@ NOT_GENERATED = {
     "custom_vjp_call": "user-defined rules: tested by the custom_vjp tests",
     "custom_lin": "exists only in reverse mode of custom_vjp; tested there",
     "torch_call": "the opaque fallback has no derivative or batching rule to fuzz",
+    "no_grad": "torch's no_grad blocks stop reverse mode only, so forward and reverse derivatives "
+    "differ by design (check_grads compares them); checked against torch.func in "
+    "tests/test_semantics.py",
     **{
         name: "a collective over named axes: needs vmap(axis_name=) or shard_map, which torch.func "
         "programs do not have; see tests/test_distributed.py"

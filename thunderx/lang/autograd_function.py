@@ -1,0 +1,127 @@
+"""`torch.autograd.Function` under thunderx transforms: its `backward` is the custom VJP.
+
+torch runs a Function's `forward` with grad mode off and differentiates through its `backward`;
+traced naively, `forward`'s operations would be recorded with no derivative at all (a silently
+zero gradient). So when `Function.apply` sees a traced value, the call becomes a
+`thunderx.custom_vjp` function: the primal is `forward`, reverse mode runs `backward` with a
+context holding what `setup_context` (or a ctx-style `forward`) saved; `vmap` and `jit` trace
+`forward` itself (torch.func would need a `vmap` staticmethod; thunderx batches the operations).
+As in torch, an enclosing derivative of the output also goes through `backward` (JAX's custom_vjp
+would differentiate the forward instead); `backward`'s own operations are differentiated.
+Forward mode (`jvp`, `jacfwd`) of such a call is refused with a clear error, as for any custom_vjp.
+Calls on plain tensors go to torch's own `apply`, untouched.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from torch.autograd.function import Function, _is_setup_context_defined
+
+from thunderx import tree
+from thunderx.core import Tracer, is_tensor_like
+
+_TORCH_APPLY = Function.apply.__func__
+
+
+class FunctionCtx:
+    """The `ctx` a Function's forward/setup_context and backward share, under thunderx."""
+
+    def __init__(self, needs_input_grad: tuple[bool, ...]):
+        self.needs_input_grad = needs_input_grad
+        self.to_save: tuple = ()
+        self.materialize_grads = True
+
+    def save_for_backward(self, *tensors) -> None:
+        self.to_save = tensors
+
+    save_for_forward = save_for_backward
+
+    @property
+    def saved_tensors(self) -> tuple:
+        return self.to_save
+
+    def mark_non_differentiable(self, *args) -> None:
+        pass  # their cotangents reach backward as zeros, as in torch
+
+    def set_materialize_grads(self, value: bool) -> None:
+        self.materialize_grads = value
+
+    def mark_dirty(self, *args) -> None:
+        raise NotImplementedError(
+            "an autograd.Function that modifies its inputs in place (ctx.mark_dirty) is not "
+            "supported under thunderx transforms"
+        )
+
+
+def _traced(args, kwargs) -> bool:
+    return any(isinstance(x, Tracer) for x in tree.leaves((args, kwargs)))
+
+
+def apply(cls, *args, **kwargs):
+    """`Function.apply`: torch's own on plain tensors, a custom_vjp call on traced values."""
+    if not _traced(args, kwargs):
+        return _TORCH_APPLY(cls, *args, **kwargs)
+    from thunderx.transforms.custom import custom_vjp
+
+    setup = _is_setup_context_defined(cls.setup_context)
+    if setup:
+        bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+        bound.apply_defaults()
+        args = tuple(bound.args)
+    elif kwargs:
+        raise TypeError(f"{cls.__name__}.apply: keyword arguments need a setup_context Function")
+    diff = [i for i, a in enumerate(args) if is_tensor_like(a)]
+    nondiff = tuple(i for i in range(len(args)) if i not in diff)
+    needs = tuple(i in diff and args[i].dtype.is_floating_point for i in range(len(args)))
+    statics: dict = {}
+
+    def run_forward(ctx, xs):
+        if setup:
+            out = cls.forward(*xs)
+            cls.setup_context(ctx, tuple(xs), out)
+            return out
+        return cls.forward(ctx, *xs)
+
+    def primal(*xs):
+        return run_forward(FunctionCtx(needs), xs)
+
+    def fwd(*xs):
+        # torch differentiates a Function's output with its backward at every level: an
+        # enclosing transform sees the output through the custom rule again (JAX would
+        # differentiate fwd itself), so the output comes from the custom function
+        ctx = FunctionCtx(needs)
+        out = f(*xs)
+        if setup:
+            cls.setup_context(ctx, tuple(xs), out)
+        else:
+            cls.forward(ctx, *xs)  # for what it saves in ctx
+        attrs = {k: v for k, v in vars(ctx).items() if k not in ("to_save", "needs_input_grad")}
+        traced = {k: v for k, v in attrs.items() if is_tensor_like(v)}
+        statics.update({k: v for k, v in attrs.items() if k not in traced})
+        return out, (tuple(ctx.to_save), traced)
+
+    def bwd(*static_and_res_ct):
+        res, ct = static_and_res_ct[-2], static_and_res_ct[-1]
+        ctx = FunctionCtx(needs)
+        ctx.to_save = tuple(res[0])
+        for k, v in {**statics, **res[1]}.items():
+            setattr(ctx, k, v)
+        cts = ct if isinstance(ct, (tuple, list)) else (ct,)
+        grads = cls.backward(ctx, *cts)
+        grads = grads if isinstance(grads, (tuple, list)) else (grads,)
+        if len(grads) != len(args):
+            raise TypeError(
+                f"{cls.__name__}.backward returned {len(grads)} gradients for "
+                f"{len(args)} inputs to forward"
+            )
+        return tuple(grads[i] for i in diff)
+
+    primal.__name__ = f"{cls.__name__}.forward"
+    f = custom_vjp(primal, nondiff_argnums=nondiff)
+    f.defvjp(fwd, bwd)
+    return f(*args)
+
+
+def install() -> None:
+    Function.apply = classmethod(apply)
