@@ -1,11 +1,16 @@
 """torch's OpInfo samples (float64, CPU) for every listed torch function: jit vs torch, vjp vs
 torch.autograd, vmap vs a loop. `python -m thunderx.testing.opinfo` prints the counts."""
 
+import json
 import os
+import pathlib
+import time
 
 import pytest
+import torch
+from torch.testing._internal.opinfo.core import SampleInput
 
-from thunderx.testing import opinfo
+from thunderx.testing import opdb, opinfo
 
 OPS = opinfo.supported_ops()
 MAX_SAMPLES = None if os.environ.get("THUNDERX_HYPOTHESIS_PROFILE") == "thorough" else 6
@@ -31,3 +36,84 @@ def test_listed_functions_are_covered():
     whole_variant_failures = {name for (name, _variant) in opinfo.KNOWN_FAILURES}
     assert len(listed) >= 160
     assert len(with_opinfo - whole_variant_failures) >= 160
+
+
+# ------------------------------------------------------------------------------ all of op_db
+
+EXPECTED = json.loads((pathlib.Path(__file__).parent.parent / "docs" / "opdb.json").read_text())
+
+
+def test_op_db_slice_keeps_its_passes():
+    """A quarter of op_db (evenly spread, at most 4 samples each): every OpInfo the committed
+    full run (docs/opdb.json) records as passing jit, vjp and vmap still does, and every failure
+    carries a reason."""
+    ops = opdb.ci_slice(opdb.differentiable_ops(), 135)
+    entries = opdb.run(ops, max_samples=4, jobs=2, timeout=60)
+    regressed = []
+    for e in entries:
+        for check, status in e["status"].items():
+            if status == "fail":
+                assert e["reasons"][check][0], f"{e['op']}: {check} fails without a reason"
+        was = EXPECTED.get(e["op"])
+        assert was is not None, f"{e['op']} is not in docs/opdb.json: rerun the full report"
+        if all(s in ("pass", "n/a") for s in was[:3]) and not opdb.passes_all(e):
+            regressed.append(f"{e['op']}: {e['status']} {e['reasons']}")
+    assert not regressed, "\n".join(regressed)
+
+
+def test_op_db_is_every_differentiable_float64_opinfo():
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    ops = opdb.differentiable_ops()
+    assert len(ops) == sum(
+        1 for o in op_db if o.supports_autograd and torch.float64 in o.supported_dtypes("cpu")
+    )
+    assert len({opinfo.op_id(o) for o in ops}) == len(ops)
+    assert set(EXPECTED) == {opinfo.op_id(o) for o in ops}
+
+
+class FakeOp:
+    """An OpInfo-shaped object: one float64 sample of shape (3,)."""
+
+    def __init__(self, name, op):
+        self.name, self.variant_test_name, self.op = name, "", op
+
+    def sample_inputs(self, device, dtype, requires_grad=False):
+        return [SampleInput(torch.linspace(0.5, 1.5, 3, dtype=dtype))]
+
+
+def _hang(x):
+    time.sleep(60)
+    return x
+
+
+def _die(x):
+    os._exit(3)
+
+
+def _concrete(x):
+    return x * float(x.sum())
+
+
+def _differs_when_traced(x):
+    return x + (0.0 if isinstance(x, torch.Tensor) else 1.0)
+
+
+def test_op_db_runner_reports_timeouts_crashes_and_reasons():
+    ops = [
+        FakeOp("hang", _hang),
+        FakeOp("die", _die),
+        FakeOp("concrete", _concrete),
+        FakeOp("differs", _differs_when_traced),
+        FakeOp("sin", torch.sin),
+    ]
+    t0 = time.monotonic()
+    hang, die, concrete, differs, sin = opdb.run(ops, jobs=2, timeout=3)
+    assert time.monotonic() - t0 < 30
+    assert hang["reasons"]["jit"][0] == "timeout" and not opdb.passes_all(hang)
+    assert die["reasons"]["vmap"][0] == "crash"
+    # under jit and vmap the sum is abstract; vjp sees values (float() works there)
+    assert concrete["status"] == {"jit": "fail", "vjp": "pass", "vmap": "fail"}
+    assert concrete["reasons"]["jit"][0] == "data-dependent value (ConcretizationError)"
+    assert differs["reasons"]["jit"][0] == "wrong value"
+    assert opdb.passes_all(sin), sin
