@@ -24,6 +24,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     shape_ops,
     sorting,
     tensor,
+    unbound,
 )
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call
@@ -42,6 +43,7 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
             f"{getattr(func, '__name__', func)}(..., out=...)",
             "write `t = op(...)` (or `t.copy_(op(...))` on a local tensor) instead",
         )
+    func = unbound.original_of.get(func, func)
     impl = torch_table.get(func)
     if impl is None:
         out = opaque_call(func, args, kwargs or {})
@@ -155,6 +157,7 @@ def _install():
     }
     for name, fn in props.items():
         setattr(Tracer, name, property(fn))
+    unbound.install([*_OPERATORS, *method_table])
 
 
 def _len(x):

@@ -59,8 +59,6 @@ KNOWN_FAILURES: dict[tuple, str] = {
     ("linalg.norm", "subgradients_at_zero"): "vector_norm's gradient at the zero vector is NaN "
     "(0/0) where torch defines the subgradient 0; vector_norm (lang/reductions.py) needs a "
     "zero-safe rule",
-    ("__getitem__", ""): "calls the unbound torch.Tensor.__getitem__, which only accepts real "
-    "Tensors; x[idx] on a traced value works (covered by the indexing tests)",
 }
 SAMPLE_XFAIL = [
     (
