@@ -117,3 +117,26 @@ def test_op_db_runner_reports_timeouts_crashes_and_reasons():
     assert concrete["reasons"]["jit"][0] == "data-dependent value (ConcretizationError)"
     assert differs["reasons"]["jit"][0] == "wrong value"
     assert opdb.passes_all(sin), sin
+
+
+# OpInfos the op_db run found unsupported, decomposed in lang/copies.py and lang/extras.py
+ADDED = (
+    "alias_copy permute_copy t_copy transpose_copy squeeze_copy unsqueeze_copy unbind_copy "
+    "diagonal_copy narrow_copy split_with_sizes_copy expand_copy unfold_copy view_copy unfold "
+    "split_with_sizes unsafe_split unsafe_chunk ravel atleast_1d atleast_2d atleast_3d "
+    "column_stack dstack hsplit vsplit dsplit linalg.diagonal diag diagflat sum_to_size take "
+    "index_fill positive rad2deg deg2rad logaddexp2 ldexp nanmean addr inner linalg.vecdot dist "
+    "renorm aminmax nn.functional.hardshrink nn.functional.softshrink fill zero_ "
+    "nn.functional.margin_ranking_loss nn.functional.hinge_embedding_loss "
+    "nn.functional.soft_margin_loss nn.functional.multilabel_soft_margin_loss "
+    "nn.functional.cosine_embedding_loss masked.logaddexp nn.functional.prelu"
+).split()
+
+
+@pytest.mark.parametrize("name", ADDED)
+def test_op_db_functions_added_pass_jit_vjp_vmap(name):
+    ops = [o for o in opdb.differentiable_ops() if o.name == name]
+    assert ops, f"{name} is not in op_db"
+    for op in ops:
+        entry = opdb.summarize(opinfo.check_op(op, MAX_SAMPLES))
+        assert entry["samples"] > 0 and opdb.passes_all(entry), entry

@@ -10,8 +10,10 @@ from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
     compare,
     conv,
+    copies,
     decompositions,
     elementwise,
+    extras,
     gather,
     indexing,
     linalg,

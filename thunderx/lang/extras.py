@@ -1,0 +1,173 @@
+"""Smaller torch functions op_db lists, written with torch calls the language layer already
+decomposes (so every rule comes with them): pointwise helpers, products, norms and losses, in
+torch's formulas (torch/_refs and torch/_decomp give the same ones)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from thunderx.lang._base import ndim, register, shape
+from thunderx.lang.losses import _reduce
+
+
+@register(torch.positive, methods=("positive",))
+def _positive(x):
+    if x.dtype == torch.bool:
+        raise RuntimeError("The `+` operator, on a bool tensor is not supported.")
+    return x
+
+
+def _to_float(x):
+    return x if x.dtype.is_floating_point else x.to(torch.get_default_dtype())
+
+
+@register(torch.rad2deg, methods=("rad2deg",))
+def _rad2deg(x):
+    return _to_float(x) * (180.0 / math.pi)
+
+
+@register(torch.deg2rad, methods=("deg2rad",))
+def _deg2rad(x):
+    return _to_float(x) * (math.pi / 180.0)
+
+
+@register(torch.logaddexp2, methods=("logaddexp2",))
+def _logaddexp2(a, b):
+    ln2 = math.log(2.0)
+    return torch.logaddexp(a * ln2, b * ln2) / ln2
+
+
+@register(torch.ldexp, methods=("ldexp",))
+def _ldexp(x, other):
+    return x * torch.pow(2.0, other)
+
+
+@register(torch.nanmean, methods=("nanmean",))
+def _nanmean(x, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None:
+        x = x.to(dtype)
+    dims = list(range(ndim(x))) if dim is None else dim
+    count = (~torch.isnan(x)).sum(dims, keepdim=keepdim)
+    return torch.nansum(x, dims, keepdim=keepdim) / count
+
+
+@register(torch.addr, methods=("addr",))
+def _addr(x, vec1, vec2, *, beta=1, alpha=1):
+    outer = torch.outer(vec1, vec2)
+    if alpha != 1:
+        outer = outer * alpha
+    if beta == 0:  # torch ignores the input then, nan and inf included
+        return torch.zeros_like(x) + outer
+    return (x if beta == 1 else x * beta) + outer
+
+
+@register(torch.inner, methods=("inner",))
+def _inner(a, b):
+    if ndim(a) == 0 or ndim(b) == 0:
+        return a * b
+    return torch.tensordot(a, b, dims=([-1], [-1]))
+
+
+@register(torch.linalg.vecdot)
+def _vecdot(x, y, *, dim=-1):
+    return (x * y).sum(dim)
+
+
+@register(torch.dist, methods=("dist",))
+def _dist(a, b, p=2):
+    return torch.linalg.vector_norm(a - b, p)
+
+
+@register(torch.renorm, methods=("renorm",))
+def _renorm(x, p, dim, maxnorm):
+    d = dim % max(ndim(x), 1)
+    others = [i for i in range(ndim(x)) if i != d]
+    norm = torch.linalg.vector_norm(x, p, dim=others, keepdim=True)
+    # torch's formula: maxnorm / (norm + 1e-7) for the slices whose norm exceeds maxnorm
+    factor = torch.where(norm > maxnorm, maxnorm / (norm + 1e-7), 1.0)
+    return x * factor
+
+
+@register(torch.aminmax, methods=("aminmax",))
+def _aminmax(x, *, dim=None, keepdim=False):
+    if dim is None:
+        mn, mx = torch.amin(x), torch.amax(x)
+        if keepdim:
+            mn, mx = mn.reshape((1,) * ndim(x)), mx.reshape((1,) * ndim(x))
+    else:
+        mn, mx = torch.amin(x, dim, keepdim), torch.amax(x, dim, keepdim)
+    return torch.return_types.aminmax((mn, mx))
+
+
+@register(F.hardshrink, torch.hardshrink, methods=("hardshrink",))
+def _hardshrink(x, lambd=0.5):
+    return torch.where((x > lambd) | (x < -lambd), x, 0.0)
+
+
+@register(F.softshrink)
+def _softshrink(x, lambd=0.5):
+    return torch.where(x > lambd, x - lambd, torch.where(x < -lambd, x + lambd, 0.0))
+
+
+@register(torch.fill, methods=("fill",))
+def _fill(x, value):
+    if isinstance(value, (int, float, bool)):
+        return torch.full_like(x, value)
+    return torch.zeros_like(x) + value  # a 0-d tensor value
+
+
+@register(torch.zero_)
+def _zero_(x):
+    return x.zero_()
+
+
+# ---------------------------------------------------------------------------------- losses
+
+
+@register(F.margin_ranking_loss)
+def _margin_ranking_loss(
+    x1, x2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"
+):
+    loss = torch.clamp_min(-target * (x1 - x2) + margin, 0.0)
+    return _reduce(loss, reduction)
+
+
+@register(F.hinge_embedding_loss)
+def _hinge_embedding_loss(x, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
+    margin_part = torch.where(target != 1, torch.clamp_min(margin - x, 0.0), 0.0)
+    self_part = torch.where(target != -1, x, 0.0)
+    return _reduce(margin_part + self_part, reduction)
+
+
+@register(F.soft_margin_loss)
+def _soft_margin_loss(x, target, size_average=None, reduce=None, reduction="mean"):
+    return _reduce(torch.log1p(torch.exp(-target * x)), reduction)
+
+
+@register(F.multilabel_soft_margin_loss)
+def _multilabel_soft_margin_loss(
+    x, target, weight=None, size_average=None, reduce=None, reduction="mean"
+):
+    loss = -(target * F.logsigmoid(x) + (1 - target) * F.logsigmoid(-x))
+    if weight is not None:
+        loss = loss * weight
+    loss = loss.sum(-1) / shape(x)[-1] if ndim(x) else loss
+    return _reduce(loss, reduction)
+
+
+@register(F.cosine_embedding_loss)
+def _cosine_embedding_loss(
+    x1, x2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"
+):
+    eps = 1e-12
+    d = ndim(target)
+    prod = (x1 * x2).sum(d)
+    mag1 = (x1 * x1).sum(d) + eps
+    mag2 = (x2 * x2).sum(d) + eps
+    cos = prod / torch.sqrt(mag1 * mag2)
+    pos = torch.where(target == 1, 1 - cos, 0.0)
+    neg = torch.where(target == -1, torch.clamp_min(cos - margin, 0.0), 0.0)
+    return _reduce(pos + neg, reduction)
