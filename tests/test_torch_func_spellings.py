@@ -89,3 +89,110 @@ def test_prelu_of_a_scalar_keeps_its_shape():
         tx.grad(torch.nn.functional.prelu, argnums=1)(x, w),
         tf.grad(torch.nn.functional.prelu, argnums=1)(x, w),
     )
+
+
+# ------------------------------------------------------------------- jvp(strict=), out_dims
+
+
+def test_jvp_strict_matches_torch_func():
+    x, t = x34(), torch.ones(3, 4, dtype=F64)
+    close(tx.jvp(torch.sin, (x,), (t,), strict=True), tf.jvp(torch.sin, (x,), (t,), strict=True))
+    independent = lambda x: torch.ones(2, dtype=F64)  # noqa: E731
+    with pytest.raises(RuntimeError, match="independent"):
+        tf.jvp(independent, (x,), (t,), strict=True)
+    with pytest.raises(RuntimeError, match="independent"):
+        tx.jvp(independent, (x,), (t,), strict=True)
+    close(tx.jvp(independent, (x,), (t,)), tf.jvp(independent, (x,), (t,)))
+
+
+def test_out_dims_one_element_tuple_for_a_single_output():
+    x = x34()
+    got = tx.vmap(torch.sin, in_dims=0, out_dims=(1,))(x)
+    close(got, tf.vmap(torch.sin, in_dims=0, out_dims=(1,))(x))
+    assert got.shape == (4, 3)
+
+
+# ------------------------------------------------- exception classes torch.func raises too
+
+MISUSES = {
+    "item": (lambda v: v.sum().item(), {}),
+    "control_flow": (lambda v: v if v.sum() > 0 else -v, {}),
+    "random_error_mode": (lambda v: torch.normal(v, 1.0), {"randomness": "error"}),
+    "bernoulli_error_mode": (lambda v: v.clone().bernoulli_(0.5), {"randomness": "error"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MISUSES))
+def test_vmap_misuse_raises_runtime_error_as_torch_func(name):
+    fn, kw = MISUSES[name]
+    with pytest.raises(RuntimeError):
+        tf.vmap(fn, **kw)(x34())
+    with pytest.raises(RuntimeError):
+        tx.vmap(fn, **kw)(x34())
+
+
+# ------------------------------------------------------------------ random ops under vmap
+
+N = 4000  # rows: the bounds below are about 5 standard errors wide
+
+INPLACE_DRAWS = {
+    # name: (fn of a traced row, mean, variance) of torch's distribution
+    "bernoulli_": (lambda v: (v * 0).bernoulli_(0.3), 0.3, 0.21),
+    "bernoulli_tensor_p": (lambda v: (v * 0).bernoulli_(v * 0 + 0.8), 0.8, 0.16),
+    "uniform_": (lambda v: (v * 1).uniform_(-1.0, 3.0), 1.0, 16 / 12),
+    "normal_": (lambda v: (v * 1).normal_(2.0, 0.5), 2.0, 0.25),
+    "exponential_": (lambda v: (v * 1).exponential_(2.0), 0.5, 0.25),
+    "random_": (lambda v: (v * 1).random_(0, 10), 4.5, 8.25),
+    "randint_like": (lambda v: torch.randint_like(v, 2, 6), 3.5, 1.25),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE_DRAWS))
+def test_random_ops_under_vmap_follow_torchs_distribution(name):
+    fn, mean, var = INPLACE_DRAWS[name]
+    x = torch.zeros(N, 3, dtype=F64)
+    for wrap in (lambda f: f, tx.jit):
+        rows = wrap(tx.vmap(fn, randomness="different"))(x)
+        assert rows.shape == (N, 3) and rows.dtype == F64
+        assert any(not torch.equal(rows[0], rows[i]) for i in range(1, 8)), "rows should differ"
+        err = 5 * (var / rows.numel()) ** 0.5
+        assert abs(rows.mean().item() - mean) < err, (rows.mean(), mean)
+        assert abs(rows.var().item() - var) < 10 * err * max(1.0, var**0.5), (rows.var(), var)
+        same = wrap(tx.vmap(fn, randomness="same"))(x[:6])
+        assert all(torch.equal(same[0], same[i]) for i in range(1, 6)), "rows should be equal"
+    eager = torch.stack([fn(torch.zeros(3, dtype=F64)) for _ in range(N)])  # torch's own draws
+    assert abs(eager.mean().item() - mean) < 5 * (var / eager.numel()) ** 0.5
+
+
+def test_random_ints_stay_in_range():
+    rows = tx.vmap(lambda v: (v * 1).random_(3, 7), randomness="different")(torch.zeros(500, 4))
+    assert set(rows.unique().tolist()) == {3.0, 4.0, 5.0, 6.0}
+
+
+def test_inplace_draw_into_a_concrete_tensor_under_vmap_is_an_error():
+    # one draw could not hold the batch's different draws: a clear error, not shared rows
+    with pytest.raises(RuntimeError, match="concrete tensor"):
+        tx.vmap(lambda v: torch.empty(3).bernoulli_(0.5) * v, randomness="different")(x34()[:, :3])
+
+
+def test_dropout_training_under_vmap_randomness():
+    x = torch.ones(N, 8, dtype=F64)
+    fn = lambda v: torch.nn.functional.dropout(v, 0.25, training=True)  # noqa: E731
+    rows = tx.vmap(fn, randomness="different")(x)
+    assert set(rows.unique().tolist()) <= {0.0, 1 / 0.75}
+    kept = (rows != 0).double().mean().item()
+    assert abs(kept - 0.75) < 5 * (0.1875 / rows.numel()) ** 0.5
+    same = tx.vmap(fn, randomness="same")(x[:5])
+    assert all(torch.equal(same[0], same[i]) for i in range(5))
+
+
+# ------------------------------------------------------------------------- layout queries
+
+
+def test_stride_and_is_contiguous_as_torch_func_for_contiguous_rows():
+    x = torch.zeros(2, 3, 4, dtype=F64)
+    fn = lambda v: v + v.stride()[0] + 10 * v.stride(1) + 100 * v.is_contiguous()  # noqa: E731
+    close(tx.vmap(fn)(x), tf.vmap(fn)(x))
+    close(tx.jit(fn)(x[0]), fn(x[0]))
+    cl = lambda v: v + v.is_contiguous(memory_format=torch.channels_last)  # noqa: E731
+    close(tx.jit(cl)(x[None]), cl(x[None]))

@@ -171,3 +171,23 @@ def _cosine_embedding_loss(
     pos = torch.where(target == 1, 1 - cos, 0.0)
     neg = torch.where(target == -1, torch.clamp_min(cos - margin, 0.0), 0.0)
     return _reduce(pos + neg, reduction)
+
+
+# ------------------------------------------------------------------------------------ layout
+# A traced value has a shape and a dtype but no memory layout (the generated code decides it):
+# stride() and is_contiguous() answer as torch does for a contiguous tensor of that shape.
+
+
+def _contiguous_like(x):
+    return torch.empty(shape(x), dtype=x.dtype, device="meta")
+
+
+@register(methods=("stride",))
+def _stride(x, dim=None):
+    strides = _contiguous_like(x).stride()
+    return strides if dim is None else strides[dim]
+
+
+@register(methods=("is_contiguous",))
+def _is_contiguous(x, memory_format=torch.contiguous_format):
+    return _contiguous_like(x).is_contiguous(memory_format=memory_format)
