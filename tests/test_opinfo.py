@@ -119,7 +119,7 @@ def test_op_db_runner_reports_timeouts_crashes_and_reasons():
     assert opdb.passes_all(sin), sin
 
 
-# OpInfos the op_db run found unsupported, decomposed in lang/copies.py and lang/extras.py
+# OpInfos the op_db run found failing, fixed or decomposed here (lang/copies.py, lang/extras.py)
 ADDED = (
     "alias_copy permute_copy t_copy transpose_copy squeeze_copy unsqueeze_copy unbind_copy "
     "diagonal_copy narrow_copy split_with_sizes_copy expand_copy unfold_copy view_copy unfold "
@@ -129,7 +129,10 @@ ADDED = (
     "renorm aminmax nn.functional.hardshrink nn.functional.softshrink fill zero_ "
     "nn.functional.margin_ranking_loss nn.functional.hinge_embedding_loss "
     "nn.functional.soft_margin_loss nn.functional.multilabel_soft_margin_loss "
-    "nn.functional.cosine_embedding_loss masked.logaddexp nn.functional.prelu"
+    "nn.functional.cosine_embedding_loss masked.logaddexp nn.functional.prelu "
+    "index_add scatter scatter_add einsum diag_embed select_scatter diagonal_scatter "
+    "slice_scatter index_copy nn.functional.channel_shuffle nn.functional.triplet_margin_loss "
+    "nn.functional.triplet_margin_with_distance_loss nn.functional.poisson_nll_loss"
 ).split()
 
 

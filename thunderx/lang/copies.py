@@ -194,3 +194,53 @@ def _tensor_unfold(x, dimension, size, step):
     out = x.index_select(d, idx.reshape(-1).to(x.device))
     out = out.reshape(shape(x)[:d] + (n, size) + shape(x)[d + 1 :])
     return out.movedim(d + 1, -1)
+
+
+# ------------------------------------------------------------- writes into a copy of a view
+
+
+def _write_into_copy(view_of_copy):
+    """torch's `*_scatter` and `index_copy`: a copy of x with `src` written into one of its
+    views (the in-place write is functionalized, so every transform sees through it)."""
+
+    def impl(x, src, *args, **kwargs):
+        out = x.clone()
+        view_of_copy(out, *args, **kwargs).copy_(src)
+        return out
+
+    return impl
+
+
+register(torch.select_scatter)(_write_into_copy(lambda out, dim, index: out.select(dim, index)))
+register(torch.diagonal_scatter)(
+    _write_into_copy(lambda out, offset=0, dim1=0, dim2=1: out.diagonal(offset, dim1, dim2))
+)
+
+
+@register(torch.slice_scatter)
+def _slice_scatter(x, src, dim=0, start=None, end=None, step=1):
+    out = x.clone()
+    d = dim % max(ndim(x), 1)
+    out[(slice(None),) * d + (slice(start, end, step),)] = src
+    return out
+
+
+@register(torch.index_copy, methods=("index_copy",))
+def _index_copy(x, dim, index, source):
+    # torch leaves the result of repeated indices unspecified; each is then one of the sources
+    if ndim(x) == 0:
+        return source.reshape(()).clone() if index.numel() else x.clone()
+    out = x.clone()
+    d = dim % ndim(x)
+    out[(slice(None),) * d + (index,)] = source
+    return out
+
+
+@register(torch.nn.functional.channel_shuffle, torch.channel_shuffle)
+def _channel_shuffle(x, groups):
+    n, c = shape(x)[:2]
+    rest = shape(x)[2:]
+    if c % groups:
+        raise RuntimeError(f"channel_shuffle: {c} channels are not divisible by groups={groups}")
+    y = x.reshape((n, groups, c // groups) + rest).transpose(1, 2)
+    return y.reshape((n, c) + rest)

@@ -191,3 +191,45 @@ def _stride(x, dim=None):
 @register(methods=("is_contiguous",))
 def _is_contiguous(x, memory_format=torch.contiguous_format):
     return _contiguous_like(x).is_contiguous(memory_format=memory_format)
+
+
+@register(F.triplet_margin_loss)
+def _triplet_margin_loss(
+    anchor,
+    positive,
+    negative,
+    margin=1.0,
+    p=2.0,
+    eps=1e-6,
+    swap=False,
+    size_average=None,
+    reduce=None,
+    reduction="mean",
+):
+    def dist(a, b):
+        return F.pairwise_distance(a, b, p, eps)
+
+    return _triplet(anchor, positive, negative, dist, margin, swap, reduction)
+
+
+@register(F.triplet_margin_with_distance_loss)
+def _triplet_margin_with_distance_loss(
+    anchor, positive, negative, *, distance_function=None, margin=1.0, swap=False, reduction="mean"
+):
+    return _triplet(
+        anchor,
+        positive,
+        negative,
+        distance_function or F.pairwise_distance,
+        margin,
+        swap,
+        reduction,
+    )
+
+
+def _triplet(anchor, positive, negative, dist, margin, swap, reduction):
+    d_pos = dist(anchor, positive)
+    d_neg = dist(anchor, negative)
+    if swap:
+        d_neg = torch.minimum(d_neg, dist(positive, negative))
+    return _reduce(torch.clamp_min(margin + d_pos - d_neg, 0.0), reduction)
