@@ -196,3 +196,34 @@ def test_stride_and_is_contiguous_as_torch_func_for_contiguous_rows():
     close(tx.jit(fn)(x[0]), fn(x[0]))
     cl = lambda v: v + v.is_contiguous(memory_format=torch.channels_last)  # noqa: E731
     close(tx.jit(cl)(x[None]), cl(x[None]))
+
+
+DROPOUTS = {
+    "dropout": lambda x: torch.nn.functional.dropout(x, 0.3, training=True),
+    "dropout2d": lambda x: torch.nn.functional.dropout2d(x, 0.3, training=True),
+    "alpha_dropout": lambda x: torch.nn.functional.alpha_dropout(x, 0.3, training=True),
+    "feature_alpha_dropout": lambda x: torch.nn.functional.feature_alpha_dropout(x, 0.3, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DROPOUTS))
+def test_dropout_in_training_under_grad_jvp_jit_is_eager_torchs(name):
+    """Outside vmap(randomness="different") the mask is torch's own bernoulli_ noise: with the
+    same seed, values and gradients are eager torch's (torch.autograd as the oracle)."""
+    fn = DROPOUTS[name]
+    x = torch.linspace(-2, 2, 2 * 3 * 16, dtype=F64).reshape(2, 3, 4, 4)
+    torch.manual_seed(7)
+    xr = x.clone().requires_grad_()
+    want = fn(xr)
+    (want_g,) = torch.autograd.grad((want * x).sum(), xr)
+    loss = lambda x: (fn(x) * x.detach()).sum()  # noqa: E731
+    for transform in (tx.grad, lambda f: tx.jit(tx.grad(f))):
+        torch.manual_seed(7)
+        close(transform(loss)(x), want_g)
+    torch.manual_seed(7)
+    close(tx.jit(fn)(x), want.detach())
+    torch.manual_seed(7)
+    out, tangent = tx.jvp(fn, (x,), (x,))
+    close(out, want.detach())
+    torch.manual_seed(7)
+    close(tangent, tf.jvp(fn, (x,), (x,))[1])

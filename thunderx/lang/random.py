@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 from thunderx.core import current_trace, get_aval, set_trace
 from thunderx.errors import RandomnessError, user_frame
 from thunderx.lang import unbound
-from thunderx.lang._base import method_table
+from thunderx.lang._base import method_table, torch_table
 from thunderx.primitives import creation as C
 
 _DEFAULT_DEVICE = torch.device("cpu")
@@ -111,14 +111,28 @@ def _rand_like(kind, name):
     return impl
 
 
+def _torch_bernoulli(shape, p, *, dtype, device, generator=None):
+    # torch's kernel itself, past the RandomnessMode that routes user code's bernoulli_
+    with torch._C.DisableTorchFunction():
+        return torch.empty(shape, dtype=dtype, device=device).bernoulli_(p, generator=generator)
+
+
+def _keep(shape, p, dtype, device, name):
+    """1.0 with probability 1 - p, else 0.0. Outside vmap(randomness="different") this is
+    torch's own `empty(shape).bernoulli_(1 - p)`, the noise torch's dropouts draw, so with the
+    same seed the masks are eager torch's."""
+    if _vmap_mode(name):
+        return (draw("uniform", shape, dtype, device, name) >= p).to(dtype)
+    return runtime_draw(_torch_bernoulli, (tuple(shape), 1.0 - p), dtype, device)
+
+
 def _dropout(x, p=0.5, training=True, inplace=False):
     if not training or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
     a = get_aval(x)
-    keep = draw("uniform", a.shape, a.dtype, a.device, "dropout") >= p
-    return torch.where(keep, x / (1.0 - p), 0.0)
+    return x * (_keep(a.shape, p, a.dtype, a.device, "dropout") / (1.0 - p))
 
 
 def _bernoulli(p, generator=None, *, out=None):
@@ -142,7 +156,7 @@ def _feature_shape(shape, name):
 def _keep_mask(x, p, name, feature):
     a = get_aval(x)
     shape = _feature_shape(a.shape, name) if feature else a.shape
-    return draw("uniform", shape, a.dtype, a.device, name) >= p
+    return _keep(shape, p, a.dtype, a.device, name)
 
 
 def _feature_dropout(name):
@@ -395,6 +409,10 @@ RANDOM_FUNCTIONS = {
 
 for _name in ("bernoulli_", "uniform_", "normal_", "exponential_", "random_"):
     method_table[_name] = RANDOM_FUNCTIONS[getattr(torch.Tensor, _name)]
+# Calls with a traced argument reach the table under every transform (grad and jvp run no
+# RandomnessMode): F.dropout(x, training=True) inside grad draws like the other random ops.
+for _fn, _impl in RANDOM_FUNCTIONS.items():
+    torch_table.setdefault(_fn, _impl)
 
 
 class RandomnessMode(TorchFunctionMode):
