@@ -132,7 +132,11 @@ ADDED = (
     "nn.functional.cosine_embedding_loss masked.logaddexp nn.functional.prelu "
     "index_add scatter scatter_add einsum diag_embed select_scatter diagonal_scatter "
     "slice_scatter index_copy nn.functional.channel_shuffle nn.functional.triplet_margin_loss "
-    "nn.functional.triplet_margin_with_distance_loss nn.functional.poisson_nll_loss"
+    "nn.functional.triplet_margin_with_distance_loss nn.functional.poisson_nll_loss "
+    "nn.functional.dropout nn.functional.dropout2d nn.functional.dropout3d "
+    "nn.functional.alpha_dropout bernoulli linalg.cholesky_ex linalg.inv_ex linalg.solve_ex "
+    "linalg.lu_factor_ex linalg.tensorinv linalg.tensorsolve put constant_pad_nd "
+    "cartesian_prod combinations nn.functional.pdist"
 ).split()
 
 

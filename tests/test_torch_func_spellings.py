@@ -227,3 +227,16 @@ def test_dropout_in_training_under_grad_jvp_jit_is_eager_torchs(name):
     close(out, want.detach())
     torch.manual_seed(7)
     close(tangent, tf.jvp(fn, (x,), (x,))[1])
+
+
+def test_index_put_repeated_positions_take_one_value_not_a_sum():
+    x = torch.zeros(5, dtype=F64)
+    i, v = torch.tensor([1, 3, 1]), torch.tensor([1.0, 2.0, 3.0], dtype=F64)
+    got = tx.jit(lambda x, v: torch.index_put(x, (i,), v))(x, v)
+    assert got[1].item() in (1.0, 3.0) and got[3].item() == 2.0 and got.sum().item() < 6.0
+    acc = lambda x, v: torch.index_put(x, (i,), v, accumulate=True)  # noqa: E731
+    close(tx.jit(acc)(x, v), acc(x, v))
+    close(
+        tx.vmap(acc, in_dims=(None, 0))(x, torch.stack([v, 2 * v])),
+        tf.vmap(acc, in_dims=(None, 0))(x, torch.stack([v, 2 * v])),
+    )

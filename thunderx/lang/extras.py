@@ -9,6 +9,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from thunderx.errors import unsupported
 from thunderx.lang._base import ndim, register, shape
 from thunderx.lang.losses import _reduce
 
@@ -233,3 +234,137 @@ def _triplet(anchor, positive, negative, dist, margin, swap, reduction):
     if swap:
         d_neg = torch.minimum(d_neg, dist(positive, negative))
     return _reduce(torch.clamp_min(margin + d_pos - d_neg, 0.0), reduction)
+
+
+# -------------------------------------------------------- linalg's *_ex forms and tensor solves
+# The `*_ex` forms return torch's `info` beside the result: 0 where the factorization succeeded.
+# thunderx's factorizations raise torch's error instead (check_errors=True behaviour), so a
+# returned info is always 0.
+
+
+def _info(a, batch_dims=2):
+    return torch.zeros(shape(a)[: ndim(a) - batch_dims], dtype=torch.int32, device=a.device)
+
+
+@register(torch.linalg.cholesky_ex)
+def _cholesky_ex(a, *, upper=False, check_errors=False):
+    return torch.return_types.linalg_cholesky_ex((torch.linalg.cholesky(a, upper=upper), _info(a)))
+
+
+@register(torch.linalg.inv_ex)
+def _inv_ex(a, *, check_errors=False):
+    return torch.return_types.linalg_inv_ex((torch.linalg.inv(a), _info(a)))
+
+
+@register(torch.linalg.solve_ex)
+def _solve_ex(a, b, *, left=True, check_errors=False):
+    return torch.return_types.linalg_solve_ex((torch.linalg.solve(a, b, left=left), _info(a)))
+
+
+@register(torch.linalg.lu_factor_ex)
+def _lu_factor_ex(a, *, pivot=True, check_errors=False):
+    lu, piv = torch.linalg.lu_factor(a, pivot=pivot)
+    return torch.return_types.linalg_lu_factor_ex((lu, piv, _info(a)))
+
+
+@register(torch.linalg.tensorinv)
+def _tensorinv(a, ind=2):
+    out_shape = shape(a)[ind:] + shape(a)[:ind]
+    rows = math.prod(shape(a)[:ind])
+    return torch.linalg.inv(a.reshape(rows, -1)).reshape(out_shape)
+
+
+@register(torch.linalg.tensorsolve)
+def _tensorsolve(a, b, dims=None):
+    if dims is not None:
+        a = torch.movedim(a, dims, tuple(range(ndim(a) - len(dims), ndim(a))))
+    x_shape = shape(a)[ndim(b) :]
+    n = math.prod(x_shape)
+    return torch.linalg.solve(a.reshape(-1, n), b.reshape(-1)).reshape(x_shape)
+
+
+# --------------------------------------------------------------- index_put, put, pad, pairs
+
+
+def _linear_index(x_shape, indices):
+    """The flat positions `x[indices]` addresses (integer index tensors, broadcast together,
+    for the leading dims; the remaining dims whole)."""
+    if any(i is None or i.dtype == torch.bool for i in indices):
+        raise unsupported(
+            "index_put with None or boolean indices", "the positions a mask selects are data"
+        )
+    idx = torch.broadcast_tensors(*indices)
+    k = len(idx)
+    lin = torch.zeros_like(idx[0])
+    for d, i in enumerate(idx):
+        lin = lin * x_shape[d] + torch.where(i < 0, i + x_shape[d], i)
+    rest = math.prod(x_shape[k:])
+    if rest == 1:
+        return lin, shape(lin)
+    lin = lin.reshape(shape(lin) + (1,)) * rest + torch.arange(rest)
+    return lin, shape(idx[0]) + tuple(x_shape[k:])
+
+
+@register(torch.index_put, methods=("index_put",))
+def _index_put(x, indices, values, accumulate=False):
+    lin, addressed = _linear_index(shape(x), tuple(indices))
+    flat_lin = lin.reshape(-1)
+    flat_val = torch.broadcast_to(values, addressed).reshape(-1).to(x.dtype)
+    flat = x.reshape(-1)
+    if not accumulate:
+        # torch leaves a repeated position's value unspecified: here the last one written
+        # (a pairwise comparison of the positions, so the number of them is bounded)
+        m = shape(flat_lin)[0]
+        if m > 4096:
+            raise unsupported(
+                f"index_put(accumulate=False) of {m} positions", "at most 4096 under a transform"
+            )
+        k = torch.arange(m, device=flat_lin.device)
+        later_same = (flat_lin[:, None] == flat_lin[None, :]) & (k[None, :] > k[:, None])
+        flat_val = torch.where(later_same.any(1), 0.0, flat_val)
+        flat = flat.index_fill(0, flat_lin, 0)
+    return flat.index_add(0, flat_lin, flat_val).reshape(shape(x))
+
+
+@register(torch.put, methods=("put",))
+def _put(x, index, source, accumulate=False):
+    return _index_put(x.reshape(-1), (index.reshape(-1),), source.reshape(-1), accumulate).reshape(
+        shape(x)
+    )
+
+
+@register(torch.constant_pad_nd)
+def _constant_pad_nd(x, pad, value=0):
+    return F.pad(x, pad, "constant", value)
+
+
+@register(torch.cartesian_prod)
+def _cartesian_prod(*tensors):
+    if len(tensors) == 1:
+        return tensors[0]
+    n = len(tensors)
+    sizes = [shape(t)[0] for t in tensors]
+    grids = [
+        t.reshape([-1 if i == k else 1 for i in range(n)]).expand(sizes)
+        for k, t in enumerate(tensors)
+    ]
+    return torch.stack([g.reshape(-1) for g in grids], 1)
+
+
+@register(torch.combinations)
+def _combinations(x, r=2, with_replacement=False):
+    import itertools
+
+    n = shape(x)[0]
+    pick = itertools.combinations_with_replacement if with_replacement else itertools.combinations
+    rows = list(pick(range(n), r))
+    if not rows:
+        return x.new_zeros((0,) if r == 0 else (0, r))
+    return x[torch.tensor(rows, dtype=torch.int64, device=x.device)]
+
+
+@register(F.pdist, torch.pdist)
+def _pdist(x, p=2.0):
+    n = shape(x)[0]
+    i, j = torch.triu_indices(n, n, 1, device=x.device)
+    return torch.linalg.vector_norm(x[i] - x[j], p, dim=-1)
