@@ -119,7 +119,8 @@ def test_op_db_runner_reports_timeouts_crashes_and_reasons():
     assert opdb.passes_all(sin), sin
 
 
-# OpInfos the op_db run found failing, fixed or decomposed here (lang/copies.py, lang/extras.py)
+# OpInfos the op_db run found failing, fixed or decomposed here (lang/copies.py,
+# lang/extras.py, lang/margin_losses.py)
 ADDED = (
     "alias_copy permute_copy t_copy transpose_copy squeeze_copy unsqueeze_copy unbind_copy "
     "diagonal_copy narrow_copy split_with_sizes_copy expand_copy unfold_copy view_copy unfold "
@@ -136,7 +137,10 @@ ADDED = (
     "nn.functional.dropout nn.functional.dropout2d nn.functional.dropout3d "
     "nn.functional.alpha_dropout bernoulli linalg.cholesky_ex linalg.inv_ex linalg.solve_ex "
     "linalg.lu_factor_ex linalg.tensorinv linalg.tensorsolve put constant_pad_nd "
-    "cartesian_prod combinations nn.functional.pdist"
+    "cartesian_prod combinations nn.functional.pdist resolve_neg slice _unsafe_masked_index "
+    "_unsafe_masked_index_put_accumulate lu cdist nn.functional.gaussian_nll_loss "
+    "nn.functional.multi_margin_loss nn.functional.multilabel_margin_loss "
+    "nn.functional.local_response_norm"
 ).split()
 
 

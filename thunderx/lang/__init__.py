@@ -19,6 +19,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     linalg,
     linalg_functions,
     losses,
+    margin_losses,
     nn,
     random,
     reductions,

@@ -1,6 +1,7 @@
 """Smaller torch functions op_db lists, written with torch calls the language layer already
-decomposes (so every rule comes with them): pointwise helpers, products, norms and losses, in
-torch's formulas (torch/_refs and torch/_decomp give the same ones)."""
+decomposes (so every rule comes with them): pointwise helpers, products, norms, linalg's `*_ex`
+forms, index writes and layout queries, in torch's formulas (torch/_refs and torch/_decomp give
+the same ones)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import torch.nn.functional as F
 
 from thunderx.errors import unsupported
 from thunderx.lang._base import ndim, register, shape
-from thunderx.lang.losses import _reduce
 
 
 @register(torch.positive, methods=("positive",))
@@ -125,55 +125,6 @@ def _zero_(x):
     return x.zero_()
 
 
-# ---------------------------------------------------------------------------------- losses
-
-
-@register(F.margin_ranking_loss)
-def _margin_ranking_loss(
-    x1, x2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"
-):
-    loss = torch.clamp_min(-target * (x1 - x2) + margin, 0.0)
-    return _reduce(loss, reduction)
-
-
-@register(F.hinge_embedding_loss)
-def _hinge_embedding_loss(x, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
-    margin_part = torch.where(target != 1, torch.clamp_min(margin - x, 0.0), 0.0)
-    self_part = torch.where(target != -1, x, 0.0)
-    return _reduce(margin_part + self_part, reduction)
-
-
-@register(F.soft_margin_loss)
-def _soft_margin_loss(x, target, size_average=None, reduce=None, reduction="mean"):
-    return _reduce(torch.log1p(torch.exp(-target * x)), reduction)
-
-
-@register(F.multilabel_soft_margin_loss)
-def _multilabel_soft_margin_loss(
-    x, target, weight=None, size_average=None, reduce=None, reduction="mean"
-):
-    loss = -(target * F.logsigmoid(x) + (1 - target) * F.logsigmoid(-x))
-    if weight is not None:
-        loss = loss * weight
-    loss = loss.sum(-1) / shape(x)[-1] if ndim(x) else loss
-    return _reduce(loss, reduction)
-
-
-@register(F.cosine_embedding_loss)
-def _cosine_embedding_loss(
-    x1, x2, target, margin=0.0, size_average=None, reduce=None, reduction="mean"
-):
-    eps = 1e-12
-    d = ndim(target)
-    prod = (x1 * x2).sum(d)
-    mag1 = (x1 * x1).sum(d) + eps
-    mag2 = (x2 * x2).sum(d) + eps
-    cos = prod / torch.sqrt(mag1 * mag2)
-    pos = torch.where(target == 1, 1 - cos, 0.0)
-    neg = torch.where(target == -1, torch.clamp_min(cos - margin, 0.0), 0.0)
-    return _reduce(pos + neg, reduction)
-
-
 # ------------------------------------------------------------------------------------ layout
 # A traced value has a shape and a dtype but no memory layout (the generated code decides it):
 # stride() and is_contiguous() answer as torch does for a contiguous tensor of that shape.
@@ -192,48 +143,6 @@ def _stride(x, dim=None):
 @register(methods=("is_contiguous",))
 def _is_contiguous(x, memory_format=torch.contiguous_format):
     return _contiguous_like(x).is_contiguous(memory_format=memory_format)
-
-
-@register(F.triplet_margin_loss)
-def _triplet_margin_loss(
-    anchor,
-    positive,
-    negative,
-    margin=1.0,
-    p=2.0,
-    eps=1e-6,
-    swap=False,
-    size_average=None,
-    reduce=None,
-    reduction="mean",
-):
-    def dist(a, b):
-        return F.pairwise_distance(a, b, p, eps)
-
-    return _triplet(anchor, positive, negative, dist, margin, swap, reduction)
-
-
-@register(F.triplet_margin_with_distance_loss)
-def _triplet_margin_with_distance_loss(
-    anchor, positive, negative, *, distance_function=None, margin=1.0, swap=False, reduction="mean"
-):
-    return _triplet(
-        anchor,
-        positive,
-        negative,
-        distance_function or F.pairwise_distance,
-        margin,
-        swap,
-        reduction,
-    )
-
-
-def _triplet(anchor, positive, negative, dist, margin, swap, reduction):
-    d_pos = dist(anchor, positive)
-    d_neg = dist(anchor, negative)
-    if swap:
-        d_neg = torch.minimum(d_neg, dist(positive, negative))
-    return _reduce(torch.clamp_min(margin + d_pos - d_neg, 0.0), reduction)
 
 
 # -------------------------------------------------------- linalg's *_ex forms and tensor solves
@@ -368,3 +277,64 @@ def _pdist(x, p=2.0):
     n = shape(x)[0]
     i, j = torch.triu_indices(n, n, 1, device=x.device)
     return torch.linalg.vector_norm(x[i] - x[j], p, dim=-1)
+
+
+@register(torch.resolve_neg, methods=("resolve_neg",))
+def _resolve_neg(x):
+    return x  # traced values never carry torch's lazy negation bit
+
+
+@register(torch.ops.aten.slice.Tensor)
+def _aten_slice(x, dim=0, start=None, end=None, step=1):
+    d = dim % max(ndim(x), 1)
+    return x[(slice(None),) * d + (slice(start, end, step),)]
+
+
+def _clamped(x, indices, name):
+    """torch's decomposition clamps the indices (masked-out ones may be out of range)."""
+    if any(i is None for i in indices):
+        raise unsupported(f"{name} with None indices")
+    return tuple(i.clamp(-n, n - 1) for i, n in zip(indices, shape(x)))
+
+
+@register(torch._unsafe_masked_index)
+def _unsafe_masked_index(x, mask, indices, fill):
+    return torch.where(mask, x[_clamped(x, indices, "_unsafe_masked_index")], fill)
+
+
+@register(torch._unsafe_masked_index_put_accumulate)
+def _unsafe_masked_index_put_accumulate(x, mask, indices, values):
+    idx = _clamped(x, indices, "_unsafe_masked_index_put_accumulate")
+    return _index_put(x, idx, torch.where(mask, values, 0.0), accumulate=True)
+
+
+@register(torch.lu)
+def _lu(a, pivot=True, get_infos=False, out=None):
+    lu, piv, info = torch.linalg.lu_factor_ex(a, pivot=pivot)
+    return (lu, piv, info) if get_infos else (lu, piv)
+
+
+@register(torch.cdist)
+def _cdist(x1, x2, p=2.0, compute_mode="use_mm_for_euclid_dist_if_necessary"):
+    return torch.linalg.vector_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, dim=-1)
+
+
+@register(F.local_response_norm)
+def _local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0):
+    if ndim(x) < 3:
+        raise ValueError(f"local_response_norm: expected 3D or higher input, got {ndim(x)}D")
+    c = shape(x)[1]
+    sq = x * x
+    before, after = size // 2, (size - 1) // 2
+    pad_shape = list(shape(x))
+    parts = []
+    if before:
+        pad_shape[1] = before
+        parts.append(sq.new_zeros(pad_shape))
+    parts.append(sq)
+    if after:
+        pad_shape[1] = after
+        parts.append(sq.new_zeros(pad_shape))
+    padded = torch.cat(parts, 1)
+    window = sum(padded.narrow(1, s, c) for s in range(size)) / size
+    return x / (window * alpha + k) ** beta
