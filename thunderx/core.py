@@ -378,6 +378,11 @@ class set_trace:
         return False
 
 
+# (enter, exit) callables run around every transform started from eager code: the language layer
+# shadows torch.Tensor's unbound methods meanwhile (lang/unbound.py). Core imports nothing above it.
+outermost_hooks: list = []
+
+
 class new_trace:
     """Start a child trace of the current one; mark it dead on exit so leaks are caught."""
 
@@ -388,12 +393,18 @@ class new_trace:
 
     def __enter__(self):
         self.prev = _state.trace
+        if type(self.prev) is EvalTrace:
+            for enter, _ in outermost_hooks:
+                enter()
         _state.trace = self.trace
         return self.trace
 
     def __exit__(self, *exc):
         _state.trace = self.prev
         self.trace.alive = False
+        if type(self.prev) is EvalTrace:
+            for _, leave in outermost_hooks:
+                leave()
         return False
 
 

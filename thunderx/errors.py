@@ -46,12 +46,22 @@ class UnsupportedOperationError(ThunderxError, NotImplementedError):
     """A torch function has no decomposition into thunderx primitives."""
 
 
-class ConcretizationError(ThunderxError, TypeError):
-    """A traced value was used where a concrete Python value is required."""
+class ConcretizationError(ThunderxError, TypeError, RuntimeError):
+    """A traced value was used where a concrete Python value is required. Also a RuntimeError:
+    torch.func raises that for the same misuse (`.item()` or data-dependent control flow under
+    vmap), so code catching torch's error keeps working."""
 
 
 class UnexpectedTracerError(ThunderxError, RuntimeError):
     """A tracer escaped the transform that created it."""
+
+
+class RandomnessError(ThunderxError, ValueError, RuntimeError):
+    """A random op under `vmap(randomness="error")` (torch.func raises a RuntimeError)."""
+
+
+class IndependentOutputError(ThunderxError, RuntimeError):
+    """`jvp(..., strict=True)`: an output does not depend on the inputs (torch.func's check)."""
 
 
 class MissingRuleError(ThunderxError, NotImplementedError):

@@ -16,7 +16,12 @@ from thunderx import tree, validate
 from thunderx.ad_util import Zero, instantiate, tangent_aval
 from thunderx.avals import is_float
 from thunderx.core import get_aval, is_tensor_like, new_trace
-from thunderx.errors import ArgumentTypeError, ArgumentValueError, user_frame
+from thunderx.errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    IndependentOutputError,
+    user_frame,
+)
 from thunderx.ir import Jaxpr, eval_jaxpr
 from thunderx.tracing import StagingTracer
 from thunderx.transforms.jvp import jvp_flat, no_grad_outputs
@@ -155,8 +160,16 @@ def _flatten_args(args, name):
 # ----------------------------------------------------------------------------------------- API
 
 
-def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
-    """Forward-mode derivative: returns `(fun(*primals), J @ tangents)`.
+def jvp(
+    fun: Callable,
+    primals: Sequence,
+    tangents: Sequence,
+    has_aux: bool = False,
+    *,
+    strict: bool = False,
+):
+    """Forward-mode derivative: returns `(fun(*primals), J @ tangents)`. With `strict=True`
+    (torch.func's flag) an output that does not depend on the inputs is an error.
 
     >>> thunderx.jvp(torch.sin, (torch.tensor(0.),), (torch.tensor(1.),))
     (tensor(0.), tensor(1.))
@@ -190,6 +203,11 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
     if not torch.is_grad_enabled():  # inside a no_grad block: see `jvp_flat`
         t_out = [t if type(t) is Zero else no_grad_outputs(t) for t in t_out]
     n = meta["n"]
+    if strict and any(type(x) is Zero for x in t_out[:n]):
+        raise IndependentOutputError(
+            f"jvp(f, primals, tangents, strict=True): an output of the function at "
+            f"{user_frame()} is independent of the inputs, which strict=True does not allow"
+        )
     out = tree.unflatten(meta["tree"], p_out[:n])
     t = tree.unflatten(meta["tree"], [instantiate(x) for x in t_out[:n]])
     if has_aux:

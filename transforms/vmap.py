@@ -303,7 +303,14 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
         out_leaves, out_tree = tree.flatten(out)
         validate.check_leaves(out_leaves, "vmap", "the function's outputs")
         unpacked = [trace.unpack(o) for o in out_leaves]
-    oaxes = _axes_for(out_axes, out, "out_axes")
+    try:
+        oaxes = _axes_for(out_axes, out, "out_axes")
+    except ValueError:
+        # torch.func's rule: a one-element tuple of out_dims also stands for all the outputs
+        # (`out_dims=(1,)` with a single tensor output)
+        if not (isinstance(out_axes, (tuple, list)) and len(out_axes) == 1):
+            raise
+        oaxes = _axes_for(out_axes[0], out, "out_axes")
     from thunderx.primitives import shape as S
 
     results, norm_oaxes = [], []

@@ -11,13 +11,16 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     autograd_function,
     compare,
     conv,
+    copies,
     decompositions,
     elementwise,
+    extras,
     gather,
     indexing,
     linalg,
     linalg_functions,
     losses,
+    margin_losses,
     nn,
     random,
     reductions,
@@ -25,6 +28,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     shape_ops,
     sorting,
     tensor,
+    unbound,
 )
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call
@@ -43,6 +47,7 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
             f"{getattr(func, '__name__', func)}(..., out=...)",
             "write `t = op(...)` (or `t.copy_(op(...))` on a local tensor) instead",
         )
+    func = unbound.original_of.get(func, func)
     impl = torch_table.get(func)
     if impl is None:
         out = opaque_call(func, args, kwargs or {})
@@ -163,6 +168,7 @@ def _install():
     }
     for name, fn in props.items():
         setattr(Tracer, name, property(fn))
+    unbound.install([*_OPERATORS, *method_table])
 
 
 def _len(x):

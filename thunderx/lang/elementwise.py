@@ -362,7 +362,10 @@ def _xlogy(x, y):
 def _logaddexp(x, y):
     (a, b), _ = promote(x, y, to_float=True)
     m = B.maximum(a, b)
-    return B.add(m, U.log1p(U.exp(U.neg(U.abs(B.sub(a, b))))))
+    # a == b: the difference is 0 (not inf - inf = nan), so logaddexp(-inf, -inf) = -inf as
+    # in torch; the gradient there is unchanged (|a - b| has derivative 0 at 0).
+    d = U.select(B.eq(a, b), 0.0, B.sub(a, b))
+    return B.add(m, U.log1p(U.exp(U.neg(U.abs(d)))))
 
 
 @register(torch.copysign, methods=("copysign",))

@@ -12,6 +12,7 @@ from thunderx.lang._base import (
     broadcast_shapes,
     canon_dim,
     dtype,
+    is_tensor,
     ndim,
     register,
     shape,
@@ -59,8 +60,21 @@ def _index_select(x, dim, index):
     return I.take(x, _wrap_index(index, shape(x)[d]), d)
 
 
+def _on_1d(fn, x, dim, index, src, **kwargs):
+    """fn on a 0-d x as on its one-element vector (torch treats a 0-d tensor, its 0-d index and
+    source, as of size 1 along dim 0 or -1)."""
+    canon_dim(dim, 0)
+
+    def one(t):
+        return S.reshape(t, (1,)) if is_tensor(t) and ndim(t) == 0 else t
+
+    return S.reshape(fn(one(x), 0, one(index), one(src), **kwargs), ())
+
+
 @register(torch.scatter_add, methods=("scatter_add",))
 def _scatter_add(x, dim, index, src):
+    if ndim(x) == 0:
+        return _on_1d(_scatter_add, x, dim, index, src)
     d = canon_dim(dim, ndim(x))
     src = S.slice_(src, (0,) * ndim(src), shape(index)) if shape(src) != shape(index) else src
     return I.scatter_add(x, _wrap_index(index, shape(x)[d]), src, d)
@@ -68,6 +82,8 @@ def _scatter_add(x, dim, index, src):
 
 @register(torch.scatter, methods=("scatter",))
 def _scatter(x, dim, index, src=None, *, value=None, reduce=None):
+    if ndim(x) == 0:
+        return _on_1d(_scatter, x, dim, index, src, value=value, reduce=reduce)
     d = canon_dim(dim, ndim(x))
     if reduce == "add":
         if src is None or type(src) in SCALARS:
@@ -91,6 +107,8 @@ def _scatter(x, dim, index, src=None, *, value=None, reduce=None):
 
 @register(torch.index_add, methods=("index_add",))
 def _index_add(x, dim, index, source, *, alpha=1):
+    if ndim(x) == 0:
+        return _on_1d(_index_add, x, dim, index, source, alpha=alpha)
     d = canon_dim(dim, ndim(x))
     src = source if alpha == 1 else B.mul(source, alpha)
     return I.index_add(x, _wrap_index(index, shape(x)[d]), src, d)

@@ -8,7 +8,6 @@ import string
 import torch
 import torch.nn.functional as F
 
-from thunderx.errors import unsupported
 from thunderx.lang._base import broadcast_shapes, canon_dim, ndim, promote, register, shape
 from thunderx.primitives import binary as B
 from thunderx.primitives import linalg as L
@@ -221,8 +220,18 @@ def einsum(equation, *operands):
     terms, out = _parse_einsum(equation, operands)
     ops = _promote_all(list(operands))
     for i, t in enumerate(terms):
-        if len(set(t)) != len(t):
-            raise unsupported(f"einsum {equation!r}", "repeated indices within one operand")
+        while len(set(t)) != len(t):
+            # a letter twice in one operand ('ii', 'iji'): its diagonal, moved last by torch
+            c = next(c for c in t if t.count(c) > 1)
+            a, b = t.index(c), t.index(c, t.index(c) + 1)
+            if shape(ops[i])[a] != shape(ops[i])[b]:
+                raise RuntimeError(
+                    f"einsum {equation!r}: subscript {c!r} repeated for dimensions of sizes "
+                    f"{shape(ops[i])[a]} and {shape(ops[i])[b]}"
+                )
+            ops[i] = torch.diagonal(ops[i], 0, a, b)
+            t = "".join(x for k, x in enumerate(t) if k not in (a, b)) + c
+            terms[i] = t
         others = "".join(terms[:i] + terms[i + 1 :]) + out
         lone = tuple(k for k, c in enumerate(t) if c not in others)
         if lone:

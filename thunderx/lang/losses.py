@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 
 from thunderx.avals import is_float
-from thunderx.errors import unsupported
 from thunderx.lang._base import convert, dtype, ndim, promote, register, shape
 from thunderx.lang.nn import log_softmax, logsigmoid
 from thunderx.primitives import binary as B
@@ -226,5 +226,10 @@ def _poisson_nll_loss(
     else:
         loss = B.sub(x, B.mul(t, U.log(B.add(x, eps))))
     if full:
-        raise unsupported("poisson_nll_loss(full=True)")
+        # torch's Stirling term, where target > 1: t log t - t + log(2 pi t) / 2 (no gradient
+        # reaches the input through it)
+        big = torch.gt(t, 1)
+        safe = torch.where(big, t, 1.0)
+        stirling = safe * torch.log(safe) - safe + 0.5 * torch.log(2 * math.pi * safe)
+        loss = loss + torch.where(big, stirling, 0.0)
     return _reduce(loss, reduction)

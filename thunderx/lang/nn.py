@@ -106,6 +106,8 @@ def _prelu(x, weight):
     w = weight
     if ndim(weight) == 1 and shape(weight)[0] > 1:
         w = S.broadcast_in_dim(weight, shape(x), (1,))
+    elif ndim(weight) == 1:
+        w = S.reshape(weight, ())  # one slope for every element: the result has x's shape
     (x2, w2), _ = promote(x, w)
     return U.select(B.gt(x2, 0.0), x2, B.mul(x2, w2))
 

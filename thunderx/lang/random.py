@@ -13,7 +13,9 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from thunderx.core import current_trace, get_aval, set_trace
-from thunderx.errors import user_frame
+from thunderx.errors import RandomnessError, user_frame
+from thunderx.lang import unbound
+from thunderx.lang._base import method_table, torch_table
 from thunderx.primitives import creation as C
 
 _DEFAULT_DEVICE = torch.device("cpu")
@@ -54,10 +56,7 @@ def draw(kind: str, shape, dtype, device, name: str, generator=None):
     different = []
     for bt in batches:
         if bt.randomness == "error":
-            raise ValueError(
-                f"vmap: {name} called under vmap at {user_frame()}; random ops need "
-                "vmap(..., randomness='different') or randomness='same'"
-            )
+            raise _randomness_error(name)
         if bt.randomness == "different":
             different.append(bt)
     if not different:
@@ -70,6 +69,13 @@ def draw(kind: str, shape, dtype, device, name: str, generator=None):
     for bt in outer_first:
         val = BatchTracer(bt, val, 0)
     return val
+
+
+def _randomness_error(name: str) -> RandomnessError:
+    return RandomnessError(
+        f"vmap: {name} called under vmap at {user_frame()}; random ops need "
+        "vmap(..., randomness='different') or randomness='same'"
+    )
 
 
 def _rand(kind, name):
@@ -105,14 +111,28 @@ def _rand_like(kind, name):
     return impl
 
 
+def _torch_bernoulli(shape, p, *, dtype, device, generator=None):
+    # torch's kernel itself, past the RandomnessMode that routes user code's bernoulli_
+    with torch._C.DisableTorchFunction():
+        return torch.empty(shape, dtype=dtype, device=device).bernoulli_(p, generator=generator)
+
+
+def _keep(shape, p, dtype, device, name):
+    """1.0 with probability 1 - p, else 0.0. Outside vmap(randomness="different") this is
+    torch's own `empty(shape).bernoulli_(1 - p)`, the noise torch's dropouts draw, so with the
+    same seed the masks are eager torch's."""
+    if _vmap_mode(name):
+        return (draw("uniform", shape, dtype, device, name) >= p).to(dtype)
+    return runtime_draw(_torch_bernoulli, (tuple(shape), 1.0 - p), dtype, device)
+
+
 def _dropout(x, p=0.5, training=True, inplace=False):
     if not training or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
     a = get_aval(x)
-    keep = draw("uniform", a.shape, a.dtype, a.device, "dropout") >= p
-    return torch.where(keep, x / (1.0 - p), 0.0)
+    return x * (_keep(a.shape, p, a.dtype, a.device, "dropout") / (1.0 - p))
 
 
 def _bernoulli(p, generator=None, *, out=None):
@@ -136,7 +156,7 @@ def _feature_shape(shape, name):
 def _keep_mask(x, p, name, feature):
     a = get_aval(x)
     shape = _feature_shape(a.shape, name) if feature else a.shape
-    return draw("uniform", shape, a.dtype, a.device, name) >= p
+    return _keep(shape, p, a.dtype, a.device, name)
 
 
 def _feature_dropout(name):
@@ -276,6 +296,80 @@ def _refuse(name):
     return impl
 
 
+def _randint_like(x, *args, dtype=None, device=None, layout=None, memory_format=None, **kw):
+    """randint_like(x, high) or randint_like(x, low, high): randint of x's shape."""
+    kw.pop("requires_grad", None)
+    low, high = (0, *args) if len(args) == 1 else args
+    a = get_aval(x)
+    return _randint(low, high, tuple(a.shape), dtype=dtype or a.dtype, device=device or a.device)
+
+
+def _transformed() -> bool:
+    """True under a vmap or a staging trace: a draw there is not one eager draw of torch's."""
+    return next(_batch_traces(), None) is not None or _staging_trace() is not None
+
+
+def _inplace_draw(name, values):
+    """`Tensor.<name>(...)` (bernoulli_, uniform_, ...): torch's own kernel in eager transforms;
+    under vmap or staging, the draw `values(shape, dtype, device, *args)` written into the
+    tensor, which must be a traced one (a batched draw does not fit a concrete tensor)."""
+    method = getattr(torch.Tensor, name)
+
+    def impl(x, *args, generator=None, **kwargs):
+        from thunderx.core import Tracer
+        from thunderx.lang.inplace import MutationError, mutate
+
+        if not _transformed() and not isinstance(x, Tracer):
+            return method(x, *args, generator=generator, **kwargs)
+        a = get_aval(x)
+        new = values(a.shape, a.dtype, a.device, f"Tensor.{name}", generator, *args, **kwargs)
+        if not isinstance(x, Tracer) and not isinstance(new, Tracer):
+            return x.copy_(new)  # one concrete draw (vmap's randomness="same" outside jit)
+        if not isinstance(x, Tracer):
+            raise MutationError(
+                f"Tensor.{name} on a tensor created outside the traced values at {user_frame()}: "
+                "under vmap or jit its draws cannot be written into a concrete tensor (torch."
+                "empty_like(x) of a vmapped x is one). Use the out-of-place form (torch."
+                "bernoulli(torch.full_like(x, p)), torch.rand_like(x), torch.randint_like(x, "
+                "high), torch.normal(mean, std)) or draw into a traced tensor (x.clone())"
+            )
+        return mutate(x, new, f"Tensor.{name}")
+
+    return impl
+
+
+def _bernoulli_values(shape, dtype, device, name, generator, p=0.5):
+    u = draw("uniform", shape, torch.float64, device, name, generator)
+    return (u < p).to(dtype)
+
+
+def _uniform_values(shape, dtype, device, name, generator, low=0.0, high=1.0):
+    u = draw("uniform", shape, dtype, device, name, generator)
+    return u * (high - low) + low
+
+
+def _normal_values(shape, dtype, device, name, generator, mean=0.0, std=1.0):
+    return draw("normal", shape, dtype, device, name, generator) * std + mean
+
+
+def _exponential_values(shape, dtype, device, name, generator, lambd=1.0):
+    u = draw("uniform", shape, dtype, device, name, generator)
+    return -torch.log1p(-u) / lambd
+
+
+def _random_values(shape, dtype, device, name, generator, *args, **kwargs):
+    low, high = (kwargs.get("from", 0), kwargs.get("to"))
+    if args:
+        low, high = (0, args[0]) if len(args) == 1 else args[:2]
+    if high is None:
+        raise NotImplementedError(
+            f"{name}() without an upper bound is not supported under a thunderx transform (at "
+            f"{user_frame()}): give random_(to) or random_(from, to)"
+        )
+    u = draw("uniform", shape, torch.float64, device, name, generator)
+    return (torch.floor(u * (high - low)) + low).clamp(max=high - 1).to(dtype)
+
+
 RANDOM_FUNCTIONS = {
     torch.rand: _rand("uniform", "torch.rand"),
     torch.randn: _rand("normal", "torch.randn"),
@@ -299,13 +393,26 @@ RANDOM_FUNCTIONS = {
         x, p, train
     ),
     torch.poisson: _refuse("torch.poisson"),
-    torch.randint_like: _refuse("torch.randint_like"),
+    torch.randint_like: _randint_like,
+    torch.Tensor.bernoulli_: _inplace_draw("bernoulli_", _bernoulli_values),
+    torch.Tensor.uniform_: _inplace_draw("uniform_", _uniform_values),
+    torch.Tensor.normal_: _inplace_draw("normal_", _normal_values),
+    torch.Tensor.exponential_: _inplace_draw("exponential_", _exponential_values),
+    torch.Tensor.random_: _inplace_draw("random_", _random_values),
     F.rrelu: lambda x, lower=1 / 8, upper=1 / 3, training=False, inplace=False: (
         F.leaky_relu(x, (lower + upper) / 2)
         if not training
         else _refuse("F.rrelu(training=True)")()
     ),
 }
+
+
+for _name in ("bernoulli_", "uniform_", "normal_", "exponential_", "random_"):
+    method_table[_name] = RANDOM_FUNCTIONS[getattr(torch.Tensor, _name)]
+# Calls with a traced argument reach the table under every transform (grad and jvp run no
+# RandomnessMode): F.dropout(x, training=True) inside grad draws like the other random ops.
+for _fn, _impl in RANDOM_FUNCTIONS.items():
+    torch_table.setdefault(_fn, _impl)
 
 
 class RandomnessMode(TorchFunctionMode):
@@ -319,7 +426,7 @@ class RandomnessMode(TorchFunctionMode):
         self.generators: dict = {}  # id -> (weakref, state before this trace's first draw)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        handler = RANDOM_FUNCTIONS.get(func)
+        handler = RANDOM_FUNCTIONS.get(unbound.original_of.get(func, func))
         if handler is not None:
             return handler(*args, **(kwargs or {}))
         return func(*args, **(kwargs or {}))
@@ -428,10 +535,7 @@ def _vmap_mode(name: str) -> bool:
     different = False
     for bt in _batch_traces():
         if bt.randomness == "error":
-            raise ValueError(
-                f"vmap: {name} called under vmap at {user_frame()}; random ops need "
-                "vmap(..., randomness='different') or randomness='same'"
-            )
+            raise _randomness_error(name)
         different = different or bt.randomness == "different"
     return different
 

@@ -424,7 +424,15 @@ def _diagonal(x, offset=0, dim1=0, dim2=1):
 @register(torch.diag_embed)
 def _diag_embed(x, offset=0, dim1=-2, dim2=-1):
     if offset != 0 or (dim1, dim2) != (-2, -1):
-        raise unsupported("diag_embed with offset or custom dims")
+        rank = ndim(x) + 1
+        d1, d2 = canon_dim(dim1, rank), canon_dim(dim2, rank)
+        if d1 == d2:
+            raise RuntimeError(f"diag_embed: dim1 and dim2 are both {dim1}")
+        out = _diag_embed(x)
+        k = abs(offset)  # the k-th diagonal of the padded (n + k)-square matrix
+        if k:
+            out = torch.nn.functional.pad(out, (k, 0, 0, k) if offset > 0 else (0, k, k, 0))
+        return torch.movedim(out, (-2, -1), (d1, d2))
     n = shape(x)[-1]
     eye = B.eq(C.iota(torch.int64, (n, n), 0), C.iota(torch.int64, (n, n), 1))
     xb = S.broadcast_in_dim(x, shape(x) + (n,), tuple(range(ndim(x))))
