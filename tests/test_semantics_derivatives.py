@@ -141,3 +141,41 @@ def test_second_derivative_of_elu_family_at_zero(fn):
     f = lambda x: fn(x).sum()  # noqa: E731
     close(torch.diagonal(tx.hessian(f)(x)), torch.diagonal(tf.hessian(f)(x)))
     close(tx.grad(f)(x), tf.grad(f)(x))
+
+
+# ------------------------------- found by the differential test (tests/test_differential.py)
+
+
+def test_logaddexp_at_ties_has_torchs_second_derivative_and_infinite_values():
+    """max(a, b) + log1p(exp(-|a - b|)) had a zero Hessian at a == b (sign(0) terms) and gave
+    nan for equal infinities."""
+    f = lambda a, b: torch.logaddexp(a, b).sum()  # noqa: E731
+    a = T(0, 1, -2, 30)
+    for i in range(2):
+        close(tx.hessian(f, argnums=i)(a, a.clone()), tf.hessian(f, argnums=i)(a, a.clone()))
+    fd = _fd_diag(tf.grad(lambda a: f(a, a.detach() * 0 + T(0, 1, -2, 30))), a)
+    close(torch.diagonal(tx.hessian(f)(a, a.clone())), fd, tol=1e-5)
+    far = T(0, 1e3, -2, -1e3)
+    close(tx.grad(f, argnums=(0, 1))(a, far), tf.grad(f, argnums=(0, 1))(a, far))
+    inf = math.inf
+    x, y = T(inf, -inf, inf, 1, math.nan), T(inf, -inf, -inf, inf, 1)
+    close(tx.jit(torch.logaddexp)(x, y), torch.logaddexp(x, y))
+
+
+@pytest.mark.parametrize("loss", [F.huber_loss, F.smooth_l1_loss])
+def test_huber_and_smooth_l1_second_derivatives_at_zero_and_at_the_bound(loss):
+    x = T(0, 1, -1, 0.5, 2)
+    f = lambda x: loss(x, torch.zeros_like(x))  # noqa: E731
+    close(tx.hessian(f)(x), tf.hessian(f)(x))
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    fd = _fd_diag(tf.grad(f), x)  # differentiable away from |x| == 1
+    close(torch.diagonal(tx.hessian(f)(x))[[0, 3, 4]], fd[[0, 3, 4]], tol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [F.elu, F.selu, F.celu])
+def test_elu_family_gradient_at_large_inputs_is_finite(fn):
+    """expm1's unused branch overflowed at x ~ 1e12: 0 * inf = nan in reverse mode."""
+    x = T(1e12, -3, 800, 0.5)
+    f = lambda x: fn(x).sum()  # noqa: E731
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    close(tx.jit(tx.grad(f))(x), tf.grad(f)(x))

@@ -78,7 +78,11 @@ def _exp_kink(x, alpha, scale_in):
     alpha * scale_in * x: torch's derivatives at the kink are the negative side's first
     derivative and a zero second derivative (elu/selu/celu backward and double backward)."""
     inner = B.mul(x, scale_in) if scale_in != 1.0 else x
-    neg = U.select(B.lt(x, 0.0), B.mul(U.expm1(inner), alpha), B.mul(inner, alpha))
+    below = B.lt(x, 0.0)
+    # expm1 sees 0 where its branch is unused: at a large x, expm1(x) = inf would make the
+    # discarded derivative 0 * inf = nan (torch's backward selects before it exponentiates)
+    curve = B.mul(U.expm1(U.select(below, inner, 0.0)), alpha)
+    neg = U.select(below, curve, B.mul(inner, alpha))
     return U.select(B.gt(x, 0.0), x, neg)
 
 

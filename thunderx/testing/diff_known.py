@@ -12,15 +12,6 @@ from __future__ import annotations
 # whose part of issue #19 covers the finding ("semantics": torch's conventions at kinks and ties,
 # derivatives built from select/sign terms, traced integer indexing), or "lead" where no part does.
 _TIE = "torch sends a tie's whole derivative to one operand/index; thunderx splits it"
-_SECOND = "second derivative from select(x > 0)/sign(x) terms that vanish at 0 (issue item 3)"
-_OVERFLOW = (
-    "gradient at large x (~1e12): the unselected exp branch overflows, 0 * inf = nan "
-    "(torch's backward selects first)"
-)
-_VIEW = (
-    "dynamic_slice returns a view; jit's in-place buffer reuse writes through it, into the "
-    "caller's input (the issue's first example)"
-)
 KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
     ("atan2", "*", "kink"): (
         "semantics",
@@ -37,11 +28,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
     ),
     ("clamp_tensor", "*", "kink"): ("semantics", "clamp(x, min=y) with x == y: " + _TIE),
     ("layer_norm", "*", "kink"): ("semantics", "layer_norm of a constant row (variance 0)"),
-    ("logaddexp", "*", "thunderx-wrong"): ("semantics", "logaddexp(x, x): " + _SECOND),
-    ("huber_loss", "*", "thunderx-wrong"): ("semantics", "huber_loss at 0: " + _SECOND),
-    ("smooth_l1_loss", "*", "thunderx-wrong"): ("semantics", "smooth_l1_loss at 0: " + _SECOND),
-    ("elu", "*", "thunderx-wrong"): ("semantics", _OVERFLOW),
-    ("selu", "*", "thunderx-wrong"): ("semantics", _OVERFLOW),
     ("smooth_l1_loss", "*", "unresolved"): (
         "lead",
         "smooth_l1_loss at a nan input: derivative nan, torch 0",
@@ -57,7 +43,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "-0.9999999999999998), which a later ceil/floor turns into a different value",
     ),
     ("hardsigmoid", "*", "unresolved"): ("semantics", "hardsigmoid's tangent at nan: nan, torch 0"),
-    ("huber_loss", "*", "kink"): ("semantics", "huber_loss's Hessian where |d| == delta"),
     **{
         (f"<with {op}>", "*", "unresolved"): (
             "lead",
@@ -85,7 +70,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("fmax", "*", "kink"): ("tie", 0, "jvp"),
     ("cosine_similarity", "*", "kink"): ("zero", 4, "hessian"),
     ("hardsigmoid", "*", "unresolved"): ("empty", 2, "jvp", ("mean", "asinh", "hardsigmoid")),
-    ("huber_loss", "*", "kink"): ("zero", 0, "hessian", ("log2", "selu", "hardtanh", "huber_loss")),
     **{
         (f"<with {op}>", "*", "unresolved"): ("empty", 0, "grad", ("l1_loss", "mul", op))
         for op in ("ceil", "floor", "round", "trunc")
@@ -94,8 +78,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with conv1d>", "*", "error"): ("empty", 1, "jit", ("conv1d", "erfc", "softmax")),
     ("maximum", "*", "unresolved"): ("empty", 0, "grad", ("huber_loss", "maximum")),
     ("<with log10>", "*", "forward"): ("scalar", 0, "vmap", ("relu", "tan", "log10", "ceil")),
-    ("elu", "*", "thunderx-wrong"): ("big", 0, "grad", ("cosh", "elu")),
-    ("selu", "*", "thunderx-wrong"): ("big", 0, "grad", ("cosh", "selu")),
     ("smooth_l1_loss", "*", "unresolved"): (
         "scalar",
         0,
@@ -105,11 +87,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("clamp_tensor", "*", "kink"): ("zero", 5, "jvp"),
     ("conv2d", "*", "error"): ("empty", 2, "grad"),
     ("div_raw", "*", "unresolved"): ("tie", 1, "hessian"),
-    ("huber_loss", "*", "thunderx-wrong"): ("zero", 0, "hessian"),
     ("layer_norm", "*", "kink"): ("big", 0, "hessian"),
-    ("logaddexp", "*", "thunderx-wrong"): ("zero", 5, "hessian"),
     ("sdpa", "*", "error"): ("empty", 0, "grad"),
-    ("smooth_l1_loss", "*", "thunderx-wrong"): ("zero", 0, "hessian"),
     ("var", "*", "thunderx-wrong"): ("empty", 0, "jvp"),
     ("var", "*", "unresolved"): ("scalar", 0, "hessian"),
 }
