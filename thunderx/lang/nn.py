@@ -394,9 +394,12 @@ def scaled_dot_product_attention(
         raise unsupported("scaled_dot_product_attention(dropout_p>0) under a transform")
     q, k, v = query, key, value
     lq, lk = shape(q)[-2], shape(k)[-2]
-    s = 1.0 / math.sqrt(shape(q)[-1]) if scale is None else scale
     kt = S.moveaxis(k, ndim(k) - 1, ndim(k) - 2)
-    scores = B.mul(matmul(q, kt), s)
+    scores = matmul(q, kt)
+    if shape(q)[-1]:
+        # with head dim 0 the scores are empty sums, 0 (torch scales q and k before the product,
+        # so its 1 / sqrt(0) never multiplies them): uniform attention
+        scores = B.mul(scores, 1.0 / math.sqrt(shape(q)[-1]) if scale is None else scale)
     if is_causal:
         r = C.iota(torch.int64, (lq, lk), 0)
         c = C.iota(torch.int64, (lq, lk), 1)

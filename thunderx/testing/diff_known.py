@@ -51,16 +51,7 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         )
         for op in ("ceil", "floor", "round", "trunc")
     },
-    ("conv1d", "*", "error"): ("lead", "conv1d with 0 input channels: internal shape error"),
-    ("<with conv1d>", "*", "error"): ("lead", "conv1d with 0 input channels: internal shape error"),
-    ("div_raw", "*", "unresolved"): ("lead", "x / 0 under jvp: thunderx nan, torch inf"),
-    ("var", "*", "thunderx-wrong"): ("lead", "jvp of var over no elements: nan, torch 0"),
     ("var", "*", "unresolved"): ("lead", "Hessian of var of one element (dof 0): nan, torch 0"),
-    ("conv2d", "*", "error"): ("lead", "conv2d with 0 input channels: internal shape error"),
-    ("sdpa", "*", "error"): (
-        "lead",
-        "scaled_dot_product_attention with head dim 0: ZeroDivisionError",
-    ),
 }
 # (op, check, category) -> (edge, seed, check): make_case(OPS[op], edge, Random(seed)) through
 # that check (with Ctx seed `seed`) shows the failure (found by `find_reproducer`); for a
@@ -74,8 +65,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         (f"<with {op}>", "*", "unresolved"): ("empty", 0, "grad", ("l1_loss", "mul", op))
         for op in ("ceil", "floor", "round", "trunc")
     },
-    ("conv1d", "*", "error"): ("empty", 0, "grad"),
-    ("<with conv1d>", "*", "error"): ("empty", 1, "jit", ("conv1d", "erfc", "softmax")),
     ("maximum", "*", "unresolved"): ("empty", 0, "grad", ("huber_loss", "maximum")),
     ("<with log10>", "*", "forward"): ("scalar", 0, "vmap", ("relu", "tan", "log10", "ceil")),
     ("smooth_l1_loss", "*", "unresolved"): (
@@ -85,10 +74,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         ("mse_loss", "std", "smooth_l1_loss"),
     ),
     ("clamp_tensor", "*", "kink"): ("zero", 5, "jvp"),
-    ("conv2d", "*", "error"): ("empty", 2, "grad"),
-    ("div_raw", "*", "unresolved"): ("tie", 1, "hessian"),
     ("layer_norm", "*", "kink"): ("big", 0, "hessian"),
-    ("sdpa", "*", "error"): ("empty", 0, "grad"),
-    ("var", "*", "thunderx-wrong"): ("empty", 0, "jvp"),
     ("var", "*", "unresolved"): ("scalar", 0, "hessian"),
 }
