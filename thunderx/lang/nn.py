@@ -138,7 +138,16 @@ def logsigmoid(x):
 
 @register(F.hardsigmoid)
 def _hardsigmoid(x, inplace=False):
-    return B.div(hardtanh(B.add(x, 3.0), 0.0, 6.0), 6.0)
+    # (x + 3) / 6 strictly inside (-3, 3), the constants 0 and 1 outside, and nan as a constant:
+    # torch's hardsigmoid_backward passes the derivative only strictly inside, so at a nan input
+    # it is 0 (hardtanh's passes nan on)
+    from thunderx.primitives.higher_order import stop_gradient
+
+    if not is_float(dtype(x)):
+        return B.div(hardtanh(B.add(x, 3.0), 0.0, 6.0), 6.0)
+    inside = B.and_p.bind(B.gt(x, -3.0), B.lt(x, 3.0))
+    edge = U.select(B.ge(x, 3.0), 1.0, U.select(B.le(x, -3.0), 0.0, stop_gradient(x)))
+    return U.select(inside, B.div(B.add(x, 3.0), 6.0), edge)
 
 
 @register(F.hardswish)
