@@ -154,6 +154,21 @@ def _atan2_recip(x, y):
     return unary.select(zero, 0.0, div(1.0, unary.select(zero, 1.0, denom)))
 
 
+def _div_jvp(primals, tangents):
+    """(tx - ty * out) / y, torch's forward formula: one division, so that at y == 0 a zero
+    tangent of x does not add 0 / 0 = nan to ty's infinite contribution (the second derivative
+    of x / y at y == 0 is 2x / y^3 = +-inf, as torch gives, not nan)."""
+    x, y = primals
+    out = div_p.bind(x, y)
+    tx, ty = tangents
+    if type(ty) is Zero:
+        if type(tx) is Zero:
+            return out, Zero(get_aval(out).strip_weak())
+        return out, div(tx, y)
+    moved = mul(ty, out)
+    return out, div(neg(moved) if type(tx) is Zero else sub(tx, moved), y)
+
+
 def _div_impl(x, y):
     if not get_aval(x if not is_scalar(x) else y).dtype.is_floating_point:
         return torch.div(x, y, rounding_mode="trunc")
@@ -203,7 +218,7 @@ div_p = def_binary(
     _div_impl,
     _div_codegen,
     "div",
-    partials=(lambda t, x, y, out: div(t, y), lambda t, x, y, out: neg(mul(t, div(out, y)))),
+    jvp=_div_jvp,
     linear=True,
     transpose=_transpose("div", lambda ct, y: div(ct, y), None, True),
     inplace="div_",

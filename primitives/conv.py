@@ -47,6 +47,11 @@ _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 def _conv_impl(x, w, *, window_strides, padding, lhs_dilation, rhs_dilation, groups):
     nsp = x.dim() - 2
+    if x.numel() == 0 or w.numel() == 0:
+        # every output entry sums products with no terms (no input channel, no kernel tap) or
+        # there is no entry: zeros, where torch's kernels refuse a kernel with 0 output channels
+        shape = _out_shape(x.shape, w.shape, window_strides, padding, lhs_dilation, rhs_dilation)
+        return x.new_zeros(shape)
     if any(d != 1 for d in lhs_dilation):
         # insert (d - 1) zeros between input elements
         shape = list(x.shape[:2]) + [_dilate(n, d) for n, d in zip(x.shape[2:], lhs_dilation)]
@@ -275,6 +280,8 @@ def _kg_abstract_eval(ct, x, *, kernel_shape, window_strides, padding, rhs_dilat
 def _kg_impl(ct, x, *, kernel_shape, window_strides, padding, rhs_dilation, groups):
     # only the weight's shape is read when just the kernel gradient is asked for; it must be
     # contiguous all the same (an expanded one sends oneDNN to a 5x slower path)
+    if ct.numel() == 0 or x.numel() == 0 or math.prod(kernel_shape) == 0:
+        return x.new_zeros(kernel_shape)  # sums with no terms, as in _conv_impl
     w = x.new_empty(kernel_shape)
     n = len(kernel_shape) - 2
     return torch.ops.aten.convolution_backward(

@@ -196,3 +196,14 @@ def test_docstring_examples(module):
     mod = importlib.import_module(f"thunderx.testing.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_rounding_noise_beside_large_entries_is_not_a_finding():
+    """An entry that cancels to ~0 carries the rounding of the terms it sums (2^-23 beside a
+    Hessian of 8.5e8, cosine_similarity at a zero vector); a real difference there is found."""
+    want = torch.tensor([-8.5e8, 0.0], dtype=torch.float64)
+    never = lambda: pytest.fail("finite differences are not needed")  # noqa: E731
+    assert dc._derivative("hessian", want + torch.tensor([0.0, 2.0**-23]), want, never) is None
+    fd = lambda: (want, want, want)  # noqa: E731
+    found = dc._derivative("hessian", want + torch.tensor([0.0, 1.0]), want, fd)
+    assert found is not None and found.category == "thunderx-wrong"

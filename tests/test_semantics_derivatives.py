@@ -141,3 +141,84 @@ def test_second_derivative_of_elu_family_at_zero(fn):
     f = lambda x: fn(x).sum()  # noqa: E731
     close(torch.diagonal(tx.hessian(f)(x)), torch.diagonal(tf.hessian(f)(x)))
     close(tx.grad(f)(x), tf.grad(f)(x))
+
+
+# ------------------------------- found by the differential test (tests/test_differential.py)
+
+
+def test_logaddexp_at_ties_has_torchs_second_derivative_and_infinite_values():
+    """max(a, b) + log1p(exp(-|a - b|)) had a zero Hessian at a == b (sign(0) terms) and gave
+    nan for equal infinities."""
+    f = lambda a, b: torch.logaddexp(a, b).sum()  # noqa: E731
+    a = T(0, 1, -2, 30)
+    for i in range(2):
+        close(tx.hessian(f, argnums=i)(a, a.clone()), tf.hessian(f, argnums=i)(a, a.clone()))
+    fd = _fd_diag(tf.grad(lambda a: f(a, a.detach() * 0 + T(0, 1, -2, 30))), a)
+    close(torch.diagonal(tx.hessian(f)(a, a.clone())), fd, tol=1e-5)
+    far = T(0, 1e3, -2, -1e3)
+    close(tx.grad(f, argnums=(0, 1))(a, far), tf.grad(f, argnums=(0, 1))(a, far))
+    inf = math.inf
+    x, y = T(inf, -inf, inf, 1, math.nan), T(inf, -inf, -inf, inf, 1)
+    close(tx.jit(torch.logaddexp)(x, y), torch.logaddexp(x, y))
+
+
+@pytest.mark.parametrize("loss", [F.huber_loss, F.smooth_l1_loss])
+def test_huber_and_smooth_l1_second_derivatives_at_zero_and_at_the_bound(loss):
+    x = T(0, 1, -1, 0.5, 2)
+    f = lambda x: loss(x, torch.zeros_like(x))  # noqa: E731
+    close(tx.hessian(f)(x), tf.hessian(f)(x))
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    fd = _fd_diag(tf.grad(f), x)  # differentiable away from |x| == 1
+    close(torch.diagonal(tx.hessian(f)(x))[[0, 3, 4]], fd[[0, 3, 4]], tol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [F.elu, F.selu, F.celu])
+def test_elu_family_gradient_at_large_inputs_is_finite(fn):
+    """expm1's unused branch overflowed at x ~ 1e12: 0 * inf = nan in reverse mode."""
+    x = T(1e12, -3, 800, 0.5)
+    f = lambda x: fn(x).sum()  # noqa: E731
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    close(tx.jit(tx.grad(f))(x), tf.grad(f)(x))
+
+
+def test_second_derivative_of_division_at_a_zero_denominator_is_infinite_like_torch():
+    """(tx - ty * out) / y in one division: tx / y alone gave 0 / 0 = nan beside ty's inf."""
+    f = lambda x, y: (x / y).sum()  # noqa: E731
+    x, y = T(-0.75), T(0.0, 0.75)
+    want = tf.hessian(f, argnums=(0, 1))(x, y)
+    close(tx.hessian(f, argnums=(0, 1))(x, y), want)
+    assert want[1][1][0, 0] == -math.inf  # 2x / y^3 at y = +0, x < 0
+    close(tx.jvp(f, (x, y), (T(0.0), T(1.0, 1.0))), tf.jvp(f, (x, y), (T(0.0), T(1.0, 1.0))))
+
+
+def test_variance_over_no_elements_has_a_zero_tangent():
+    x = torch.zeros(3, 0, dtype=F64)
+    f = lambda x: torch.var(x, 1)  # noqa: E731
+    close(tx.jvp(f, (x,), (x,)), tf.jvp(f, (x,), (x,)))
+    close(tx.jit(f)(x), f(x))
+
+
+@pytest.mark.parametrize("conv", [F.conv1d, F.conv2d])
+def test_convolution_with_no_input_channels(conv):
+    """torch returns (N, 0, *out) for an input without channels; thunderx raised."""
+    nsp = 1 if conv is F.conv1d else 2
+    x = torch.zeros((3, 0) + (3,) * nsp, dtype=F64)
+    w = torch.zeros((2, 0) + (2,) * nsp, dtype=F64)
+    assert tx.jit(conv)(x, w).shape == conv(x, w).shape
+    f = lambda x, w: conv(x, w).sum()  # noqa: E731
+    close(tx.grad(f, argnums=(0, 1))(x, w), tf.grad(f, argnums=(0, 1))(x, w))
+    # a kernel without output channels (eager torch refuses one; the transpose of a conv whose
+    # input has no channels builds one): an empty output and a zero gradient
+    w = torch.randn((0, 2) + (2,) * nsp, dtype=F64)
+    y = torch.randn((3, 2) + (3,) * nsp, dtype=F64)
+    g = tx.grad(lambda y: conv(y, w).sum())(y)
+    close(g, torch.zeros_like(y))
+
+
+def test_attention_with_head_dim_zero_is_uniform_like_torch():
+    q, k = torch.randn(2, 3, 0, dtype=F64), torch.randn(2, 4, 0, dtype=F64)
+    v = torch.randn(2, 4, 5, dtype=F64)
+    f = F.scaled_dot_product_attention
+    close(tx.jit(f)(q, k, v), f(q, k, v))
+    g = lambda v: f(q, k, v).sum()  # noqa: E731
+    close(tx.grad(g)(v), tf.grad(g)(v))

@@ -39,6 +39,15 @@ def _conv(nsp, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
             pads.append((total // 2, total - total // 2))
     else:
         pads = [(p, p) for p in _tuple(padding, nsp)]
+    if shape(x)[1] == 0:
+        # torch returns (N, 0, *out) for an input with no channels, whatever the kernel's output
+        # channels and the bias: the same empty result, with no derivative to carry
+        from thunderx.lang._base import aval
+        from thunderx.primitives import creation as C
+
+        full = CV._out_shape(shape(x), shape(weight), stride, pads, (1,) * nsp, dilation)
+        out = C.full((full[0], 0) + full[2:], 0.0, dtype(x), aval(x).device)
+        return S.squeeze(out, (0,)) if unbatched else out
     out = CV.conv(x, weight, stride, pads, None, dilation, groups)
     if bias is not None:
         out = B.add(out, S.broadcast_in_dim(bias, shape(out), (1,)))

@@ -360,12 +360,22 @@ def _xlogy(x, y):
 
 @register(torch.logaddexp, methods=("logaddexp",))
 def _logaddexp(x, y):
+    # hi + log1p(exp(lo - hi)) with the larger operand picked by a select, not by max and
+    # -|a - b|: each branch is smooth, so at a == b every derivative is torch's (first 1/2,
+    # second 1/4), where max's tie split and |a - b|'s sign(0) terms vanish. The exponent is
+    # <= 0 in both branches, so exp never overflows (no 0 * inf in the unselected branch).
+    # Equal infinities give that infinity (inf - inf would be nan), as torch.logaddexp does.
     (a, b), _ = promote(x, y, to_float=True)
-    m = B.maximum(a, b)
-    # a == b: the difference is 0 (not inf - inf = nan), so logaddexp(-inf, -inf) = -inf as
-    # in torch; the gradient there is unchanged (|a - b| has derivative 0 at 0).
-    d = U.select(B.eq(a, b), 0.0, B.sub(a, b))
-    return B.add(m, U.log1p(U.exp(U.neg(U.abs(d)))))
+    if type(a) in SCALARS:
+        a = full_like(b, a)
+    if type(b) in SCALARS:
+        b = full_like(a, b)
+    first = B.ge(a, b)
+    diff = B.sub(b, a)
+    low = U.select(first, diff, U.neg(diff))
+    same_inf = B.and_p.bind(B.eq(a, b), B.eq(U.abs(a), math.inf))
+    low = U.select(same_inf, 0.0, low)
+    return B.add(U.select(first, a, b), U.log1p(U.exp(low)))
 
 
 @register(torch.copysign, methods=("copysign",))

@@ -51,21 +51,28 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):  #
 
 @register(F.smooth_l1_loss)
 def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mean", beta=1.0):  # noqa: A002
+    # The quadratic piece squares the difference itself, not |difference| (whose sign(0) would
+    # zero the second derivative at 0). At |d| == beta the linear piece: both have the first
+    # derivative +-1 there, and torch's double backward counts the bound out (d < beta).
     a, b = _pair(input, target)
-    d = U.abs(B.sub(a, b))
+    diff = B.sub(a, b)
+    d = U.abs(diff)
     if beta == 0:
         return _reduce(d, reduction)
-    quad = B.div(B.mul(B.mul(d, d), 0.5), beta)
+    quad = B.div(B.mul(B.mul(diff, diff), 0.5), beta)
     return _reduce(U.select(B.lt(d, beta), quad, B.sub(d, 0.5 * beta)), reduction)
 
 
 @register(F.huber_loss)
 def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):  # noqa: A002
+    # the square of the difference itself (as smooth_l1_loss); quadratic up to |d| == delta
+    # included, as torch's huber double backward
     a, b = _pair(input, target)
-    d = U.abs(B.sub(a, b))
-    quad = B.mul(B.mul(d, d), 0.5)
+    diff = B.sub(a, b)
+    d = U.abs(diff)
+    quad = B.mul(B.mul(diff, diff), 0.5)
     lin = B.mul(B.sub(d, 0.5 * delta), delta)
-    return _reduce(U.select(B.lt(d, delta), quad, lin), reduction)
+    return _reduce(U.select(B.le(d, delta), quad, lin), reduction)
 
 
 @register(F.nll_loss)

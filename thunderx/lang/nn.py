@@ -81,7 +81,11 @@ def _exp_kink(x, alpha, scale_in):
     alpha * scale_in * x: torch's derivatives at the kink are the negative side's first
     derivative and a zero second derivative (elu/selu/celu backward and double backward)."""
     inner = B.mul(x, scale_in) if scale_in != 1.0 else x
-    neg = U.select(B.lt(x, 0.0), B.mul(U.expm1(inner), alpha), B.mul(inner, alpha))
+    below = B.lt(x, 0.0)
+    # expm1 sees 0 where its branch is unused: at a large x, expm1(x) = inf would make the
+    # discarded derivative 0 * inf = nan (torch's backward selects before it exponentiates)
+    curve = B.mul(U.expm1(U.select(below, inner, 0.0)), alpha)
+    neg = U.select(below, curve, B.mul(inner, alpha))
     return U.select(B.gt(x, 0.0), x, neg)
 
 
@@ -139,7 +143,16 @@ def logsigmoid(x):
 
 @register(F.hardsigmoid)
 def _hardsigmoid(x, inplace=False):
-    return B.div(hardtanh(B.add(x, 3.0), 0.0, 6.0), 6.0)
+    # (x + 3) / 6 strictly inside (-3, 3), the constants 0 and 1 outside, and nan as a constant:
+    # torch's hardsigmoid_backward passes the derivative only strictly inside, so at a nan input
+    # it is 0 (hardtanh's passes nan on)
+    from thunderx.primitives.higher_order import stop_gradient
+
+    if not is_float(dtype(x)):
+        return B.div(hardtanh(B.add(x, 3.0), 0.0, 6.0), 6.0)
+    inside = B.and_p.bind(B.gt(x, -3.0), B.lt(x, 3.0))
+    edge = U.select(B.ge(x, 3.0), 1.0, U.select(B.le(x, -3.0), 0.0, stop_gradient(x)))
+    return U.select(inside, B.div(B.add(x, 3.0), 6.0), edge)
 
 
 @register(F.hardswish)
@@ -395,9 +408,12 @@ def scaled_dot_product_attention(
         raise unsupported("scaled_dot_product_attention(dropout_p>0) under a transform")
     q, k, v = query, key, value
     lq, lk = shape(q)[-2], shape(k)[-2]
-    s = 1.0 / math.sqrt(shape(q)[-1]) if scale is None else scale
     kt = S.moveaxis(k, ndim(k) - 1, ndim(k) - 2)
-    scores = B.mul(matmul(q, kt), s)
+    scores = matmul(q, kt)
+    if shape(q)[-1]:
+        # with head dim 0 the scores are empty sums, 0 (torch scales q and k before the product,
+        # so its 1 / sqrt(0) never multiplies them): uniform attention
+        scores = B.mul(scores, 1.0 / math.sqrt(shape(q)[-1]) if scale is None else scale)
     if is_causal:
         r = C.iota(torch.int64, (lq, lk), 0)
         c = C.iota(torch.int64, (lq, lk), 1)

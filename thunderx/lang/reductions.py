@@ -163,7 +163,14 @@ def _var(x, dim, correction, keepdim):
     mean = B.div(R.reduce_sum(x, dims, keepdims=True), float(n))
     centered = B.sub(x, S.broadcast_to(mean, shape(x)))
     ss = R.reduce_sum(B.mul(centered, centered), dims)
-    var = B.div(ss, float(max(n - correction, 0)))
+    if n == 0:
+        # no element: the variance is nan and depends on nothing, so its derivative is the
+        # empty sum 0 (torch's var), not 0 / 0 from dividing the sum's zero tangent by n
+        from thunderx.primitives import creation as C
+
+        var = C.full(shape(ss), math.nan, dtype(ss), aval(ss).device)
+    else:
+        var = B.div(ss, float(max(n - correction, 0)))
     return keepdims(var, dims, keepdim), keepdims(S.reshape(mean, shape(var)), dims, keepdim)
 
 

@@ -7,9 +7,9 @@ side is wrong when they disagree; against JAX too where it is installed.
     python -m thunderx.testing.differential --minutes 10      # the long run (add --jax)
     python -m thunderx.testing.differential                   # the bounded CI profile
 
-Disagreements that belong to work in progress elsewhere are listed in `KNOWN_FAILURES` with the
-reason and the owner; the CI test fails on any finding outside the table and on any table entry
-whose reproducer no longer fails (a stale entry).
+Open disagreements are listed in `KNOWN_FAILURES` with the reason and the owner, deliberate ones
+in `DELIBERATE` (each a documented row of docs/conventions.md); the CI test fails on any finding
+outside the tables and on any entry whose reproducer no longer shows it (a stale entry).
 
 >>> report = run(ops=["sin"], checks=["jit", "grad"], programs=0)
 >>> report.unexpected()
@@ -28,7 +28,7 @@ import warnings
 import torch
 
 from thunderx.testing import diff_checks as dc
-from thunderx.testing.diff_known import KNOWN_FAILURES, KNOWN_REPROS
+from thunderx.testing.diff_known import DELIBERATE, KNOWN_FAILURES, KNOWN_REPROS
 from thunderx.testing.diff_ops import EDGES, OPS, Case, draw_shape, fill, make_case
 
 # jax(grad) compiles per case (slow): the JAX test and the long run (--jax) ask for it.
@@ -39,7 +39,7 @@ def known(key: tuple) -> tuple | None:
     """The table entry covering a finding's (op, check, category), or None."""
     op, check, category = key
     for k in ((op, check, category), (op, "*", category)):
-        if k in KNOWN_FAILURES:
+        if k in KNOWN_FAILURES or k in DELIBERATE:
             return k
     return None
 
@@ -114,7 +114,7 @@ class Report:
         if seen:
             lines.append(f"known failures seen: {len(seen)} (op, check) pairs")
             if verbose:
-                lines += [f"  {f.key}: {KNOWN_FAILURES[known(f.key)][1]}" for f in seen]
+                lines += [f"  {f.key}: {_reason(known(f.key))}" for f in seen]
         if self.notes:
             lines.append(
                 f"oracle notes ({len(self.notes)}): torch disagrees with finite differences "
@@ -322,10 +322,16 @@ def _one_program(rng, names, report, seed):
         check_program(prog, steps, names, report, seed)
 
 
+def _reason(key: tuple) -> str:
+    if key in DELIBERATE:
+        return f"deliberate: docs/conventions.md, row {DELIBERATE[key]}"
+    return KNOWN_FAILURES[key][1]
+
+
 def stale_entries() -> list[str]:
     """Table entries whose reproducer no longer fails with that category."""
     stale = []
-    for key in KNOWN_FAILURES:
+    for key in [*KNOWN_FAILURES, *DELIBERATE]:
         op, _, category = key
         edge, seed, check, *chain = KNOWN_REPROS[key]
         if chain:

@@ -1,0 +1,216 @@
+"""docs/conventions.md's table of derivatives where thunderx deliberately differs from torch.func:
+its rows are exactly the deliberate differences the differential test and the special-point
+checks know, and each row's thunderx behaviour holds (with torch.func still differing; the
+reproducers themselves run in tests/test_differential.py and tests/test_special_points.py)."""
+
+import math
+import pathlib
+import re
+
+import pytest
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+
+import thunderx as tx
+from thunderx.testing.diff_known import DELIBERATE, KNOWN_FAILURES, KNOWN_REPROS
+
+from .test_special_points import DOCUMENTED, DOCUMENTED_FUNCTIONS
+
+F64 = torch.float64
+DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "conventions.md"
+HEADING = "### Derivatives where thunderx differs from torch.func"
+
+
+def T(*v):
+    return torch.tensor(v, dtype=F64)
+
+
+def S(v):
+    return torch.tensor(v, dtype=F64)
+
+
+def _rows() -> list[str]:
+    text = DOC.read_text()
+    assert HEADING in text, f"{DOC} lost its table heading {HEADING!r}"
+    section = text.split(HEADING, 1)[1].split("\n#", 1)[0]
+    return re.findall(r"^\| `([a-z0-9-]+)` \|", section, flags=re.M)
+
+
+def _close(a, b):
+    torch.testing.assert_close(a, b, equal_nan=True, rtol=1e-9, atol=1e-12)
+
+
+# ------------------------------------------------ each row's thunderx behaviour, vs torch.func
+
+
+def forward_mode_kinks():
+    zero, one = S(0.0), S(1.0)
+    # atan2 at the origin: 0 in both modes (torch: forward nan, reverse 0)
+    assert tx.jvp(torch.atan2, (zero, zero), (one, one))[1] == 0
+    assert torch.isnan(tf.jvp(torch.atan2, (zero, zero), (one, one))[1])
+    _close(
+        tx.grad(torch.atan2, argnums=(0, 1))(zero, zero), tf.grad(torch.atan2, (0, 1))(zero, zero)
+    )
+    # fmax tie: all to the first operand in both modes (torch forward: to the second)
+    ta, tb = S(2.0), S(3.0)
+    assert tx.jvp(torch.fmax, (one, one), (ta, tb))[1] == 2.0
+    assert tf.jvp(torch.fmax, (one, one), (ta, tb))[1] == 3.0
+    _close(tx.grad(torch.fmax, argnums=(0, 1))(one, one), tf.grad(torch.fmax, (0, 1))(one, one))
+    # clamp(x, min=t) with x == t: all to x (torch forward: to the bound)
+    clamp = lambda x, t: torch.clamp(x, min=t)  # noqa: E731
+    assert tx.jvp(clamp, (one, one), (ta, tb))[1] == 2.0
+    assert tf.jvp(clamp, (one, one), (ta, tb))[1] == 3.0
+    _close(tx.grad(clamp, argnums=(0, 1))(one, one), tf.grad(clamp, (0, 1))(one, one))
+
+
+def extremum_of_nan():
+    nan, one = S(math.nan), S(1.0)
+    assert tx.jvp(torch.maximum, (nan, one), (S(1.0), S(3.0)))[1] == 2.0  # split: (1 + 3) / 2
+    assert tf.jvp(torch.maximum, (nan, one), (S(1.0), S(3.0)))[1] == 3.0
+    _close(torch.stack(tx.grad(torch.maximum, argnums=(0, 1))(nan, one)), T(0.5, 0.5))
+    _close(torch.stack(tf.grad(torch.maximum, argnums=(0, 1))(nan, one)), T(1.0, 1.0))
+
+
+def batched_rule_at_nan():
+    x, t = T(math.nan), T(-0.99)
+    ours = tx.jacrev(F.smooth_l1_loss, argnums=(0, 1))(x, t)
+    _close(ours, tx.grad(F.smooth_l1_loss, argnums=(0, 1))(x, t))
+    assert all(torch.isnan(g) for g in ours)
+    assert all(torch.isnan(g) for g in tf.grad(F.smooth_l1_loss, argnums=(0, 1))(x, t))
+    assert all(g == 0 for g in tf.jacrev(F.smooth_l1_loss, argnums=(0, 1))(x, t))
+
+
+def variance_without_degrees_of_freedom():
+    x = T(0.7)[0]
+    assert torch.isnan(tx.hessian(torch.var)(x))
+    assert tf.hessian(torch.var)(x) == 0
+    assert torch.isnan(tf.grad(torch.var)(x))
+    assert torch.isnan(tf.hessian(lambda v: torch.var(v.reshape(1, 1), 1).sum())(x))
+
+
+def layer_norm_constant_row():
+    x = T(-30.0, 30.0, 30.0, 30.0, 30.0, 0.46).reshape(3, 2)
+    w, b, wt = T(-30.0, 0.023), T(0.73, -30.0), T(1.3, -0.4, 0.2, 0.9, -1.1, 0.5).reshape(3, 2)
+
+    def s(x, w, b):
+        return (F.layer_norm(x, (2,), w, b) * wt).sum()
+
+    def composed(x, w, b):
+        m = x.mean(-1, keepdim=True)
+        xc = x - m
+        v = (xc * xc).mean(-1, keepdim=True)
+        return ((xc * torch.rsqrt(v + 1e-5) * w + b) * wt).sum()
+
+    def flat(h):
+        return torch.cat(
+            [
+                torch.cat([h[i][j].reshape(a.numel(), -1) for j in range(3)], 1)
+                for i, a in enumerate((x, w, b))
+            ]
+        )
+
+    ours = flat(tx.hessian(s, argnums=(0, 1, 2))(x, w, b))
+    _close(ours, flat(tf.hessian(composed, argnums=(0, 1, 2))(x, w, b)))
+    _close(ours, ours.T)
+    theirs = flat(tf.hessian(s, argnums=(0, 1, 2))(x, w, b))
+    assert not torch.allclose(theirs, theirs.T)
+
+
+def symbolic_zero_derivative():
+    f = lambda x: torch.ceil(torch.sqrt(x)).sum()  # noqa: E731 - sqrt's tangent at 0 is inf
+    x = T(0.0, 4.0)
+    _close(tx.grad(f)(x), T(0.0, 0.0))
+    _close(tf.grad(f)(x), T(math.nan, 0.0))
+
+
+def reduction_over_no_elements():
+    x = torch.zeros(2, 0, dtype=F64)
+    f = lambda x: torch.logsumexp(x, 1)  # noqa: E731
+    _close(tx.jvp(f, (x,), (x,))[1], T(0.0, 0.0))
+    assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
+
+
+def second_derivative_at_the_zero_vector():
+    x, d = T(0.0, 0.0), T(0.3, -1.2)
+    for f in (torch.linalg.vector_norm, lambda v: F.normalize(v, dim=0).sum()):
+        _close(tx.grad(f)(x), tf.grad(f)(x))
+
+        def rev_rev(grad):
+            return grad(lambda v: (grad(f)(v) * d).sum())(x)
+
+        assert torch.equal(rev_rev(tx.grad), torch.zeros(2, dtype=F64))
+        assert torch.equal(tx.hessian(f)(x), torch.zeros(2, 2, dtype=F64))
+        assert torch.isnan(rev_rev(tf.grad)).all()
+
+
+def bilinear_at_infinity():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 2, 4, dtype=F64, generator=g)
+    x[0, 0, 1] = math.inf
+    w, wt = (
+        torch.randn(3, 2, 2, dtype=F64, generator=g),
+        torch.randn(1, 3, 3, dtype=F64, generator=g),
+    )
+    dx, dw = (
+        torch.randn(x.shape, dtype=F64, generator=g),
+        torch.randn(w.shape, dtype=F64, generator=g),
+    )
+
+    def s(x, w):
+        return (F.conv1d(x, w) * wt).sum()
+
+    def second(jvp):
+        return jvp(lambda x, w: jvp(s, (x, w), (dx, dw))[1], (x, w), (dx, dw))[1]
+
+    _close(second(tx.jvp), 2 * (F.conv1d(dx, dw) * wt).sum())  # the closed form
+    assert torch.isnan(second(tf.jvp))
+
+
+def cumprod_at_infinity():
+    x, t = T(math.inf, 2.0, 3.0), T(1.0, 0.0, 0.0)
+    assert tx.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0] == 1.0
+    assert torch.isnan(tf.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0])
+
+
+BEHAVIOUR = {
+    f.__name__.replace("_", "-"): f
+    for f in (
+        forward_mode_kinks,
+        extremum_of_nan,
+        batched_rule_at_nan,
+        variance_without_degrees_of_freedom,
+        layer_norm_constant_row,
+        symbolic_zero_derivative,
+        reduction_over_no_elements,
+        second_derivative_at_the_zero_vector,
+        bilinear_at_infinity,
+        cumprod_at_infinity,
+    )
+}
+
+
+def test_the_table_is_exactly_the_known_deliberate_differences():
+    rows = _rows()
+    assert len(rows) == len(set(rows)), f"a row id appears twice: {rows}"
+    known = (
+        set(DELIBERATE.values())
+        | {row for row, _ in DOCUMENTED.values()}
+        | {row for row, _ in DOCUMENTED_FUNCTIONS.values()}
+    )
+    assert set(rows) == known, (
+        f"rows without a known difference: {sorted(set(rows) - known)}; "
+        f"differences without a row: {sorted(known - set(rows))}"
+    )
+    assert set(rows) == set(BEHAVIOUR), "every row needs its behaviour asserted below"
+
+
+def test_every_deliberate_entry_has_a_reproducer_and_is_not_also_open():
+    for key in DELIBERATE:
+        assert key in KNOWN_REPROS, key
+        assert key not in KNOWN_FAILURES, key
+
+
+@pytest.mark.parametrize("row", sorted(BEHAVIOUR))
+def test_documented_thunderx_behaviour(row):
+    BEHAVIOUR[row]()
