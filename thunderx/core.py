@@ -175,9 +175,8 @@ def declare(
     per-interpretation tables each transform reads) and its properties (`prim.props`).
 
     Rule signatures: `impl(*arrays, **params)`; `abstract_eval(*avals, **params)`;
-    `jvp(primals, tangents, **params) -> (out, tangent_out)` (`forward_jvp`, same signature: the
-    rule forward-mode levels use instead, where the two differ); `transpose(ct, *args, **params)
-    -> [ct per operand]`; `batch(args, dims, **params) -> (out, out_dim)`;
+    `jvp(primals, tangents, **params) -> (out, tangent_out)` (`forward_jvp`: forward mode's);
+    `transpose(ct, *args, **params) -> [ct per operand]`; `batch(args, dims, **p) -> (out, dim)`;
     `partial_eval(eqn, unknowns)`, `stage(args, params)` and `flops(in_avals, out_avals,
     **params)` (see their tables above);
     `torch_codegen(arg_sources, avals, **params) -> expression source` (with
