@@ -140,7 +140,7 @@ ADDED = (
     "cartesian_prod combinations nn.functional.pdist resolve_neg slice _unsafe_masked_index "
     "_unsafe_masked_index_put_accumulate lu cdist nn.functional.gaussian_nll_loss "
     "nn.functional.multi_margin_loss nn.functional.multilabel_margin_loss "
-    "nn.functional.local_response_norm"
+    "nn.functional.local_response_norm __rpow__ linalg.norm"
 ).split()
 
 
