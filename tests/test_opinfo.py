@@ -140,14 +140,14 @@ ADDED = (
     "cartesian_prod combinations nn.functional.pdist resolve_neg slice _unsafe_masked_index "
     "_unsafe_masked_index_put_accumulate lu cdist nn.functional.gaussian_nll_loss "
     "nn.functional.multi_margin_loss nn.functional.multilabel_margin_loss "
-    "nn.functional.local_response_norm"
+    "nn.functional.local_response_norm __rpow__ linalg.norm"
 ).split()
 
 
 @pytest.mark.parametrize("name", ADDED)
 def test_op_db_functions_added_pass_jit_vjp_vmap(name):
-    ops = [o for o in opdb.differentiable_ops() if o.name == name]
-    assert ops, f"{name} is not in op_db"
+    ops = [o for o in opdb.differentiable_ops() if opinfo.op_id(o) == name]
+    assert ops, f"{name} is not an OpInfo id in op_db"
     for op in ops:
         entry = opdb.summarize(opinfo.check_op(op, MAX_SAMPLES))
         assert entry["samples"] > 0 and opdb.passes_all(entry), entry

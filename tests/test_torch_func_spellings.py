@@ -240,3 +240,12 @@ def test_index_put_repeated_positions_take_one_value_not_a_sum():
         tx.vmap(acc, in_dims=(None, 0))(x, torch.stack([v, 2 * v])),
         tf.vmap(acc, in_dims=(None, 0))(x, torch.stack([v, 2 * v])),
     )
+
+
+@pytest.mark.parametrize("size", [(0, 0), (0, 3), (2, 0, 4)])
+def test_matrix_norms_of_empty_matrices_are_torchs(size):
+    e = torch.zeros(*size, dtype=F64)
+    for order in ("fro", "nuc", 1, 2, float("inf")):
+        want = torch.linalg.matrix_norm(e, order)
+        got = tx.jit(lambda e: torch.linalg.matrix_norm(e, order))(e)  # noqa: B023
+        assert got.shape == want.shape and torch.equal(got, want), (order, got, want)

@@ -23,6 +23,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     margin_losses,
     nn,
     random,
+    random_inplace,
     reductions,
     rnn,
     shape_ops,

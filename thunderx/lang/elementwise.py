@@ -277,7 +277,9 @@ def _pow(x, y):
 
 @register(torch.Tensor.__rpow__)
 def _rpow(x, y):
-    # y ** x with y a Python scalar
+    # y ** x; a tensor y (the unbound `Tensor.__rpow__(x, y)`) broadcasts and promotes as pow
+    if is_tensor(y):
+        return torch.pow(y, x)
     if not is_float(dtype(x)) and isinstance(y, float):
         x = float_operand(x)
     (xx,), dt = promote(x)

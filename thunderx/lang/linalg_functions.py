@@ -147,7 +147,10 @@ def matrix_norm(a, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     _matrix(a, "linalg.matrix_norm")
     x, (d0, d1) = _move_matrix_dims(a, dim)
     r = ndim(x)
-    if ord == "fro":
+    if 0 in shape(x)[-2:] and ord in ("nuc", 2, 1, math.inf):
+        # torch: the largest-type norms of an empty matrix are 0 (a max over nothing)
+        out = C.full(shape(x)[:-2], 0.0, aval(x).dtype)
+    elif ord == "fro":
         out = U.sqrt(R.reduce_sum(B.mul(x, x), (r - 2, r - 1)))
     elif ord == "nuc":
         out = R.reduce_sum(svdvals(x), (r - 2,))

@@ -296,80 +296,6 @@ def _refuse(name):
     return impl
 
 
-def _randint_like(x, *args, dtype=None, device=None, layout=None, memory_format=None, **kw):
-    """randint_like(x, high) or randint_like(x, low, high): randint of x's shape."""
-    kw.pop("requires_grad", None)
-    low, high = (0, *args) if len(args) == 1 else args
-    a = get_aval(x)
-    return _randint(low, high, tuple(a.shape), dtype=dtype or a.dtype, device=device or a.device)
-
-
-def _transformed() -> bool:
-    """True under a vmap or a staging trace: a draw there is not one eager draw of torch's."""
-    return next(_batch_traces(), None) is not None or _staging_trace() is not None
-
-
-def _inplace_draw(name, values):
-    """`Tensor.<name>(...)` (bernoulli_, uniform_, ...): torch's own kernel in eager transforms;
-    under vmap or staging, the draw `values(shape, dtype, device, *args)` written into the
-    tensor, which must be a traced one (a batched draw does not fit a concrete tensor)."""
-    method = getattr(torch.Tensor, name)
-
-    def impl(x, *args, generator=None, **kwargs):
-        from thunderx.core import Tracer
-        from thunderx.lang.inplace import MutationError, mutate
-
-        if not _transformed() and not isinstance(x, Tracer):
-            return method(x, *args, generator=generator, **kwargs)
-        a = get_aval(x)
-        new = values(a.shape, a.dtype, a.device, f"Tensor.{name}", generator, *args, **kwargs)
-        if not isinstance(x, Tracer) and not isinstance(new, Tracer):
-            return x.copy_(new)  # one concrete draw (vmap's randomness="same" outside jit)
-        if not isinstance(x, Tracer):
-            raise MutationError(
-                f"Tensor.{name} on a tensor created outside the traced values at {user_frame()}: "
-                "under vmap or jit its draws cannot be written into a concrete tensor (torch."
-                "empty_like(x) of a vmapped x is one). Use the out-of-place form (torch."
-                "bernoulli(torch.full_like(x, p)), torch.rand_like(x), torch.randint_like(x, "
-                "high), torch.normal(mean, std)) or draw into a traced tensor (x.clone())"
-            )
-        return mutate(x, new, f"Tensor.{name}")
-
-    return impl
-
-
-def _bernoulli_values(shape, dtype, device, name, generator, p=0.5):
-    u = draw("uniform", shape, torch.float64, device, name, generator)
-    return (u < p).to(dtype)
-
-
-def _uniform_values(shape, dtype, device, name, generator, low=0.0, high=1.0):
-    u = draw("uniform", shape, dtype, device, name, generator)
-    return u * (high - low) + low
-
-
-def _normal_values(shape, dtype, device, name, generator, mean=0.0, std=1.0):
-    return draw("normal", shape, dtype, device, name, generator) * std + mean
-
-
-def _exponential_values(shape, dtype, device, name, generator, lambd=1.0):
-    u = draw("uniform", shape, dtype, device, name, generator)
-    return -torch.log1p(-u) / lambd
-
-
-def _random_values(shape, dtype, device, name, generator, *args, **kwargs):
-    low, high = (kwargs.get("from", 0), kwargs.get("to"))
-    if args:
-        low, high = (0, args[0]) if len(args) == 1 else args[:2]
-    if high is None:
-        raise NotImplementedError(
-            f"{name}() without an upper bound is not supported under a thunderx transform (at "
-            f"{user_frame()}): give random_(to) or random_(from, to)"
-        )
-    u = draw("uniform", shape, torch.float64, device, name, generator)
-    return (torch.floor(u * (high - low)) + low).clamp(max=high - 1).to(dtype)
-
-
 RANDOM_FUNCTIONS = {
     torch.rand: _rand("uniform", "torch.rand"),
     torch.randn: _rand("normal", "torch.randn"),
@@ -393,12 +319,6 @@ RANDOM_FUNCTIONS = {
         x, p, train
     ),
     torch.poisson: _refuse("torch.poisson"),
-    torch.randint_like: _randint_like,
-    torch.Tensor.bernoulli_: _inplace_draw("bernoulli_", _bernoulli_values),
-    torch.Tensor.uniform_: _inplace_draw("uniform_", _uniform_values),
-    torch.Tensor.normal_: _inplace_draw("normal_", _normal_values),
-    torch.Tensor.exponential_: _inplace_draw("exponential_", _exponential_values),
-    torch.Tensor.random_: _inplace_draw("random_", _random_values),
     F.rrelu: lambda x, lower=1 / 8, upper=1 / 3, training=False, inplace=False: (
         F.leaky_relu(x, (lower + upper) / 2)
         if not training
@@ -407,12 +327,18 @@ RANDOM_FUNCTIONS = {
 }
 
 
-for _name in ("bernoulli_", "uniform_", "normal_", "exponential_", "random_"):
-    method_table[_name] = RANDOM_FUNCTIONS[getattr(torch.Tensor, _name)]
-# Calls with a traced argument reach the table under every transform (grad and jvp run no
-# RandomnessMode): F.dropout(x, training=True) inside grad draws like the other random ops.
-for _fn, _impl in RANDOM_FUNCTIONS.items():
-    torch_table.setdefault(_fn, _impl)
+def register_random(fn, impl, method: str | None = None) -> None:
+    """Route `fn` to `impl` under every transform: through RandomnessMode (calls without a
+    traced argument, under vmap and staging) and through the language table (calls with one,
+    under grad and jvp too, which run no mode); `method` also names it as a Tensor method."""
+    RANDOM_FUNCTIONS[fn] = impl
+    torch_table.setdefault(fn, impl)
+    if method is not None:
+        method_table[method] = impl
+
+
+for _fn, _impl in list(RANDOM_FUNCTIONS.items()):
+    register_random(_fn, _impl)
 
 
 class RandomnessMode(TorchFunctionMode):

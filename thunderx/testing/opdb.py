@@ -63,7 +63,7 @@ def classify(exc: BaseException) -> str:
     if isinstance(exc, errors.ConcretizationError):
         return "data-dependent value (ConcretizationError)"
     if isinstance(exc, TypeError) and "descriptor" in msg:
-        return "unbound Tensor method on a traced value"
+        return "torch C method taken before the transform, called on a traced value"
     if isinstance(exc, errors.ThunderxError):
         return type(exc).__name__
     return f"error: {type(exc).__name__}"
