@@ -9,6 +9,7 @@ import operator
 import torch
 
 from thunderx.ad_util import Zero, add_tangents, instantiate, is_undefined
+from thunderx.avals import is_float
 from thunderx.core import declare, get_aval
 from thunderx.primitives._elementwise import (
     elementwise_batch,
@@ -170,13 +171,14 @@ def _div_jvp(primals, tangents):
 
 
 def _div_impl(x, y):
-    if not get_aval(x if not is_scalar(x) else y).dtype.is_floating_point:
+    dt = get_aval(x if not is_scalar(x) else y).dtype
+    if not (dt.is_floating_point or dt.is_complex):
         return torch.div(x, y, rounding_mode="trunc")
     return x / y
 
 
 def _div_codegen(args, avals):
-    if any(a.dtype.is_floating_point for a in ([a for a in avals if not a.weak_type] or avals)):
+    if any(is_float(a.dtype) for a in ([a for a in avals if not a.weak_type] or avals)):
         return f"({args[0]} / {args[1]})"
     return f"torch.div({args[0]}, {args[1]}, rounding_mode='trunc')"
 

@@ -370,13 +370,30 @@ def _convert_jvp(primals, tangents, *, new_dtype):
     return y, convert(t, new_dtype)
 
 
+def _convert_impl(x, *, new_dtype):
+    if not isinstance(x, torch.Tensor):  # a Python scalar operand
+        return torch.tensor(x, dtype=new_dtype)
+    if x.dtype.is_complex and not new_dtype.is_complex:
+        x = torch.real(x)  # what the cast keeps, without torch's warning
+    return x.to(new_dtype)
+
+
+def _convert_transpose(ct, x, *, new_dtype):
+    # real -> complex: the pairing Re(ct * t) keeps the real part of the cotangent
+    if ct.dtype.is_complex and not x.aval.dtype.is_complex:
+        from thunderx.primitives.complex import real
+
+        ct = real(ct)
+    return [convert(ct, x.aval.dtype)]
+
+
 convert_p = declare(
     "convert_element_type",
-    impl=lambda x, *, new_dtype: x.to(new_dtype),
+    impl=_convert_impl,
     abstract_eval=lambda x, *, new_dtype: ShapedArray(x.shape, new_dtype, x.device),
     jvp=_convert_jvp,
     linear=True,
-    transpose=lambda ct, x, *, new_dtype: [convert(ct, x.aval.dtype)],
+    transpose=_convert_transpose,
     batch=lambda args, dims, *, new_dtype: (convert(args[0], new_dtype), dims[0]),
     torch_codegen=lambda args, avals, *, new_dtype: f"{args[0]}.to({new_dtype})",
     nvfuser=lambda fd, x, *, new_dtype: fd.ops.cast(x, fd.dtype_of(new_dtype)),

@@ -168,6 +168,26 @@ for _n in _BINARY_DOMAINS:
     SAMPLES[_n] = _binary(_n)
 
 
+# Complex-valued primitives: the generic derivative checks here work in real arithmetic; their
+# derivatives are checked against torch.func in tests/test_complex.py (jit and vmap run here).
+COMPLEX_PRIMS = {"real", "imag", "conj", "complex"}
+
+
+def _complex(d, shape):
+    return torch.complex(d.tensor(shape, F64), d.tensor(shape, F64))
+
+
+@sample("real", "imag", "conj")
+def _(d):
+    return Sample([_complex(d, d.shape())], {})
+
+
+@sample("complex")
+def _(d):
+    shape = d.shape()
+    return Sample([d.tensor(shape, F64), d.tensor(shape, F64)], {})
+
+
 @sample("tanh_backward", "sigmoid_backward")
 def _(d):
     shape = d.shape()

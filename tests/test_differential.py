@@ -25,6 +25,10 @@ NOT_IN_TABLE = {
     "custom_vjp_call": "user-defined rules: tests/test_ad.py and the custom-rule tests",
     "jit_call": "reached by every nested check (jit(grad), jit(vmap(grad)))",
     "stop_gradient": "an identity with a zero derivative: tests/test_ad.py",
+    **{
+        n: "complex values: derivatives vs torch.func in tests/test_complex.py"
+        for n in ("real", "imag", "conj", "complex")
+    },
     "no_grad": "stop_gradient for reverse mode only (torch's no_grad blocks): tests/test_semantics.py",
     **{
         p: "control flow (higher-order): tests/test_control_flow.py"

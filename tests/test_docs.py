@@ -15,6 +15,7 @@ import thunderx.primitives.higher_order
 import thunderx.shapes
 import thunderx.transforms.ad
 import thunderx.transforms.custom
+import thunderx.transforms.jacobians
 import thunderx.transforms.jit
 import thunderx.transforms.linear_transpose
 import thunderx.transforms.vmap
@@ -29,6 +30,7 @@ MODULES = [
     thunderx.primitives.higher_order,
     thunderx.shapes,
     thunderx.transforms.ad,
+    thunderx.transforms.jacobians,
     thunderx.transforms.custom,
     thunderx.transforms.jit,
     thunderx.transforms.linear_transpose,

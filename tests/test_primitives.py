@@ -13,7 +13,7 @@ from thunderx.core import get_aval
 from thunderx.testing import check_grads, check_jit, check_transpose, check_vmap
 from thunderx.testing.checks import _inner
 
-from .samples import EXCLUDED, SAMPLES, Draw
+from .samples import COMPLEX_PRIMS, EXCLUDED, SAMPLES, Draw
 
 ALL = sorted(core.primitives)
 TESTED = [n for n in ALL if n not in EXCLUDED]
@@ -106,7 +106,9 @@ def test_abstract_eval_matches_impl(name, data):
         assert o.dtype == a.dtype, f"{name}: impl dtype {o.dtype}, abstract {a.dtype}"
 
 
-DIFFERENTIABLE = [n for n in TESTED if core.primitives[n] in core.jvp_rules]
+DIFFERENTIABLE = [
+    n for n in TESTED if core.primitives[n] in core.jvp_rules and n not in COMPLEX_PRIMS
+]
 
 
 def _differentiable(name, data):
@@ -165,7 +167,9 @@ def test_vjp_is_the_transpose_of_jvp(name, data):
     )
 
 
-LINEAR = [n for n in TESTED if core.primitives[n] in core.linear_primitives]
+LINEAR = [
+    n for n in TESTED if core.primitives[n] in core.linear_primitives and n not in COMPLEX_PRIMS
+]
 # For bilinear primitives only the first operand is taken as the linear one.
 _BILINEAR = {"mul", "div", "dot_general", "conv", "conv_kernel_grad"}
 # torch's fused derivative kernels: linear in the incoming gradient, not in the saved output

@@ -26,13 +26,14 @@ from thunderx.testing.checks import (
     special_tensor,
 )
 
-from .samples import _BINARY_DOMAINS, SAMPLES, Draw
+from .samples import _BINARY_DOMAINS, COMPLEX_PRIMS, SAMPLES, Draw
 
 F64 = torch.float64
 DIFFERENTIABLE = sorted(
     n
     for n in SAMPLES
-    if core.primitives[n] in core.jvp_rules and n not in ("stop_gradient", "no_grad")
+    if core.primitives[n] in core.jvp_rules
+    and n not in ("stop_gradient", "no_grad", *COMPLEX_PRIMS)
 )
 DOMAINS = {p.name: d for p, d in unary.prim_domains.items()}
 DOMAINS.update({n: d[0] for n, d in _BINARY_DOMAINS.items()})

@@ -21,17 +21,9 @@ from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.primitives.higher_order import stop_gradient
 from thunderx.shapes import ShapeDtypeStruct, eval_shape
 from thunderx.shard_map import P, shard_map
-from thunderx.transforms.ad import (
-    grad,
-    hessian,
-    jacfwd,
-    jacrev,
-    jvp,
-    linearize,
-    value_and_grad,
-    vjp,
-)
+from thunderx.transforms.ad import grad, jvp, linearize, value_and_grad, vjp
 from thunderx.transforms.custom import custom_jvp, custom_vjp
+from thunderx.transforms.jacobians import hessian, jacfwd, jacrev
 from thunderx.transforms.jit import jit
 from thunderx.transforms.linear_transpose import linear_transpose
 from thunderx.transforms.vmap import vmap

@@ -24,6 +24,7 @@ from thunderx.errors import (
 )
 from thunderx.ir import Jaxpr, eval_jaxpr
 from thunderx.tracing import StagingTracer
+from thunderx.transforms import holomorphic as H
 from thunderx.transforms.jvp import jvp_flat, no_grad_outputs
 from thunderx.transforms.partial_eval import PartialEvalTrace
 from thunderx.transforms.transpose import backward_pass
@@ -130,7 +131,9 @@ def linearize_flat(
     return lin
 
 
-def _transpose_linearized(lin: _Linearized, cts: list) -> list:
+def _transpose_linearized(lin: _Linearized, cts: list, holomorphic: bool = False) -> list:
+    # torch's cotangent convention for complex values, unless JAX's holomorphic one is asked for
+    cts = cts if holomorphic else H.conj_leaves(cts)
     cts_unknown = [ct for ct, u in zip(cts, lin.tangent_unknown) if u]
     cts_in = backward_pass(lin.linear, lin.residuals, cts_unknown)
     it = iter(cts_in)
@@ -138,6 +141,7 @@ def _transpose_linearized(lin: _Linearized, cts: list) -> list:
     for a, d in zip(lin.in_avals, lin.in_diff):
         ct = next(it) if d else Zero(a)
         out.append(instantiate(ct))
+    out = out if holomorphic else H.conj_leaves(out)
     # evaluated in a no_grad block (of an enclosing transform's function): no derivative there
     return out if torch.is_grad_enabled() else no_grad_outputs(out)
 
@@ -299,8 +303,9 @@ def _check_float_args(dyn, argnums, name):
                 )
 
 
-def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False):
+def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False):
     """Like `grad`, returning `(value, gradient)` (or `((value, aux), gradient)`).
+    `holomorphic=True`: the complex derivative of a complex function of complex inputs (JAX's).
 
     >>> thunderx.value_and_grad(lambda x: (x ** 2).sum())(torch.tensor([3.]))
     (tensor(9.), tensor([6.]))
@@ -312,6 +317,7 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False):
         single, nums = _normalize_argnums(argnums, len(args), "grad")
         dyn = [tree.map(lambda x: _as_value(x, "grad"), args[i]) for i in nums]
         _check_float_args(dyn, nums, "grad")
+        H.check(holomorphic, dyn, "grad")
         res = vjp(_partial(fun, args, kwargs, nums), *dyn, has_aux=has_aux)
         out, vjp_fn = res[0], res[1]
         leaves = tree.leaves(out)
@@ -323,24 +329,28 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False):
                 f"(at {user_frame()}). Reduce it first (e.g. .sum()), or use jacrev for "
                 "non-scalar outputs."
             )
+        H.check_output(holomorphic, aval, "grad")
         from thunderx.primitives import creation
 
         g = vjp_fn(creation.full((), 1.0, aval.dtype, aval.device))
-        g = g[0] if single else g
+        # vjp_fn gives torch's conj(f'(z)) for the real cotangent 1; holomorphic wants f'(z)
+        g = H.conj_tree(g[0] if single else g) if holomorphic else (g[0] if single else g)
         return ((out, res[2]) if has_aux else out), g
 
     wrapper.__thunderx_transform__ = ("value_and_grad", fun, None)
     return wrapper
 
 
-def grad(fun: Callable, argnums=0, has_aux: bool = False):
-    """Gradient of a scalar function with respect to argument(s) `argnums`.
+def grad(fun: Callable, argnums=0, has_aux: bool = False, holomorphic: bool = False):
+    """Gradient of a scalar function with respect to argument(s) `argnums`; for complex inputs
+    torch's convention (the conjugate Wirtinger derivative, times 2), or with `holomorphic=True`
+    the complex derivative (JAX's).
 
     >>> thunderx.grad(lambda x: (x ** 2).sum())(torch.tensor([1., 2.]))
     tensor([2., 4.])
     """
     _check_api(fun, has_aux, "grad", argnums)
-    vg = value_and_grad(fun, argnums, has_aux)
+    vg = value_and_grad(fun, argnums, has_aux, holomorphic)
 
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
@@ -350,154 +360,4 @@ def grad(fun: Callable, argnums=0, has_aux: bool = False):
         return g
 
     wrapper.__thunderx_transform__ = ("grad", fun, None)
-    return wrapper
-
-
-def _std_basis(avals):
-    """Identity rows split per leaf: leaf i gets a [N, *shape_i] block."""
-    if not avals:
-        return []
-    sizes = [a.size for a in avals]
-    n = sum(sizes)
-    dtype = avals[0].dtype
-    for a in avals[1:]:
-        dtype = torch.promote_types(dtype, a.dtype)
-    eye = torch.eye(n, dtype=dtype, device=avals[0].device)
-    blocks, offset = [], 0
-    for a, s in zip(avals, sizes):
-        blocks.append(eye[:, offset : offset + s].reshape((n,) + tuple(a.shape)).to(a.dtype))
-        offset += s
-    return blocks
-
-
-def _jac_tree(out_tree, in_tree, blocks):
-    """blocks[i][j]: d out_leaf_i / d in_leaf_j -> out tree of in trees."""
-    return tree.unflatten(out_tree, [tree.unflatten(in_tree, row) for row in blocks])
-
-
-def _linearize_args(fun, argnums, has_aux, name, args, kwargs):
-    """Linearize `fun` in the arguments `argnums` (flattened): (linearized, leaves, in_tree)."""
-    single, nums = _normalize_argnums(argnums, len(args), name)
-    dyn = tuple(tree.map(lambda x: _as_value(x, name), args[i]) for i in nums)
-    _check_float_args(dyn, nums, name)
-    leaves, in_tree = tree.flatten(dyn[0] if single else dyn)
-    f = _partial(fun, args, kwargs, nums)
-    user_f = validate.AuxPassthrough(f, name) if has_aux else f
-    checked = _checked_outputs(user_f, name)
-
-    def flat(*xs):
-        dyn_args = tree.unflatten(in_tree, xs)
-        return checked(dyn_args) if single else checked(*dyn_args)
-
-    lin = linearize_flat(flat, leaves, has_aux, name, reverse=name != "jacfwd")
-    if has_aux:
-        lin.aux = user_f.rebuild(lin.aux)
-    return lin, leaves, in_tree
-
-
-def jacfwd(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int | None = None):
-    """Jacobian by forward mode (vmap over a basis of input tangents): shape out + in.
-    `chunk_size` bounds memory: at most that many basis tangents are pushed forward at a time.
-
-    >>> thunderx.jacfwd(lambda x: x ** 2)(torch.tensor([1., 2.]))
-    tensor([[2., 0.],
-            [0., 4.]])
-    """
-
-    _check_api(fun, has_aux, "jacfwd", argnums)
-
-    @functools.wraps(fun)
-    def wrapper(*args, **kwargs):
-        from thunderx.transforms.vmap import vmap
-
-        lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacfwd", args, kwargs)
-        in_avals = [get_aval(x) for x in leaves]
-        basis = _std_basis(in_avals)
-        if basis:
-            cols = vmap(
-                lambda *ts: _apply_linearized(lin, list(ts)),
-                in_axes=0,
-                out_axes=-1,
-                chunk_size=chunk_size,
-            )(*basis)
-        else:  # no input leaves: every Jacobian row is an empty tree
-            cols = [None] * len(lin.tangent_avals)
-        blocks = []
-        for o, a in zip(cols, lin.tangent_avals):
-            row, offset = [], 0
-            for ia in in_avals:
-                from thunderx.primitives import shape as S
-
-                part = S.slice_in_dim(o, offset, offset + ia.size, 1, len(a.shape))
-                row.append(S.reshape(part, tuple(a.shape) + tuple(ia.shape)))
-                offset += ia.size
-            blocks.append(row)
-        jac = _jac_tree(lin.out_tree, in_tree, blocks)
-        return (jac, lin.aux) if has_aux else jac
-
-    wrapper.__thunderx_transform__ = ("jacfwd", fun, None)
-    return wrapper
-
-
-def jacrev(fun: Callable, argnums=0, has_aux: bool = False, *, chunk_size: int | None = None):
-    """Jacobian by reverse mode (vmap of vjp over a basis of output cotangents): shape out + in.
-    `chunk_size` bounds memory as in torch.func: at most that many cotangents are pulled back
-    at a time (the rows are computed chunk by chunk and concatenated).
-
-    >>> thunderx.jacrev(lambda x: x.sin().sum(), argnums=0)(torch.zeros(2))
-    tensor([1., 1.])
-    """
-
-    _check_api(fun, has_aux, "jacrev", argnums)
-
-    @functools.wraps(fun)
-    def wrapper(*args, **kwargs):
-        from thunderx.primitives import shape as S
-        from thunderx.transforms.vmap import vmap
-
-        lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacrev", args, kwargs)
-        out_avals = lin.tangent_avals
-        basis = _std_basis(out_avals)
-        if basis:
-            rows = vmap(
-                lambda *cts: _transpose_linearized(lin, list(cts)),
-                in_axes=0,
-                out_axes=0,
-                chunk_size=chunk_size,
-            )(*basis)
-        else:  # no output leaves: the Jacobian is the (empty) output tree
-            rows = []
-        in_avals = [get_aval(x) for x in leaves]
-        blocks = []
-        offset = 0
-        for oa in out_avals:
-            row = []
-            for r, ia in zip(rows, in_avals):
-                part = S.slice_in_dim(r, offset, offset + oa.size, 1, 0)
-                row.append(S.reshape(part, tuple(oa.shape) + tuple(ia.shape)))
-            offset += oa.size
-            blocks.append(row)
-        jac = _jac_tree(lin.out_tree, in_tree, blocks)
-        return (jac, lin.aux) if has_aux else jac
-
-    wrapper.__thunderx_transform__ = ("jacrev", fun, None)
-    return wrapper
-
-
-def hessian(fun: Callable, argnums=0, has_aux: bool = False):
-    """Hessian as forward-over-reverse: `jacfwd(jacrev(fun))`.
-
-    >>> thunderx.hessian(lambda x: (x ** 3).sum())(torch.tensor([1., 2.]))
-    tensor([[ 6.,  0.],
-            [ 0., 12.]])
-    """
-    _check_api(fun, has_aux, "hessian", argnums)
-    inner = jacfwd(jacrev(fun, argnums, has_aux), argnums, has_aux)
-
-    @functools.wraps(fun)
-    def wrapper(*args, **kwargs):
-        _normalize_argnums(argnums, len(args), "hessian")  # errors name hessian, not jacfwd
-        return inner(*args, **kwargs)
-
-    wrapper.__thunderx_transform__ = inner.__thunderx_transform__
     return wrapper

@@ -19,6 +19,7 @@ from thunderx.ad_util import Zero, instantiate
 from thunderx.avals import is_float
 from thunderx.core import Tracer, get_aval, is_tensor_like, is_top_level
 from thunderx.errors import user_frame
+from thunderx.transforms import holomorphic as H
 
 _SCALARS = (bool, int, float)
 
@@ -281,7 +282,8 @@ class custom_vjp:  # noqa: N801 - JAX's name
 
         def bwd(res_leaves, ct_leaves):
             res = tree.unflatten(state["res_tree"], list(res_leaves))
-            ct = tree.unflatten(c.out_tree, list(ct_leaves))
+            # bwd speaks torch's cotangent convention for complex values (transforms/holomorphic)
+            ct = tree.unflatten(c.out_tree, H.conj_leaves(list(ct_leaves)))
             cts = user_bwd(*c.static_args(), res, ct)
             n_dyn = len(c.args) - len(c.nondiff)
             if not isinstance(cts, (tuple, list)) or len(cts) != n_dyn:
@@ -305,7 +307,7 @@ class custom_vjp:  # noqa: N801 - JAX's name
                     )
                 out.extend(g_leaves)
             _check_like("custom_vjp", c.name, "cotangent", out, c.in_avals, allow_none=True)
-            return out
+            return H.conj_leaves(out)
 
         outs = custom_vjp_call_p.bind(
             *c.leaves, call=call, fwd=fwd, bwd=bwd, jaxpr=None, num_consts=0, name=c.name

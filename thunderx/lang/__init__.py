@@ -10,6 +10,7 @@ from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
     autograd_function,
     compare,
+    complex,
     conv,
     copies,
     decompositions,
@@ -161,6 +162,8 @@ def _install():
         "is_meta": lambda self: False,
         "is_mkldnn": lambda self: False,
         "is_complex_dtype": lambda self: aval(self).dtype.is_complex,
+        "real": lambda self: torch_table[torch.real](self),
+        "imag": lambda self: torch_table[torch.imag](self),
         "requires_grad": lambda self: False,
         "is_leaf": lambda self: True,
         "layout": lambda self: torch.strided,

@@ -126,11 +126,19 @@ def _neg(x):
 
 @register(torch.abs, torch.absolute, torch.Tensor.__abs__, methods=("abs", "absolute"))
 def _abs(x):
+    if dtype(x).is_complex:
+        from thunderx.lang.complex import abs_complex
+
+        return abs_complex(x)
     return x if dtype(x) is torch.bool else U.abs(x)
 
 
 @register(torch.sign, torch.sgn, methods=("sign", "sgn"))
 def _sign(x):
+    if dtype(x).is_complex:  # torch.sgn (torch.sign refuses complex inputs)
+        from thunderx.lang.complex import sgn_complex
+
+        return sgn_complex(x)
     return x if dtype(x) is torch.bool else U.sign(x)
 
 

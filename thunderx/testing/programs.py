@@ -129,6 +129,10 @@ NOT_GENERATED = {
     "custom_vjp_call": "user-defined rules: tested by the custom_vjp tests",
     "custom_lin": "exists only in reverse mode of custom_vjp; tested there",
     "torch_call": "the opaque fallback has no derivative or batching rule to fuzz",
+    **{
+        n: "complex values (the random programs are real): tests/test_complex.py"
+        for n in ("real", "imag", "conj", "complex")
+    },
     "no_grad": "torch's no_grad blocks stop reverse mode only, so forward and reverse derivatives "
     "differ by design (check_grads compares them); checked against torch.func in "
     "tests/test_semantics.py",

@@ -1,0 +1,106 @@
+"""Complex numbers under every transform: values against torch eager, derivatives against
+torch.func (torch's convention: the gradient of a real function of z is the conjugate Wirtinger
+derivative, times 2), vmap against a loop, `holomorphic=True` against closed forms."""
+
+import pytest
+import torch
+import torch.func as tf
+
+import thunderx as tx
+
+C128 = torch.complex128
+
+
+def _z(n=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.complex(
+        torch.randn(n, generator=g, dtype=torch.float64),
+        torch.randn(n, generator=g, dtype=torch.float64),
+    )
+
+
+REAL_LOSSES = {
+    "abs_of_square": lambda z: (z * z).abs().sum(),
+    "modulus_squared": lambda z: (torch.real(z) ** 2 + torch.imag(z) ** 2).sum(),
+    "z_conj_z": lambda z: (z * z.conj()).real.sum(),
+    "angle": lambda z: torch.angle(z.exp() * z).sum(),
+    "view_as_real": lambda z: (torch.view_as_real(torch.sin(z)) ** 2).sum(),
+    "division": lambda z: (1 / (z + 3)).imag.sum(),
+    "sgn": lambda z: (torch.sgn(z) * z.conj()).real.sum(),
+    "polar": lambda z: torch.polar(z.abs(), torch.angle(z) * 2).real.sum(),
+    "view_as_complex": lambda z: torch.view_as_complex(torch.view_as_real(z) * 2).abs().sum(),
+    "complex_of_parts": lambda z: torch.complex(z.real * 2, z.imag.exp()).abs().sum(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REAL_LOSSES))
+def test_gradient_of_a_real_loss_matches_torch_func(name):
+    f, z = REAL_LOSSES[name], _z()
+    want = tf.grad(f)(z)
+    torch.testing.assert_close(tx.grad(f)(z), want)
+    torch.testing.assert_close(tx.jit(tx.grad(f))(z), want)
+    torch.testing.assert_close(tx.jit(f)(z), f(z))
+
+
+@pytest.mark.parametrize("name", sorted(REAL_LOSSES))
+def test_per_example_gradients_match_a_loop(name):
+    f = REAL_LOSSES[name]
+    zs = torch.stack([_z(seed=s) for s in range(3)])
+    want = torch.stack([tf.grad(f)(z) for z in zs])
+    torch.testing.assert_close(tx.vmap(tx.grad(f))(zs), want)
+
+
+def test_vjp_and_jvp_of_complex_functions_match_torch_func():
+    z, ct = _z(), _z(seed=1)
+    for f in (torch.sin, torch.exp, lambda z: z * z.conj() + 1j * z, lambda z: torch.real(z) * z):
+        out, vjp_fn = tx.vjp(f, z)
+        _, want = tf.vjp(f, z)
+        torch.testing.assert_close(vjp_fn(ct)[0], want(ct)[0])
+        torch.testing.assert_close(tx.jvp(f, (z,), (ct,)), tf.jvp(f, (z,), (ct,)))
+
+
+def test_holomorphic_derivatives_are_complex_derivatives():
+    z = _z()
+    torch.testing.assert_close(tx.grad(torch.sin, holomorphic=True)(z[0]), torch.cos(z[0]))
+    torch.testing.assert_close(tx.grad(lambda z: z**3, holomorphic=True)(z[1]), 3 * z[1] ** 2)
+    want = torch.diag(torch.cos(z))
+    torch.testing.assert_close(tx.jacfwd(torch.sin, holomorphic=True)(z), want)
+    torch.testing.assert_close(tx.jacrev(torch.sin, holomorphic=True)(z), want)
+    torch.testing.assert_close(
+        tx.hessian(lambda z: (z**3).sum(), holomorphic=True)(z), torch.diag(6 * z)
+    )
+
+
+def test_holomorphic_misuse_is_refused():
+    z = _z()
+    with pytest.raises(TypeError, match="real-valued output"):
+        tx.grad(torch.sin)(z[0])
+    with pytest.raises(TypeError, match="complex inputs"):
+        tx.grad(torch.sin, holomorphic=True)(torch.tensor(1.0))
+    with pytest.raises(TypeError, match="complex output"):
+        tx.grad(torch.abs, holomorphic=True)(z[0])
+    torch.testing.assert_close(tx.grad(lambda z: z.abs())(z[0]), tf.grad(lambda z: z.abs())(z[0]))
+
+
+def test_parts_values_and_conventions_match_torch():
+    z = torch.tensor([3 + 4j, 0j, -1 - 0j], dtype=C128)
+    for f in (torch.real, torch.imag, torch.conj, torch.abs, torch.angle, torch.sgn):
+        torch.testing.assert_close(tx.jit(f)(z), f(z).resolve_conj())
+    # |z| and sgn at 0: derivative 0, as torch's
+    torch.testing.assert_close(
+        tx.grad(lambda z: z.abs().sum())(z), tf.grad(lambda z: z.abs().sum())(z)
+    )
+    x = torch.tensor([-2.0, 0.0, 3.0])
+    torch.testing.assert_close(tx.jit(torch.angle)(x), torch.angle(x))
+    assert tx.jit(lambda z: torch.tensor(z.is_conj()))(z).item() is False
+
+
+def test_custom_vjp_speaks_torchs_convention_for_complex_values():
+    @tx.custom_vjp
+    def f(z):
+        return z * z
+
+    f.defvjp(lambda z: (z * z, z), lambda z, g: (g * 2 * z.conj(),))  # torch: g * conj(f'(z))
+    z = _z()
+    loss = lambda z: f(z).abs().sum()  # noqa: E731
+    torch.testing.assert_close(tx.grad(loss)(z), tf.grad(lambda z: (z * z).abs().sum())(z))
