@@ -6,6 +6,8 @@ result for any input, NaN and inf included):
   operand of `add`/`sub`/`mul` becomes a literal, so nothing input-free runs per call.
 - `absorb_transposes`: a `transpose` of a `dot_general` result, or of an operand, folds into the
   contraction's dimension numbers (the product is the same; only the layout differs).
+- `merge_slice_transposes`: a sum of zero-pads whose pieces tile one axis (the backward of
+  splitting a tensor into slices) becomes one `concatenate`.
 
 >>> fold_constants(jaxpr)  # doctest: +SKIP
 """
@@ -193,3 +195,87 @@ def _absorb_operand_transposes(e: Eqn, producer, transpose_p):
         return None
     dn = ((dims[0][0], dims[1][0]), (dims[0][1], dims[1][1]))
     return Eqn(e.prim, ins, e.outputs, {"dimension_numbers": dn})
+
+
+def merge_slice_transposes(jaxpr: Jaxpr) -> Jaxpr:
+    """A sum of zero-pads whose pieces tile one axis (the transpose of splitting a tensor into
+    slices: `q, k, v = y.chunk(3, -1)` gives three pads and two adds in the backward) becomes one
+    `concatenate` of the pieces: one buffer written once. Each element is its piece's value plus
+    zeros, so the values are the same; a -0.0 piece stays -0.0, as in torch's own split backward."""
+    from thunderx.primitives import binary as B
+    from thunderx.primitives.slicing import concatenate_p, pad_p
+
+    producers: dict[int, Eqn] = {}
+    uses: dict[int, int] = {}
+    consumer: dict[int, Eqn] = {}
+    for e in jaxpr.eqns:
+        for v in e.outputs:
+            producers[id(v)] = e
+        for x in e.inputs:
+            if isinstance(x, Var):
+                uses[id(x)] = uses.get(id(x), 0) + 1
+                consumer[id(x)] = e
+    for x in jaxpr.outvars:
+        if isinstance(x, Var):
+            uses[id(x)] = uses.get(id(x), 0) + 2  # an output is never absorbed into a bigger sum
+
+    def single_use(x, prim):
+        p = producers.get(id(x)) if isinstance(x, Var) else None
+        return p if p is not None and p.prim is prim and uses.get(id(x)) == 1 else None
+
+    def leaves(e):
+        out = []
+        for x in e.inputs:
+            inner = single_use(x, B.add_p)
+            out += leaves(inner) if inner is not None else [x]
+        return out
+
+    eqns, changed = [], False
+    for e in jaxpr.eqns:
+        root = e.prim is B.add_p and not (
+            uses.get(id(e.outputs[0])) == 1 and consumer[id(e.outputs[0])].prim is B.add_p
+        )
+        merged = _tiling(leaves(e), e.outputs[0], pad_p, single_use) if root else None
+        if merged is not None:
+            dim, pieces = merged
+            e = Eqn(concatenate_p, pieces, e.outputs, {"dimension": dim})
+            changed = True
+        eqns.append(e)
+    if not changed:
+        return jaxpr
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars, check=False)
+
+
+def _tiling(xs, out: Var, pad_p, single_use):
+    """(axis, pieces in order) when every x is a single-use zero pad along one shared axis and the
+    pieces cover that axis exactly once; else None."""
+    if len(xs) < 2:
+        return None
+    spans, axis = [], None
+    for x in xs:
+        p = single_use(x, pad_p)
+        if p is None or x.aval.shape != out.aval.shape or x.aval.dtype != out.aval.dtype:
+            return None
+        value = p.inputs[1]
+        if not (isinstance(value, Literal) and type(value.val) is not bool and value.val == 0):
+            return None
+        config = p.params["padding_config"]
+        padded = [
+            d for d, (lo, hi, interior) in enumerate(config) if (lo, hi, interior) != (0, 0, 0)
+        ]
+        if len(padded) != 1 or config[padded[0]][2] != 0 or min(config[padded[0]][:2]) < 0:
+            return None
+        if axis is not None and padded[0] != axis:
+            return None
+        axis = padded[0]
+        lo, hi, _ = config[axis]
+        spans.append((lo, out.aval.shape[axis] - hi, p.inputs[0]))
+    spans.sort(key=lambda s: s[0])
+    end = 0
+    for lo, stop, _ in spans:
+        if lo != end:
+            return None
+        end = stop
+    if end != out.aval.shape[axis]:
+        return None
+    return axis, [piece for _, _, piece in spans]
