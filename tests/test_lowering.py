@@ -136,3 +136,55 @@ def test_overlapping_slices_stay_pads_and_adds():
     ]
     assert "concatenate" not in names, names
     torch.testing.assert_close(tx.jit(tx.grad(f))(w), tf.grad(f)(w))
+
+
+def _convolve(x, w):
+    # JAX's vectorization tutorial: a Python loop of window dot products
+    return torch.stack([torch.dot(x[i - 1 : i + 2], w) for i in range(1, len(x) - 1)])
+
+
+def _count(f, *args, name="dot_general"):
+    jaxpr = closure_convert(tx.make_jaxpr(f)(*args).jaxpr)
+    return [e.prim.name for e in jaxpr.eqns].count(name), [
+        e.prim.name for e in optimize(jaxpr).eqns
+    ].count(name)
+
+
+def test_window_dot_products_become_one_batched_contraction():
+    x, w = torch.randn(4, 20), torch.randn(4, 3)
+    f = tx.vmap(_convolve)
+    assert _count(f, x, w) == (18, 1)
+    want = torch.stack([_convolve(xi, wi) for xi, wi in zip(x, w)])
+    torch.testing.assert_close(tx.jit(f)(x, w), want)
+    x[1, 5] = float("nan")
+    torch.testing.assert_close(
+        tx.jit(f)(x, w), torch.stack([_convolve(a, b) for a, b in zip(x, w)]), equal_nan=True
+    )
+
+
+def test_window_reductions_are_batched_too():
+    def window_max(x):
+        return torch.stack([x[:, i : i + 4].amax(-1) for i in range(0, 16, 4)], -1)
+
+    x = torch.randn(3, 16)
+    before, after = _count(window_max, x, name="reduce_max")
+    assert (before, after) == (4, 1)
+    torch.testing.assert_close(tx.jit(window_max)(x), window_max(x), rtol=0, atol=0)
+
+
+def test_horizontal_batching_skips_a_stack_larger_than_the_memory_budget():
+    def big_windows(x, w):
+        return torch.stack([x[i : i + 60] @ w for i in range(5)])  # 5 x 60 > 4 x 64 elements
+
+    x, w = torch.randn(64), torch.randn(60)
+    assert _count(big_windows, x, w) == (5, 5)
+    torch.testing.assert_close(tx.jit(big_windows)(x, w), big_windows(x, w))
+
+
+def test_ops_with_different_second_operands_stay_separate():
+    def f(x, ws):
+        return torch.stack([torch.dot(x[i : i + 3], ws[i]) for i in range(4)])
+
+    x, ws = torch.randn(8), torch.randn(4, 3)
+    assert _count(f, x, ws) == (4, 4)
+    torch.testing.assert_close(tx.jit(f)(x, ws), f(x, ws))

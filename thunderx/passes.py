@@ -283,9 +283,14 @@ def _fold_layout(e, ins, producers):
 
 def optimize(jaxpr: Jaxpr) -> Jaxpr:
     """The pass pipeline jit runs before lowering; every step is exact (NaN-safe)."""
-    from thunderx.rewrites import absorb_transposes, fold_constants, merge_slice_transposes
+    from thunderx.rewrites import (
+        absorb_transposes,
+        batch_horizontal,
+        fold_constants,
+        merge_slice_transposes,
+    )
 
     jaxpr = fold_constants(simplify(inline_calls(jaxpr)))
-    jaxpr = cse(merge_slice_transposes(absorb_transposes(jaxpr)))
+    jaxpr = batch_horizontal(cse(merge_slice_transposes(absorb_transposes(jaxpr))))
     # CSE can make `add l m` an `add l l`; simplify then doubles it
     return dce(simplify(jaxpr))
