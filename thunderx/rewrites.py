@@ -385,7 +385,8 @@ def _batched_eqns(cat: Eqn, d: int, k: int, op: Eqn, slices: list, batch_rules) 
     except Exception:  # noqa: BLE001 - a rule that cannot batch this op leaves it as it was
         return None
     sub = closed.jaxpr
-    if sub.constvars or sub.outvars[0].aval.shape != cat.outputs[0].aval.shape:
+    got, want = sub.outvars[0].aval, cat.outputs[0].aval
+    if sub.constvars or got.shape != want.shape or got.dtype != want.dtype:
         return None
     env: dict[int, object] = {
         id(v): x for v, x in zip(sub.invars, [src] + [op.inputs[j] for j in rest])
