@@ -36,6 +36,15 @@ def test_size_one_contraction_is_a_broadcast_multiply():
     _exact(tx.jit(_outer)(a, b), torch.einsum("bi,bj->bij", a, b))
 
 
+def test_unbatched_outer_product_stays_one_gemm():
+    def outer(a, b):
+        return torch.einsum("i,j->ij", a, b)
+
+    a, b = torch.randn(64), torch.randn(48)
+    assert " * " not in _code(outer, a, b)
+    _exact(tx.jit(outer)(a, b), torch.outer(a, b))
+
+
 def test_size_one_contraction_with_a_short_last_dim_stays_a_gemm():
     # a broadcast multiply over an inner dim of 10 vectorizes poorly: the GEMM stays
     a, b = torch.randn(16, 64), torch.randn(16, 10)
