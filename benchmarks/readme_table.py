@@ -62,6 +62,8 @@ README_ROWS = [
     ("MLP training step (fwd+bwd+SGD) 784-1024-1024-10, batch 256", "jit (torch)", "torch.compile"),
     ("TransformerEncoderLayer fwd+bwd d=256 heads=8, 16x64", "jit (torch)", "torch.compile"),
     ("TransformerEncoderLayer fwd+bwd d=256 heads=8, 16x64", "jit (inductor)", "torch.compile"),
+    ("JAX tutorial vmap(convolve), 62 windows, batch 8", "jit(vmap)", "torch.func vmap"),
+    ("torch.func NTK tutorial, vjp/jvp method, 5x20 CIFAR CNN", "jit", "thunderx without jit"),
 ]
 
 

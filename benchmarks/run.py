@@ -21,6 +21,7 @@ import fusion_cases  # noqa: E402
 import gpu_cases  # noqa: E402
 import harness  # noqa: E402
 import readme_table  # noqa: E402
+import tutorial_cases  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (case prefix, peer substring, candidate substring) -> target ratio (thunderx / peer)
@@ -34,9 +35,10 @@ TARGETS = {
     ("elementwise chain", "torch.compile", "inductor"): 1.0,
     ("MLP training step", "torch.compile", "jit ("): 1.0,
     ("TransformerEncoderLayer", "torch.compile", "jit ("): 1.0,
+    ("torch.func NTK tutorial", "without jit", "jit"): 1.0,
 }
 # peers shown beside thunderx, never held to a target
-_PEERS = ("eager", "eager loop", "torch.compile", "thunder.jit")
+_PEERS = ("eager", "eager loop", "torch.compile", "thunder.jit", "vmap (no jit)")
 
 
 def target_for(case, candidate, baseline=""):
@@ -152,6 +154,8 @@ def main():
         fusion_cases.elementwise_chain,
         fusion_cases.mlp_training_step,
         fusion_cases.transformer_layer,
+        tutorial_cases.vmap_convolve,
+        tutorial_cases.ntk_vjp_jvp,
     ]
     rows = []
     for fn in suite:
