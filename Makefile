@@ -3,7 +3,7 @@ PY ?= python3
 # The CPU build of torch this project is developed against; any torch>=2.4 works.
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: setup browser demo test bench lint
+.PHONY: setup browser demo test bench bench-quick lint
 
 setup:
 	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_PIN)"
@@ -24,6 +24,10 @@ test: setup browser
 bench: setup
 	$(PY) -m pip install -q matplotlib
 	$(PY) benchmarks/run.py
+
+# 3 short rounds a case: a few minutes on 2 cores (the spread column shows the noise)
+bench-quick: setup
+	$(PY) benchmarks/run.py --quick
 
 lint:
 	ruff check . && ruff format --check .

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.func as tf
 import torch.nn.functional as F
-from harness import compare, first_call, timed
+from harness import compare, first_call, spread, timed
 
 import thunderx as tx
 
@@ -25,6 +25,7 @@ def _row(case, cand, base, res, key, note=""):
         "ratio": ratio,
         "ms": secs * 1e3,
         "baseline_ms": res["__baseline__"][1] * 1e3,
+        "spread": spread(res, key),
         "note": note,
     }
 
@@ -69,6 +70,7 @@ def compile_row(case, cand, peer, res, key, comp_first, ours_first=None, why=Non
         "ratio": res[key][0] / res["tc"][0],
         "ms": res[key][1] * 1e3,
         "baseline_ms": res["tc"][1] * 1e3,
+        "spread": spread(res, key, over="tc"),
         "note": note,
     }
 
@@ -97,31 +99,41 @@ def mlp_loss(params, x, y):
     return F.cross_entropy(mlp_apply(params, x), y)
 
 
+# (layer sizes, batch): the README's size and the size issue #20 measured
+PER_EXAMPLE_MLP_SIZES = [([128, 128, 128, 10], 256), ([256, 256, 256, 10], 128)]
+
+
 def per_example_mlp(rounds):
-    params = mlp_init([128, 128, 128, 10])
-    x, y = torch.randn(256, 1, 128), torch.randint(0, 10, (256, 1))
-    ours = tx.jit(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0)))
-    theirs = tf.vmap(tf.grad(mlp_loss), in_dims=(None, 0, 0))
-    compile_s = timed(lambda: ours(params, x, y))
-    _check(ours(params, x, y), theirs(params, x, y))
-    comp, comp_first, why = compile_peer(theirs, params, x, y)
-    res = compare(
-        lambda: theirs(params, x, y),
-        with_compile({"t": lambda: ours(params, x, y)}, comp and (lambda: comp(params, x, y))),
-        rounds,
-    )
-    case = "per-example grads, MLP 128-128-128-10, batch 256"
-    return [
-        _row(
-            case,
-            "jit(vmap(grad))",
-            "torch.func vmap(grad)",
-            res,
-            "t",
-            f"trace+compile {compile_s * 1e3:.0f} ms",
-        ),
-        compile_row(case, "jit(vmap(grad))", "vmap(grad)", res, "t", comp_first, compile_s, why),
-    ]
+    """Per-example gradients of a ReLU MLP with cross-entropy (DP-SGD style), two sizes."""
+    rows = []
+    for dims, batch in PER_EXAMPLE_MLP_SIZES:
+        params = mlp_init(dims)
+        x, y = torch.randn(batch, 1, dims[0]), torch.randint(0, dims[-1], (batch, 1))
+        ours = tx.jit(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0)))
+        theirs = tf.vmap(tf.grad(mlp_loss), in_dims=(None, 0, 0))
+        compile_s = timed(lambda: ours(params, x, y))
+        _check(ours(params, x, y), theirs(params, x, y))
+        comp, comp_first, why = compile_peer(theirs, params, x, y)
+        res = compare(
+            lambda: theirs(params, x, y),
+            with_compile({"t": lambda: ours(params, x, y)}, comp and (lambda: comp(params, x, y))),
+            rounds,
+        )
+        case = f"per-example grads, MLP {'-'.join(map(str, dims))}, batch {batch}"
+        rows += [
+            _row(
+                case,
+                "jit(vmap(grad))",
+                "torch.func vmap(grad)",
+                res,
+                "t",
+                f"trace+compile {compile_s * 1e3:.0f} ms",
+            ),
+            compile_row(
+                case, "jit(vmap(grad))", "vmap(grad)", res, "t", comp_first, compile_s, why
+            ),
+        ]
+    return rows
 
 
 class SmallCNN(torch.nn.Module):

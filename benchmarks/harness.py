@@ -26,9 +26,16 @@ def calibrate(fn, target_s: float = 0.02) -> int:
         n *= 2
 
 
+# `run.py --quick` shortens every measurement (fewer, shorter rounds)
+QUICK = [False]
+
+
 def compare(baseline, candidates: dict, rounds: int = 15, target_s: float = 0.02) -> dict:
     """`baseline` and each candidate are zero-argument callables (already warmed up by the
-    caller or here). Returns {name: (median ratio candidate/baseline, median seconds)}."""
+    caller or here). Returns {name: (median ratio candidate/baseline, median seconds)}, and
+    under "__rounds__" each candidate's per-round ratios (the spread of the median)."""
+    if QUICK[0]:
+        rounds, target_s = min(rounds, 3), min(target_s, 0.01)
     fns = {"__baseline__": baseline, **candidates}
     inner = {k: calibrate(f, target_s) for k, f in fns.items()}
     times = {k: [] for k in fns}
@@ -43,7 +50,18 @@ def compare(baseline, candidates: dict, rounds: int = 15, target_s: float = 0.02
             ratios[k].append(this[k] / this["__baseline__"])
     out = {k: (statistics.median(ratios[k]), statistics.median(times[k])) for k in candidates}
     out["__baseline__"] = (1.0, statistics.median(times["__baseline__"]))
+    out["__rounds__"] = ratios
     return out
+
+
+def spread(res: dict, key: str, over: str | None = None) -> tuple[float, float] | None:
+    """(min, max) over rounds of `key`'s ratio to the baseline, or to candidate `over` when
+    given (each round's two ratios were measured in the same second)."""
+    rounds = res.get("__rounds__", {})
+    if key not in rounds or (over is not None and over not in rounds):
+        return None
+    r = rounds[key] if over is None else [a / b for a, b in zip(rounds[key], rounds[over])]
+    return min(r), max(r)
 
 
 def timed(fn) -> float:
@@ -84,7 +102,11 @@ def cold_compile_caches():
 
 
 def first_call(fn, *args) -> float:
-    """Seconds of fn's first call with cold compile caches (a warm compiler)."""
+    """Seconds of fn's first call with cold compile caches (a warm compiler; warm caches under
+    --quick)."""
     warm_compiler()
+    if QUICK[0]:
+        # --quick: torch's on-disk compile caches stay on (a cold compile costs 10-60 s a case)
+        return timed(lambda: fn(*args))
     with cold_compile_caches():
         return timed(lambda: fn(*args))

@@ -19,6 +19,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cases  # noqa: E402
 import fusion_cases  # noqa: E402
 import gpu_cases  # noqa: E402
+import harness  # noqa: E402
+import readme_table  # noqa: E402
+import tutorial_cases  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # (case prefix, peer substring, candidate substring) -> target ratio (thunderx / peer)
@@ -32,9 +35,10 @@ TARGETS = {
     ("elementwise chain", "torch.compile", "inductor"): 1.0,
     ("MLP training step", "torch.compile", "jit ("): 1.0,
     ("TransformerEncoderLayer", "torch.compile", "jit ("): 1.0,
+    ("torch.func NTK tutorial", "without jit", "jit"): 1.0,
 }
 # peers shown beside thunderx, never held to a target
-_PEERS = ("eager", "eager loop", "torch.compile", "thunder.jit")
+_PEERS = ("eager", "eager loop", "torch.compile", "thunder.jit", "vmap (no jit)")
 
 
 def target_for(case, candidate, baseline=""):
@@ -48,16 +52,19 @@ def target_for(case, candidate, baseline=""):
 
 def table(rows) -> str:
     lines = [
-        "| case | thunderx | peer | ratio | target | ms | peer ms | note |",
-        "|---|---|---|---|---|---|---|---|",
+        "| case | thunderx | peer | ratio | spread | target | ms | peer ms | note |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         t = target_for(r["case"], r["candidate"], r["baseline"])
         ok = "" if t is None or math.isnan(r["ratio"]) else (" ✓" if r["ratio"] <= t else " ✗")
         fmt = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"  # noqa: E731
+        lo_hi = r.get("spread")
+        spread = f"{lo_hi[0]:.3g}–{lo_hi[1]:.3g}" if lo_hi else "-"
         lines.append(
             f"| {r['case']} | {r['candidate']} | {r['baseline']} | {fmt(r['ratio'])}{ok} | "
-            f"{'≤ ' + str(t) if t else '-'} | {fmt(r['ms'])} | {fmt(r['baseline_ms'])} | {r['note']} |"
+            f"{spread} | {'≤ ' + str(t) if t else '-'} | {fmt(r['ms'])} | "
+            f"{fmt(r['baseline_ms'])} | {r['note']} |"
         )
     return "\n".join(lines)
 
@@ -86,6 +93,18 @@ def plot(rows, path):
     print(f"plot: {path}")
 
 
+def machine() -> str:
+    """CPU model, cores and load: the facts that decide how far these ratios travel."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{model}, {os.cpu_count()} cores, {platform.system()}, load {load:.1f} at start"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=9)
@@ -102,14 +121,23 @@ def main():
         action="store_true",
         help="rehearse the GPU cases on tiny CPU tensors (checks the script without a GPU)",
     )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="3 short rounds per case (a few minutes on 2 cores); the spread column says how much "
+        "less to trust it",
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cases.COMPILE_PEERS[0] = not args.no_compile
+    harness.QUICK[0] = args.quick
+    rounds = min(args.rounds, 3) if args.quick else args.rounds
     torch.manual_seed(0)
     header = (
-        f"torch {torch.__version__}, threads {torch.get_num_threads()}, "
-        f"{platform.processor() or platform.machine()}, python {platform.python_version()}, "
-        f"float32, median of {args.rounds} interleaved rounds"
+        f"machine: {machine()}; torch {torch.__version__}, threads {torch.get_num_threads()}, "
+        f"python {platform.python_version()}, float32; median (and min–max spread) of "
+        f"{rounds} interleaved rounds, all rows from one process"
+        + (" (--quick: first calls may hit torch's compile caches)" if args.quick else "")
     )
     print(header)
     suite = [
@@ -126,17 +154,15 @@ def main():
         fusion_cases.elementwise_chain,
         fusion_cases.mlp_training_step,
         fusion_cases.transformer_layer,
+        tutorial_cases.vmap_convolve,
+        tutorial_cases.ntk_vjp_jvp,
     ]
     rows = []
     for fn in suite:
         name = fn.__name__
         if args.only and args.only not in name:
             continue
-        new = (
-            fn(args.rounds, dry=True)
-            if fn is gpu_cases.gpu_cases and args.gpu_dry_run
-            else fn(args.rounds)
-        )
+        new = fn(rounds, dry=True) if fn is gpu_cases.gpu_cases and args.gpu_dry_run else fn(rounds)
         for r in new:
             print(f"  {r['case']:<58} {r['candidate']:<22} ratio {r['ratio']:.3f}  {r['note']}")
         rows += new
@@ -146,9 +172,15 @@ def main():
     kind = "gpu" if torch.cuda.is_available() else "cpu"
     if args.gpu_dry_run:
         kind = "gpu-dry-run"
+    if args.only:
+        # a partial run never overwrites the full results the README is generated from
+        kind += f"-only-{args.only}"
     with open(os.path.join(args.out, f"{kind}.md"), "w") as f:
         f.write(md)
     plot(rows, os.path.join(args.out, f"{kind}.png"))
+    if kind == "cpu" and os.path.abspath(args.out) == os.path.join(HERE, "results"):
+        readme_table.write_readme()
+        print("README.md performance table regenerated from results/cpu.md")
 
 
 if __name__ == "__main__":

@@ -191,6 +191,11 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
                 repl = y
             elif e.prim is B.div_p and lit(y, 1) and isinstance(x, Var):
                 repl = x
+            elif e.prim is B.div_p and _one_over(x, y, out, producers):
+                # IEEE division 1/y is correctly rounded, as is reciprocal: the same bits, and no
+                # tensor of ones built on every call
+                e = Eqn(U.reciprocal_p, [y], e.outputs, {})
+                ins, changed = e.inputs, True
             elif (
                 e.prim is B.add_p
                 and x is y
@@ -233,6 +238,20 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
     return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [get(x) for x in jaxpr.outvars], check=False)
 
 
+def _one_over(x, y, out, producers) -> bool:
+    """`x / y` with x a tensor of ones of the output's shape and a real floating dtype."""
+    prev = producers.get(id(x)) if isinstance(x, Var) else None
+    return (
+        prev is not None
+        and prev.prim is C.full_p
+        and prev.params["fill_value"] == 1
+        and isinstance(y, Var)
+        and y.aval.shape == out.aval.shape
+        and y.aval.dtype == out.aval.dtype == x.aval.dtype
+        and out.aval.dtype.is_floating_point
+    )
+
+
 def _fold_layout(e, ins, producers):
     """Compose chains of layout ops into one: broadcast∘broadcast, broadcast∘full -> full,
     reshape∘reshape, transpose∘transpose. Exact (no arithmetic), so always NaN-safe."""
@@ -264,9 +283,14 @@ def _fold_layout(e, ins, producers):
 
 def optimize(jaxpr: Jaxpr) -> Jaxpr:
     """The pass pipeline jit runs before lowering; every step is exact (NaN-safe)."""
-    from thunderx.rewrites import absorb_transposes, fold_constants
+    from thunderx.rewrites import (
+        absorb_transposes,
+        batch_horizontal,
+        fold_constants,
+        merge_slice_transposes,
+    )
 
     jaxpr = fold_constants(simplify(inline_calls(jaxpr)))
-    jaxpr = cse(absorb_transposes(jaxpr))
+    jaxpr = batch_horizontal(cse(merge_slice_transposes(absorb_transposes(jaxpr))))
     # CSE can make `add l m` an `add l l`; simplify then doubles it
     return dce(simplify(jaxpr))

@@ -6,6 +6,8 @@ result for any input, NaN and inf included):
   operand of `add`/`sub`/`mul` becomes a literal, so nothing input-free runs per call.
 - `absorb_transposes`: a `transpose` of a `dot_general` result, or of an operand, folds into the
   contraction's dimension numbers (the product is the same; only the layout differs).
+- `merge_slice_transposes`: a sum of zero-pads whose pieces tile one axis (the backward of
+  splitting a tensor into slices) becomes one `concatenate`.
 
 >>> fold_constants(jaxpr)  # doctest: +SKIP
 """
@@ -193,3 +195,211 @@ def _absorb_operand_transposes(e: Eqn, producer, transpose_p):
         return None
     dn = ((dims[0][0], dims[1][0]), (dims[0][1], dims[1][1]))
     return Eqn(e.prim, ins, e.outputs, {"dimension_numbers": dn})
+
+
+def merge_slice_transposes(jaxpr: Jaxpr) -> Jaxpr:
+    """A sum of zero-pads whose pieces tile one axis (the transpose of splitting a tensor into
+    slices: `q, k, v = y.chunk(3, -1)` gives three pads and two adds in the backward) becomes one
+    `concatenate` of the pieces: one buffer written once. Each element is its piece's value plus
+    zeros, so the values are the same; a -0.0 piece stays -0.0, as in torch's own split backward."""
+    from thunderx.primitives import binary as B
+    from thunderx.primitives.slicing import concatenate_p, pad_p
+
+    producers: dict[int, Eqn] = {}
+    uses: dict[int, int] = {}
+    consumer: dict[int, Eqn] = {}
+    for e in jaxpr.eqns:
+        for v in e.outputs:
+            producers[id(v)] = e
+        for x in e.inputs:
+            if isinstance(x, Var):
+                uses[id(x)] = uses.get(id(x), 0) + 1
+                consumer[id(x)] = e
+    for x in jaxpr.outvars:
+        if isinstance(x, Var):
+            uses[id(x)] = uses.get(id(x), 0) + 2  # an output is never absorbed into a bigger sum
+
+    def single_use(x, prim):
+        p = producers.get(id(x)) if isinstance(x, Var) else None
+        return p if p is not None and p.prim is prim and uses.get(id(x)) == 1 else None
+
+    def leaves(e):
+        out = []
+        for x in e.inputs:
+            inner = single_use(x, B.add_p)
+            out += leaves(inner) if inner is not None else [x]
+        return out
+
+    eqns, changed = [], False
+    for e in jaxpr.eqns:
+        root = e.prim is B.add_p and not (
+            uses.get(id(e.outputs[0])) == 1 and consumer[id(e.outputs[0])].prim is B.add_p
+        )
+        merged = _tiling(leaves(e), e.outputs[0], pad_p, single_use) if root else None
+        if merged is not None:
+            dim, pieces = merged
+            e = Eqn(concatenate_p, pieces, e.outputs, {"dimension": dim})
+            changed = True
+        eqns.append(e)
+    if not changed:
+        return jaxpr
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars, check=False)
+
+
+def _tiling(xs, out: Var, pad_p, single_use):
+    """(axis, pieces in order) when every x is a single-use zero pad along one shared axis and the
+    pieces cover that axis exactly once; else None."""
+    if len(xs) < 2:
+        return None
+    spans, axis = [], None
+    for x in xs:
+        p = single_use(x, pad_p)
+        if p is None or x.aval.shape != out.aval.shape or x.aval.dtype != out.aval.dtype:
+            return None
+        value = p.inputs[1]
+        if not (isinstance(value, Literal) and type(value.val) is not bool and value.val == 0):
+            return None
+        config = p.params["padding_config"]
+        padded = [
+            d for d, (lo, hi, interior) in enumerate(config) if (lo, hi, interior) != (0, 0, 0)
+        ]
+        if len(padded) != 1 or config[padded[0]][2] != 0 or min(config[padded[0]][:2]) < 0:
+            return None
+        if axis is not None and padded[0] != axis:
+            return None
+        axis = padded[0]
+        lo, hi, _ = config[axis]
+        spans.append((lo, out.aval.shape[axis] - hi, p.inputs[0]))
+    spans.sort(key=lambda s: s[0])
+    end = 0
+    for lo, stop, _ in spans:
+        if lo != end:
+            return None
+        end = stop
+    if end != out.aval.shape[axis]:
+        return None
+    return axis, [piece for _, _, piece in spans]
+
+
+def batch_horizontal(jaxpr: Jaxpr, max_growth: int = 4) -> Jaxpr:
+    """Horizontal batching: `concatenate([expand_dims(op(slice_i(src), *rest))...], d)`, the same
+    op with the same params on n same-shaped slices of one tensor (a Python loop of window dot
+    products, per-window reductions), becomes one op on the stacked slices through the op's own
+    batching rule: one kernel instead of n. The stack is a copy of the slices, so the rewrite is
+    skipped when it would hold more than `max_growth` times the source's elements. The op runs
+    on the same numbers per slice; a contraction may sum in another order, as vmap would."""
+    from thunderx.core import batch_rules
+    from thunderx.passes import _param_key, call_primitives, has_effects
+    from thunderx.primitives.shape import expand_dims_p
+    from thunderx.primitives.slicing import concatenate_p, slice_p
+
+    producers: dict[int, Eqn] = {}
+    uses: dict[int, int] = {}
+    for e in jaxpr.eqns:
+        for v in e.outputs:
+            producers[id(v)] = e
+        for x in e.inputs:
+            if isinstance(x, Var):
+                uses[id(x)] = uses.get(id(x), 0) + 1
+    for x in jaxpr.outvars:
+        if isinstance(x, Var):
+            uses[id(x)] = uses.get(id(x), 0) + 2
+
+    def single(x, prim=None):
+        p = producers.get(id(x)) if isinstance(x, Var) else None
+        ok = p is not None and len(p.outputs) == 1 and uses.get(id(x)) == 1
+        return p if ok and (prim is None or p.prim is prim) else None
+
+    def group(cat: Eqn):
+        d = cat.params["dimension"]
+        expands = [single(x, expand_dims_p) for x in cat.inputs]
+        if len(expands) < 2 or any(p is None or p.params["dimensions"] != (d,) for p in expands):
+            return None
+        ops = [single(p.inputs[0]) for p in expands]
+        first = ops[0]
+        if any(o is None for o in ops) or first.prim in call_primitives:
+            return None
+        if has_effects(first.prim) or first.prim not in batch_rules:
+            return None
+        key = _param_key(first.params)
+        if any(o.prim is not first.prim or _param_key(o.params) != key for o in ops):
+            return None
+        if any(len(o.inputs) != len(first.inputs) for o in ops):
+            return None
+        differ = [
+            j
+            for j in range(len(first.inputs))
+            if any(o.inputs[j] is not first.inputs[j] for o in ops)
+        ]
+        if len(differ) != 1:
+            return None
+        k = differ[0]
+        slices = [single(o.inputs[k], slice_p) for o in ops]
+        if any(s is None for s in slices):
+            return None
+        src = slices[0].inputs[0]
+        piece = first.inputs[k].aval
+        if any(s.inputs[0] is not src or s.outputs[0].aval.shape != piece.shape for s in slices):
+            return None
+        if len(slices) * math.prod(piece.shape) > max_growth * math.prod(src.aval.shape):
+            return None
+        return d, k, first, slices
+
+    eqns, changed = [], False
+    for e in jaxpr.eqns:
+        g = group(e) if e.prim is concatenate_p else None
+        if g is not None:
+            new = _batched_eqns(e, *g, batch_rules)
+            if new is not None:
+                eqns += new
+                changed = True
+                continue
+        eqns.append(e)
+    if not changed:
+        return jaxpr
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars, check=False)
+
+
+def _batched_eqns(cat: Eqn, d: int, k: int, op: Eqn, slices: list, batch_rules) -> list | None:
+    """The equations computing `cat`'s output as one batched `op` over the stacked slices."""
+    from thunderx.primitives.shape import expand_dims, moveaxis
+    from thunderx.primitives.slicing import concatenate
+    from thunderx.tracing import trace_flat
+
+    src = slices[0].inputs[0]
+    rest = [j for j, x in enumerate(op.inputs) if j != k and isinstance(x, Var)]
+
+    def stacked_op(src_t, *rest_t):
+        pieces = [expand_dims(s.prim.bind(src_t, **s.params), (0,)) for s in slices]
+        args = list(op.inputs)
+        args[k] = concatenate(pieces, 0)
+        for j, t in zip(rest, rest_t):
+            args[j] = t
+        args = [a.val if isinstance(a, Literal) else a for a in args]
+        dims = [0 if j == k else None for j in range(len(args))]
+        out, out_dim = batch_rules[op.prim](args, dims, **op.params)
+        return [moveaxis(out, out_dim, d)], None
+
+    try:
+        closed, _ = trace_flat(stacked_op, [src.aval] + [op.inputs[j].aval for j in rest])
+    except Exception:  # noqa: BLE001 - a rule that cannot batch this op leaves it as it was
+        return None
+    sub = closed.jaxpr
+    got, want = sub.outvars[0].aval, cat.outputs[0].aval
+    if sub.constvars or got.shape != want.shape or got.dtype != want.dtype:
+        return None
+    env: dict[int, object] = {
+        id(v): x for v, x in zip(sub.invars, [src] + [op.inputs[j] for j in rest])
+    }
+    out = []
+    for e in sub.eqns:
+        ins = [env.get(id(x), x) if isinstance(x, Var) else x for x in e.inputs]
+        outs = [Var(v.aval) for v in e.outputs]
+        for v, o in zip(e.outputs, outs):
+            env[id(v)] = o
+        out.append(Eqn(e.prim, ins, outs, e.params))
+    result = env.get(id(sub.outvars[0]), sub.outvars[0])
+    if not out or result is not out[-1].outputs[0]:
+        return None
+    out[-1] = Eqn(out[-1].prim, out[-1].inputs, cat.outputs, out[-1].params)
+    return out

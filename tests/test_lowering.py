@@ -1,0 +1,199 @@
+"""Lowering choices of the torch executor and the rewrites behind them: each test shows the
+pattern before (the plain jaxpr) and after (the optimized jaxpr or the generated code) and checks
+the jitted program against eager torch, bit for bit where the choice is exact."""
+
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+
+import thunderx as tx
+from thunderx.passes import closure_convert, optimize
+
+SPECIALS = torch.tensor([float("inf"), float("-inf"), float("nan"), -0.0, 0.0, 1.5, -3.0, 1e-40])
+
+
+def _exact(got, want):
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+def _code(f, *args):
+    return tx.jit(f).lower(*args).as_text().split("# execution program")[1]
+
+
+def _outer(a, b):
+    return torch.einsum("bi,bj->bij", a, b)
+
+
+def test_size_one_contraction_is_a_broadcast_multiply():
+    a, b = torch.randn(16, 64), torch.randn(16, 48)
+    before = tx.make_jaxpr(_outer)(a, b).jaxpr
+    assert any(e.prim.name == "dot_general" for e in before.eqns), "the einsum is a contraction"
+    code = _code(_outer, a, b)
+    assert "bmm" not in code and "einsum" not in code and " * " in code, code
+    # one product per output element: the same bits as torch's own einsum
+    _exact(tx.jit(_outer)(a, b), torch.einsum("bi,bj->bij", a, b))
+    a[0, :8], b[1, :8] = SPECIALS, SPECIALS
+    _exact(tx.jit(_outer)(a, b), torch.einsum("bi,bj->bij", a, b))
+
+
+def test_unbatched_outer_product_stays_one_gemm():
+    def outer(a, b):
+        return torch.einsum("i,j->ij", a, b)
+
+    a, b = torch.randn(64), torch.randn(48)
+    assert " * " not in _code(outer, a, b)
+    _exact(tx.jit(outer)(a, b), torch.outer(a, b))
+
+
+def test_size_one_contraction_with_a_short_last_dim_stays_a_gemm():
+    # a broadcast multiply over an inner dim of 10 vectorizes poorly: the GEMM stays
+    a, b = torch.randn(16, 64), torch.randn(16, 10)
+    code = _code(_outer, a, b)
+    assert " * " not in code, code
+    _exact(tx.jit(_outer)(a, b), torch.einsum("bi,bj->bij", a, b))
+
+
+def _pe_loss(w, x, y):
+    return F.cross_entropy(torch.relu(x @ w[0]) @ w[1], y)
+
+
+def test_per_example_weight_gradients_have_no_k1_gemm():
+    g = torch.Generator().manual_seed(0)
+    w = (torch.randn(32, 64, generator=g), torch.randn(64, 40, generator=g))
+    x, y = torch.randn(8, 1, 32, generator=g), torch.randint(0, 40, (8, 1), generator=g)
+    f = tx.vmap(tx.grad(_pe_loss), in_axes=(None, 0, 0))
+    code = tx.jit(f).lower(w, x, y).as_text().split("# execution program")[1]
+    assert "bmm" not in code, code
+    want = tf.vmap(tf.grad(_pe_loss), in_dims=(None, 0, 0))(w, x, y)
+    for got, ref in zip(tx.jit(f)(w, x, y), want):
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def _inv(y):
+    return torch.ones_like(y) / y
+
+
+def test_one_over_y_is_a_reciprocal_not_a_full_and_a_divide():
+    y = torch.cat([SPECIALS, torch.randn(24) * 100])
+    before = closure_convert(tx.make_jaxpr(_inv)(y).jaxpr)
+    assert [e.prim.name for e in before.eqns if e.prim.name in ("full", "div")] == ["full", "div"]
+    after = optimize(before)
+    names = [e.prim.name for e in after.eqns]
+    assert "full" not in names and "div" not in names and "reciprocal" in names, names
+    assert "torch.full" not in _code(_inv, y)
+    _exact(tx.jit(_inv)(y), 1.0 / y)
+
+
+def test_two_over_y_stays_a_divide():
+    # 2/y is one rounding; reciprocal(y) * 2 would be two: not rewritten
+    def f(y):
+        return torch.full_like(y, 2.0) / y
+
+    y = torch.cat([SPECIALS, torch.randn(24) * 100])
+    names = [e.prim.name for e in optimize(closure_convert(tx.make_jaxpr(f)(y).jaxpr)).eqns]
+    assert "div" in names, names
+    _exact(tx.jit(f)(y), torch.full(y.shape, 2.0) / y)
+
+
+def test_mean_gradient_has_no_full_divide():
+    # the cross-entropy backward divides ones by the count of valid targets
+    logits, t = torch.randn(8, 5), torch.randint(0, 5, (8,))
+    code = _code(tx.grad(lambda z: F.cross_entropy(z, t)), logits)
+    assert "1.0, dtype" not in code, code  # no tensor of ones is built
+    torch.testing.assert_close(
+        tx.jit(tx.grad(lambda z: F.cross_entropy(z, t)))(logits),
+        tf.grad(lambda z: F.cross_entropy(z, t))(logits),
+    )
+
+
+def _split_loss(w, a):
+    q, k, v = w.chunk(3, -1)
+    return (q * a[0] + k.sin() * a[1] + v * a[2]).sum()
+
+
+def test_split_backward_is_one_concatenate_not_pads_and_adds():
+    w = torch.randn(4, 12)
+    a = torch.randn(3, 4, 4)
+    a[0, 0, :3] = torch.tensor([-0.0, float("nan"), float("inf")])
+    g = tx.grad(_split_loss)
+    before = closure_convert(tx.make_jaxpr(g)(w, a).jaxpr)
+    assert [e.prim.name for e in before.eqns].count("pad") == 3
+    names = [e.prim.name for e in optimize(before).eqns]
+    assert "concatenate" in names and "pad" not in names and "add" not in names, names
+    # torch's split backward is a cat too: the same bits, -0.0 included
+    _exact(tx.jit(g)(w, a), tf.grad(_split_loss)(w, a))
+
+
+def test_slices_with_a_gap_stay_pads():
+    def f(w, a):
+        return (w[:, :4] * a[0] + w[:, 8:] * a[1]).sum()
+
+    w, a = torch.randn(4, 12), torch.randn(2, 4, 4)
+    g = tx.grad(f)
+    names = [e.prim.name for e in optimize(closure_convert(tx.make_jaxpr(g)(w, a).jaxpr)).eqns]
+    assert "concatenate" not in names, names
+    _exact(tx.jit(g)(w, a), tf.grad(f)(w, a))
+
+
+def test_overlapping_slices_stay_pads_and_adds():
+    def f(w):
+        return (w[:, :8].sin() + w[:, 4:].cos()).sum()
+
+    w = torch.randn(4, 12)
+    names = [
+        e.prim.name for e in optimize(closure_convert(tx.make_jaxpr(tx.grad(f))(w).jaxpr)).eqns
+    ]
+    assert "concatenate" not in names, names
+    torch.testing.assert_close(tx.jit(tx.grad(f))(w), tf.grad(f)(w))
+
+
+def _convolve(x, w):
+    # JAX's vectorization tutorial: a Python loop of window dot products
+    return torch.stack([torch.dot(x[i - 1 : i + 2], w) for i in range(1, len(x) - 1)])
+
+
+def _count(f, *args, name="dot_general"):
+    jaxpr = closure_convert(tx.make_jaxpr(f)(*args).jaxpr)
+    return [e.prim.name for e in jaxpr.eqns].count(name), [
+        e.prim.name for e in optimize(jaxpr).eqns
+    ].count(name)
+
+
+def test_window_dot_products_become_one_batched_contraction():
+    x, w = torch.randn(4, 20), torch.randn(4, 3)
+    f = tx.vmap(_convolve)
+    assert _count(f, x, w) == (18, 1)
+    want = torch.stack([_convolve(xi, wi) for xi, wi in zip(x, w)])
+    torch.testing.assert_close(tx.jit(f)(x, w), want)
+    x[1, 5] = float("nan")
+    torch.testing.assert_close(
+        tx.jit(f)(x, w), torch.stack([_convolve(a, b) for a, b in zip(x, w)]), equal_nan=True
+    )
+
+
+def test_window_reductions_are_batched_too():
+    def window_max(x):
+        return torch.stack([x[:, i : i + 4].amax(-1) for i in range(0, 16, 4)], -1)
+
+    x = torch.randn(3, 16)
+    before, after = _count(window_max, x, name="reduce_max")
+    assert (before, after) == (4, 1)
+    torch.testing.assert_close(tx.jit(window_max)(x), window_max(x), rtol=0, atol=0)
+
+
+def test_horizontal_batching_skips_a_stack_larger_than_the_memory_budget():
+    def big_windows(x, w):
+        return torch.stack([x[i : i + 60] @ w for i in range(5)])  # 5 x 60 > 4 x 64 elements
+
+    x, w = torch.randn(64), torch.randn(60)
+    assert _count(big_windows, x, w) == (5, 5)
+    torch.testing.assert_close(tx.jit(big_windows)(x, w), big_windows(x, w))
+
+
+def test_ops_with_different_second_operands_stay_separate():
+    def f(x, ws):
+        return torch.stack([torch.dot(x[i : i + 3], ws[i]) for i in range(4)])
+
+    x, ws = torch.randn(8), torch.randn(4, 3)
+    assert _count(f, x, ws) == (4, 4)
+    torch.testing.assert_close(tx.jit(f)(x, ws), f(x, ws))
