@@ -3,6 +3,7 @@
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
     binary,
     collectives,
+    composite,
     cond,
     conv,
     creation,

@@ -128,7 +128,32 @@ cos_p = def_unary("cos", torch.cos, "cos", lambda x, y: neg(sin(x)), inplace="co
 tan_p = def_unary("tan", torch.tan, "tan", lambda x, y: add(mul(y, y), 1.0), "unit", inplace="tan_")
 sinh_p = def_unary("sinh", torch.sinh, "sinh", lambda x, y: cosh(x), inplace="sinh_")
 cosh_p = def_unary("cosh", torch.cosh, "cosh", lambda x, y: sinh(x), inplace="cosh_")
-tanh_p = def_unary("tanh", torch.tanh, "tanh", lambda x, y: sub(1.0, mul(y, y)), inplace="tanh_")
+
+
+def _fused_backward_jvp(name):
+    """The jvp `kernel(t, y)` of tanh / sigmoid: torch's tanh_backward / sigmoid_backward, so
+    derivatives have torch's numbers (`1 - y*y` in two float32 ops rounds differently)."""
+
+    def jvp(primals, tangents):
+        from thunderx.primitives import composite
+
+        (x,), (t,) = primals, tangents
+        y = (tanh_p if name == "tanh" else logistic_p).bind(x)
+        if type(t) is Zero:
+            return y, t
+        return y, getattr(composite, f"{name}_backward")(t, y)
+
+    return jvp
+
+
+tanh_p = def_unary(
+    "tanh",
+    torch.tanh,
+    "tanh",
+    lambda x, y: sub(1.0, mul(y, y)),
+    inplace="tanh_",
+    jvp=_fused_backward_jvp("tanh"),
+)
 asin_p = def_unary(
     "asin", torch.asin, "asin", lambda x, y: rsqrt(sub(1.0, mul(x, x))), "unit", inplace="asin_"
 )
@@ -158,7 +183,12 @@ atanh_p = def_unary(
     inplace="atanh_",
 )
 logistic_p = def_unary(
-    "logistic", torch.sigmoid, "sigmoid", lambda x, y: mul(y, sub(1.0, y)), inplace="sigmoid_"
+    "logistic",
+    torch.sigmoid,
+    "sigmoid",
+    lambda x, y: mul(y, sub(1.0, y)),
+    inplace="sigmoid_",
+    jvp=_fused_backward_jvp("sigmoid"),
 )
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 erf_p = def_unary(

@@ -509,5 +509,5 @@ for _name in ("cond", "scan", "while", "checkpoint"):
     SAMPLES[_name] = _control_flow(_name)
 
 
-# Samples of the linear algebra and sorting primitives register themselves into SAMPLES.
-from . import samples_linalg  # noqa: E402, F401
+# Samples of the linear algebra, sorting and composite primitives register themselves into SAMPLES.
+from . import samples_composite, samples_linalg  # noqa: E402, F401

@@ -128,6 +128,11 @@ flops_rules: dict[Primitive, Callable] = {}
 call_primitives: set[Primitive] = set()
 # Optional: a primitive whose params name what it stands for (the opaque torch call) says so.
 describe_rules: dict[Primitive, Callable] = {}
+# Composite operations (a torch kernel with its own rules, such as `relu` or `softmax`): the same
+# operation written with other primitives, `rule(*arrays, **params) -> out`. Rules a composite
+# does not give directly are derived from it (primitives/composite.py), and the tests check that
+# it equals the kernel.
+decomposition_rules: dict[Primitive, Callable] = {}
 
 
 def new_primitive(name: str, multiple_results: bool = False) -> Primitive:
@@ -159,6 +164,7 @@ def declare(
     nvfuser_check: Callable | None = None,
     not_differentiable: str | None = None,
     describe: Callable | None = None,
+    decomposition: Callable | None = None,
     multiple_results: bool = False,
     aliases: tuple[int, ...] | str = (),
     inplace: str | None = None,
@@ -178,7 +184,8 @@ def declare(
     **params)` (see their tables above);
     `torch_codegen(arg_sources, avals, **params) -> expression source` (with
     `torch_codegen_statement=True`: `(arg_sources, avals, ctx=..., **params) -> lines`);
-    `nvfuser(fd, *operands, **params)`, `nvfuser_check(eqn) -> bool`.
+    `nvfuser(fd, *operands, **params)`, `nvfuser_check(eqn) -> bool`;
+    `decomposition(*arrays, **params)`: the operation in other primitives (a composite's).
     `linear=True` puts it in `linear_primitives`; without a `jvp` its jvp applies it to the
     tangents (operands at `nonlinear` positions, such as indices, pass their primal).
 
@@ -214,6 +221,7 @@ def declare(
         (nvfuser_rules, nvfuser),
         (nvfuser_checks, nvfuser_check),
         (describe_rules, describe),
+        (decomposition_rules, decomposition),
         (_not_differentiable_table, not_differentiable),
     )
     for table, rule in rules:

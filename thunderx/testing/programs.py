@@ -34,6 +34,10 @@ UNARY = {
     "sqrt_sq1": lambda x: torch.sqrt(x * x + 1),
     "erf": torch.erf,
     "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    # x * relu(x) is differentiable at 0 (relu alone has a kink there)
+    "relu_mul": lambda x: torch.relu(x) * x,
+    "threshold_mul": lambda x: F.threshold(x, 0.0, 0.0) * x,
     "neg": torch.neg,
     "exp_tanh": lambda x: torch.exp(torch.tanh(x)),
     "silu": F.silu,
@@ -104,6 +108,7 @@ SCAN = {
     "cumsum": lambda x, d: x.cumsum(d),
     "cumprod": lambda x, d: torch.tanh(x).cumprod(d),
     "softmax": lambda x, d: torch.softmax(x, d),
+    "log_softmax": lambda x, d: torch.log_softmax(x, d),
     "cummax": lambda x, d: torch.cummax(x, d).values,
     "cummin": lambda x, d: torch.cummin(x, d).values,
     "logcumsumexp": lambda x, d: torch.logcumsumexp(x, d),
@@ -143,6 +148,8 @@ NOT_GENERATED = {
     "scan": "control flow: torch.func cannot run torch's scan; see tests/test_control_flow.py",
     "while": "control flow: torch.func cannot run torch's while_loop; see test_control_flow.py",
     "checkpoint": "thunderx.checkpoint has no torch counterpart; see tests/test_control_flow.py",
+    "log_softmax_jvp": "log_softmax's tangent appears only in forward mode, which random "
+    "programs do not stage; tests/test_composite.py checks it",
     "cholesky": _MATRIX_REASON,
     "eigh": _MATRIX_REASON,
     "expm": _MATRIX_REASON,
