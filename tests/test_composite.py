@@ -204,3 +204,20 @@ def test_per_example_grads_of_an_mlp_match_torch_func():
 def test_bad_gelu_approximation_is_a_clear_error():
     with pytest.raises(ValueError, match="approximate"):
         tx.jit(lambda x: F.gelu(x, approximate="fast"))(torch.randn(3))
+
+
+def test_nvfuser_fuses_the_decompositions_and_agrees_with_torch():
+    from thunderx.executors.decompose import expand_composites
+
+    def loss(x):
+        return torch.log_softmax(F.gelu(torch.relu(x), approximate="tanh"), -1).tanh().sum()
+
+    x = torch.randn(4, 5)
+    jaxpr = tx.make_jaxpr(tx.grad(loss))(x).jaxpr
+    assert any(e.prim in core.decomposition_rules for e in jaxpr.eqns)
+    expanded = expand_composites(jaxpr, keep=lambda prim: prim in core.nvfuser_rules)
+    assert not any(e.prim in core.decomposition_rules for e in expanded.eqns)
+    low = tx.jit(tx.grad(loss)).lower(x, executor="nvfuser").as_text()
+    assert "fd.ops.tanh(" in low and "fd.ops.exp(" in low, low
+    got = tx.jit(tx.grad(loss), executor="nvfuser")(x)
+    torch.testing.assert_close(got, tf.grad(loss)(x))
