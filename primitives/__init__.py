@@ -4,6 +4,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     binary,
     collectives,
     composite,
+    composite_losses,
     cond,
     conv,
     creation,

@@ -29,9 +29,13 @@ from thunderx.primitives import unary as U
 from thunderx.primitives._elementwise import elementwise_batch, nary_abstract_eval
 
 
-def declare_composite(name: str, *, decomposition: Callable, **declared):
+def declare_composite(
+    name: str, *, decomposition: Callable, differentiate_decomposition: bool = False, **declared
+):
     """`core.declare` for a composite operation: rules not given (`jvp`, `batch`) are derived
-    from `decomposition(*arrays, **params)`, written with other primitives."""
+    from `decomposition(*arrays, **params)`, written with other primitives. A linear one gets
+    `core.linear_jvp` unless `differentiate_decomposition` (a backward kernel, linear in the
+    gradient but not in the saved values it also reads)."""
     prim = None
 
     def jvp_from_decomposition(primals, tangents, **params):
@@ -40,7 +44,9 @@ def declare_composite(name: str, *, decomposition: Callable, **declared):
     def batch_from_decomposition(args, dims, **params):
         return decomposition_batch(prim, decomposition, args, dims, params)
 
-    declared.setdefault("jvp", jvp_from_decomposition)
+    if not declared.get("linear") or differentiate_decomposition:
+        # a linear composite's own jvp applies it to the tangents (core.linear_jvp)
+        declared.setdefault("jvp", jvp_from_decomposition)
     declared.setdefault("batch", batch_from_decomposition)
     prim = declare(name, decomposition=decomposition, **declared)
     return prim
@@ -246,6 +252,7 @@ gelu_backward_p = declare_composite(
     abstract_eval=_gelu_backward_abstract_eval,
     linear=True,
     nonlinear=(1,),
+    differentiate_decomposition=True,
     transpose=lambda ct, g, x, *, approximate: _grad_transpose(gelu_backward_p)(
         ct, g, x, approximate=approximate
     ),
@@ -473,6 +480,7 @@ softmax_backward_p = declare_composite(
     abstract_eval=_dim_abstract_eval("softmax_backward", 2),
     linear=True,
     nonlinear=(1,),
+    differentiate_decomposition=True,
     transpose=_linear_in_grad_transpose(lambda: softmax_backward_p),
     torch_codegen=lambda args, avals, *, dim: (
         f"torch.ops.aten._softmax_backward_data({args[0]}, {args[1]}, {dim}, {avals[1].dtype})"
@@ -486,6 +494,7 @@ log_softmax_backward_p = declare_composite(
     abstract_eval=_dim_abstract_eval("log_softmax_backward", 2),
     linear=True,
     nonlinear=(1,),
+    differentiate_decomposition=True,
     transpose=_linear_in_grad_transpose(lambda: log_softmax_jvp_p),
     torch_codegen=lambda args, avals, *, dim: (
         f"torch.ops.aten._log_softmax_backward_data({args[0]}, {args[1]}, {dim}, {avals[1].dtype})"
@@ -499,5 +508,6 @@ log_softmax_jvp_p = declare_composite(
     abstract_eval=_dim_abstract_eval("log_softmax_jvp", 2),
     linear=True,
     nonlinear=(1,),
+    differentiate_decomposition=True,
     transpose=_linear_in_grad_transpose(lambda: log_softmax_backward_p),
 )

@@ -53,3 +53,28 @@ def _(d):
 @sample("softmax_backward", "log_softmax_backward", "log_softmax_jvp")
 def _(d):
     return _dim_sample(d, 2)
+
+
+def _nll_sample(d, backward):
+    lead = d.shape(max_rank=1, max_side=4)
+    c = d.int(2, 4)
+    target = d.index(lead, c)
+    ignore = d.choice([-100, 0])
+    reduction = d.choice(["none", "mean", "sum"])
+    if ignore == 0 and reduction == "mean":
+        target.view(-1)[:1] = c - 1  # keep one counted target, so the mean is finite
+    params = {"reduction": reduction, "ignore_index": ignore}
+    if backward:
+        g = d.tensor(lead if reduction == "none" else ())
+        return Sample([g, target], dict(params, shape=lead + (c,)))
+    return Sample([d.tensor(lead + (c,)), target], params)
+
+
+@sample("nll_loss")
+def _(d):
+    return _nll_sample(d, False)
+
+
+@sample("nll_loss_backward")
+def _(d):
+    return _nll_sample(d, True)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import thunderx as tx
 from thunderx import core
+from thunderx.ad_util import Zero
 from thunderx.primitives import composite as K
 from thunderx.testing import check_grads, check_vmap
 
@@ -83,6 +84,16 @@ _KERNELS = [
     (partial(F.gelu, approximate="tanh"), "approximate='tanh'"),
     (partial(torch.softmax, dim=-1), "torch.ops.aten._softmax_backward_data"),
     (partial(torch.log_softmax, dim=-1), "torch.ops.aten._log_softmax_backward_data"),
+    (
+        lambda x: F.cross_entropy(x, torch.tensor([0, 4, 2, 1])).expand(5),
+        "torch.ops.aten.nll_loss_backward",
+    ),
+    (
+        lambda x: F.nll_loss(x, torch.tensor([0, 4, -100, 1]), reduction="none")[:, None].expand(
+            4, 5
+        ),
+        "torch.ops.aten.nll_loss_backward",
+    ),
 ]
 
 
@@ -146,11 +157,19 @@ def test_rules_derived_from_the_decomposition(name, data):
         return K.decomposition_jvp(decomposition, primals, tangents, params)
 
     gen = torch.Generator().manual_seed(0)
-    ts = [torch.randn(a.shape, dtype=a.dtype, generator=gen) for a in sample.args]
+    ts = [
+        torch.randn(a.shape, dtype=a.dtype, generator=gen)
+        if a.dtype.is_floating_point
+        else Zero(core.get_aval(a))
+        for a in sample.args
+    ]
     _, got = jvp_rule(sample.args, ts)
     _, want = core.jvp_rules[prim](sample.args, ts, **params)
     torch.testing.assert_close(got, want, rtol=1e-8, atol=1e-10)
-    batched = [torch.stack([a, a * 1.1, a * 0.9], 0) for a in sample.args]
+    batched = [
+        torch.stack([a, a * 1.1, a * 0.9] if a.dtype.is_floating_point else [a] * 3, 0)
+        for a in sample.args
+    ]
     out, bdim = K.decomposition_batch(prim, decomposition, batched, [0] * len(batched), params)
     loop = torch.stack([prim.bind(*[b[i] for b in batched], **params) for i in range(3)])
     torch.testing.assert_close(out.movedim(bdim, 0), loop, rtol=1e-8, atol=1e-10)

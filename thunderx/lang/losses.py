@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 
 from thunderx.avals import is_float
@@ -12,6 +13,7 @@ from thunderx.errors import unsupported
 from thunderx.lang._base import convert, dtype, ndim, promote, register, shape
 from thunderx.lang.nn import log_softmax, logsigmoid
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite_losses as KL
 from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
@@ -79,6 +81,16 @@ def nll_loss(
     reduction="mean",
 ):
     x = input
+    if (
+        weight is None
+        and ndim(x) in (1, 2)
+        and is_float(dtype(x))
+        and not isinstance(target, int)
+        and dtype(target) is torch.int64
+        and reduction in ("none", "mean", "sum")
+    ):
+        # torch's kernel, with nll_loss_backward as its transpose (primitives/composite_losses.py)
+        return KL.nll_loss(x, target, reduction, ignore_index)
     if ndim(x) == 1:
         x = S.expand_dims(x, (0,))
         target = S.expand_dims(target, (0,)) if not isinstance(target, int) else target

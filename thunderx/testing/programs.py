@@ -109,6 +109,15 @@ SCAN = {
     "cumprod": lambda x, d: torch.tanh(x).cumprod(d),
     "softmax": lambda x, d: torch.softmax(x, d),
     "log_softmax": lambda x, d: torch.log_softmax(x, d),
+    # plus the summed negative log-likelihood of class 0 along d (nll_loss's kernel)
+    "nll_add": lambda x, d: (
+        x
+        + F.nll_loss(
+            x.movedim(d, -1).reshape(-1, x.shape[d]),
+            torch.zeros(x.numel() // max(x.shape[d], 1), dtype=torch.int64),
+            reduction="sum",
+        )
+    ),
     "cummax": lambda x, d: torch.cummax(x, d).values,
     "cummin": lambda x, d: torch.cummin(x, d).values,
     "logcumsumexp": lambda x, d: torch.logcumsumexp(x, d),
