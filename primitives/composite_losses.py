@@ -165,6 +165,29 @@ def _nll_backward_transpose(ct, g, target, *, shape, reduction, ignore_index):
     return [nll_loss(ct, target, reduction, ignore_index), None]
 
 
+def _nll_backward_batch(args, dims, *, shape, reduction, ignore_index):
+    # as the forward: the vmapped dim joins the kernel's N, each example's reduction becomes a
+    # per-row gradient, and one 'none' kernel runs over all rows
+    g, t = args
+    dg, dt = dims
+    size = get_aval(g).shape[dg] if dg is not None else get_aval(t).shape[dt]
+    g = S.broadcast_batch(g, size, 0) if dg is None else S.moveaxis(g, dg, 0)
+    t = S.broadcast_batch(t, size, 0) if dt is None else S.moveaxis(t, dt, 0)
+    ts = S._shape(t)
+    if reduction != "none":
+        kept = (0,)
+        if reduction == "mean":
+            axes = tuple(range(1, len(ts)))
+            count = R.reduce_sum(U.convert(B.ne(t, ignore_index), get_aval(g).dtype), axes)
+            g = B.div(g, count)
+        g = S.broadcast_in_dim(g, ts, kept)
+    n = math.prod(ts)
+    flat = nll_loss_backward(
+        S.reshape(g, (n,)), S.reshape(t, (n,)), (n, shape[-1]), "none", ignore_index
+    )
+    return S.reshape(flat, ts + (shape[-1],)), 0
+
+
 nll_loss_backward_p = declare_composite(
     "nll_loss_backward",
     decomposition=_nll_backward_decomposition,
@@ -173,5 +196,6 @@ nll_loss_backward_p = declare_composite(
     linear=True,
     nonlinear=(1,),
     transpose=_nll_backward_transpose,
+    batch=_nll_backward_batch,
     torch_codegen=_nll_backward_codegen,
 )

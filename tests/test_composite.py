@@ -214,7 +214,11 @@ def test_per_example_grads_of_an_mlp_match_torch_func():
         return F.cross_entropy(h @ p[2], y)
 
     x, y = torch.randn(10, 8), torch.randint(0, 4, (10,))
-    got = tx.jit(tx.vmap(tx.grad(loss), (None, 0, 0)))(params, x[:, None], y[:, None])
+    f = tx.jit(tx.vmap(tx.grad(loss), (None, 0, 0)))
+    got = f(params, x[:, None], y[:, None])
+    src = f.lower(params, x[:, None], y[:, None]).as_text()
+    for kernel in ("nll_loss_backward", "_log_softmax_backward_data", "threshold_backward"):
+        assert f"torch.ops.aten.{kernel}(" in src, src
     want = tf.vmap(tf.grad(loss), (None, 0, 0))(params, x[:, None], y[:, None])
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b)
