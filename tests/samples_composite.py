@@ -78,3 +78,16 @@ def _(d):
 @sample("nll_loss_backward")
 def _(d):
     return _nll_sample(d, True)
+
+
+@sample("layer_norm")
+def _(d):
+    shape = d.shape(min_rank=1, min_side=2)
+    return Sample([d.tensor(shape)], {"normalized_ndim": d.int(1, len(shape)), "eps": 1e-5})
+
+
+@sample("layer_norm_backward")
+def _(d):
+    shape = d.shape(min_rank=1, min_side=2)
+    params = {"normalized_ndim": d.int(1, len(shape)), "eps": 1e-5}
+    return Sample([d.tensor(shape), d.tensor(shape)], params)

@@ -84,6 +84,7 @@ _KERNELS = [
     (partial(F.gelu, approximate="tanh"), "approximate='tanh'"),
     (partial(torch.softmax, dim=-1), "torch.ops.aten._softmax_backward_data"),
     (partial(torch.log_softmax, dim=-1), "torch.ops.aten._log_softmax_backward_data"),
+    (partial(F.layer_norm, normalized_shape=(5,)), "torch.ops.aten.native_layer_norm_backward"),
     (
         lambda x: F.cross_entropy(x, torch.tensor([0, 4, 2, 1])).expand(5),
         "torch.ops.aten.nll_loss_backward",
@@ -187,6 +188,8 @@ _FUNCTIONS = {
     "softmax": partial(torch.softmax, dim=1),
     "log_softmax": partial(torch.log_softmax, dim=0),
     "cross_entropy": lambda x: F.cross_entropy(x, torch.tensor([0, 2, 1, 2])),
+    "layer_norm": lambda x: F.layer_norm(x, (3,), torch.tensor([1.0, 2, 3], dtype=x.dtype)),
+    "layer_norm_2d": lambda x: F.layer_norm(x, (4, 3), eps=1e-3),
 }
 
 

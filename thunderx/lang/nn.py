@@ -25,6 +25,7 @@ from thunderx.lang.linalg import matmul
 from thunderx.lang.reductions import vector_norm
 from thunderx.primitives import binary as B
 from thunderx.primitives import composite as K
+from thunderx.primitives import composite_norm as KN
 from thunderx.primitives import creation as C
 from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
@@ -218,6 +219,14 @@ def _norm_dims(x, normalized_shape):
 @register(F.layer_norm)
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     dims = _norm_dims(x, normalized_shape)
+    if tuple(shape(x)[d] for d in dims) != tuple(normalized_shape):
+        raise ValueError(
+            f"layer_norm: normalized_shape {tuple(normalized_shape)} does not match the input's "
+            f"trailing dims {shape(x)}"
+        )
+    if dims and 0 not in shape(x) and is_float(dtype(x)):
+        # torch's kernel, with native_layer_norm_backward as its derivative (composite_norm.py)
+        return _affine(KN.layer_norm(x, len(dims), eps), weight, bias)
     n = float(math.prod(shape(x)[d] for d in dims))
     mean = B.div(R.reduce_sum(x, dims, keepdims=True), n)
     xc = B.sub(x, S.broadcast_to(mean, shape(x)))

@@ -109,6 +109,7 @@ SCAN = {
     "cumprod": lambda x, d: torch.tanh(x).cumprod(d),
     "softmax": lambda x, d: torch.softmax(x, d),
     "log_softmax": lambda x, d: torch.log_softmax(x, d),
+    "layer_norm": lambda x, d: F.layer_norm(x.movedim(d, -1), (x.shape[d],)).movedim(-1, d),
     # plus the summed negative log-likelihood of class 0 along d (nll_loss's kernel)
     "nll_add": lambda x, d: (
         x
