@@ -63,7 +63,9 @@ def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
 def gelu(x, approximate="none"):
     if approximate not in ("none", "tanh"):
         raise ValueError(f"F.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    return K.gelu(float_operand(x), approximate)
+    if not is_float(dtype(x)):
+        raise TypeError(f"F.gelu: input must be floating (as in torch), got {dtype(x)}")
+    return K.gelu(x, approximate)
 
 
 @register(F.silu)
