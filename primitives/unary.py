@@ -10,7 +10,6 @@ from thunderx.ad_util import Zero, is_undefined
 from thunderx.avals import ShapedArray, is_float
 from thunderx.core import declare, get_aval
 from thunderx.primitives import binary as B
-from thunderx.primitives import fused_backward as FB
 from thunderx.primitives._elementwise import elementwise_batch, nary_abstract_eval
 
 # name -> (torch function, nvFuser op, derivative(x, y) -> dy/dx or None for zero, domain)
@@ -61,9 +60,7 @@ def def_unary(
         abstract_eval=abstract_eval,
         batch=lambda args, dims: elementwise_batch(prim, args, dims),
         torch_codegen=lambda args, avals: f"{qual}({args[0]})",
-        nvfuser=declared.pop(
-            "nvfuser", (lambda fd, x: getattr(fd.ops, nvf_op)(x)) if nvf_op is not None else None
-        ),
+        nvfuser=(lambda fd, x: getattr(fd.ops, nvf_op)(x)) if nvf_op is not None else None,
         elementwise=True,
         inplace=inplace,
         **declared,
@@ -133,28 +130,30 @@ sinh_p = def_unary("sinh", torch.sinh, "sinh", lambda x, y: cosh(x), inplace="si
 cosh_p = def_unary("cosh", torch.cosh, "cosh", lambda x, y: sinh(x), inplace="cosh_")
 
 
-def _fused_jvp(name):
-    """A jvp whose tangent is torch's fused backward kernel of the output (see fused_backward):
-    `name_backward(t, y)`."""
+def _fused_backward_jvp(name):
+    """The jvp `kernel(t, y)` of tanh / sigmoid: torch's tanh_backward / sigmoid_backward, so
+    derivatives have torch's numbers (`1 - y*y` in two float32 ops rounds differently)."""
 
     def jvp(primals, tangents):
+        from thunderx.primitives import composite
+
         (x,), (t,) = primals, tangents
-        y = _PRIMS[name].bind(x)
-        return y, t if type(t) is Zero else getattr(FB, f"{name}_backward")(t, y)
+        y = (tanh_p if name == "tanh" else logistic_p).bind(x)
+        if type(t) is Zero:
+            return y, t
+        return y, getattr(composite, f"{name}_backward")(t, y)
 
     return jvp
 
 
-_PRIMS: dict = {}  # the primitives whose jvp is a fused kernel, by the kernel's name
 tanh_p = def_unary(
     "tanh",
     torch.tanh,
     "tanh",
     lambda x, y: sub(1.0, mul(y, y)),
     inplace="tanh_",
-    jvp=_fused_jvp("tanh"),
+    jvp=_fused_backward_jvp("tanh"),
 )
-_PRIMS["tanh"] = tanh_p
 asin_p = def_unary(
     "asin", torch.asin, "asin", lambda x, y: rsqrt(sub(1.0, mul(x, x))), "unit", inplace="asin_"
 )
@@ -189,27 +188,7 @@ logistic_p = def_unary(
     "sigmoid",
     lambda x, y: mul(y, sub(1.0, y)),
     inplace="sigmoid_",
-    jvp=_fused_jvp("sigmoid"),
-)
-_PRIMS["sigmoid"] = logistic_p
-
-
-def _relu_jvp(primals, tangents):
-    (x,), (t,) = primals, tangents
-    y = relu_p.bind(x)
-    # torch's relu backward: threshold_backward of the output (0 at 0, nan passes the tangent)
-    return y, t if type(t) is Zero else FB.threshold_backward(t, y, 0.0)
-
-
-relu_p = def_unary(
-    "relu",
-    torch.relu,
-    None,
-    _zero,
-    float_only=False,
-    inplace="relu_",
-    jvp=_relu_jvp,
-    nvfuser=lambda fd, x: fd.ops.where(fd.ops.le(x, 0.0), 0.0, x),
+    jvp=_fused_backward_jvp("sigmoid"),
 )
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 erf_p = def_unary(

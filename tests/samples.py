@@ -188,20 +188,6 @@ def _(d):
     return Sample([d.tensor(shape, F64), d.tensor(shape, F64)], {})
 
 
-@sample("tanh_backward", "sigmoid_backward")
-def _(d):
-    shape = d.shape()
-    y = d.tensor(shape, F64, "unit")  # an output of tanh (or, shifted, of sigmoid)
-    return Sample([d.tensor(shape, F64), y], {})
-
-
-@sample("threshold_backward")
-def _(d):
-    shape = d.shape()
-    y = d.tensor(shape, F64)
-    return Sample([d.tensor(shape, F64), y], {"threshold": d.choice([0.0, 0.5])})
-
-
 @sample("eq", "ne", "lt", "le", "gt", "ge")
 def _(d):
     shape = d.shape()
@@ -548,5 +534,5 @@ for _name in ("cond", "scan", "while", "checkpoint"):
     SAMPLES[_name] = _control_flow(_name)
 
 
-# Samples of the linear algebra and sorting primitives register themselves into SAMPLES.
-from . import samples_linalg  # noqa: E402, F401
+# Samples of the linear algebra, sorting and composite primitives register themselves into SAMPLES.
+from . import samples_composite, samples_linalg  # noqa: E402, F401

@@ -25,6 +25,8 @@ NOT_IN_TABLE = {
     "custom_vjp_call": "user-defined rules: tests/test_ad.py and the custom-rule tests",
     "jit_call": "reached by every nested check (jit(grad), jit(vmap(grad)))",
     "stop_gradient": "an identity with a zero derivative: tests/test_ad.py",
+    "log_softmax_jvp": "log_softmax's tangent, only in forward mode (the table stages f and grad): "
+    "tests/test_composite.py",
     **{
         n: "complex values: derivatives vs torch.func in tests/test_complex.py"
         for n in ("real", "imag", "conj", "complex")

@@ -96,10 +96,11 @@ def test_two_over_y_stays_a_divide():
 
 
 def test_mean_gradient_has_no_full_divide():
-    # the cross-entropy backward divides ones by the count of valid targets
+    # the cross-entropy backward divides by the count of valid targets: inside torch's
+    # nll_loss_backward kernel (its total_weight), never as a tensor of ones divided each call
     logits, t = torch.randn(8, 5), torch.randint(0, 5, (8,))
     code = _code(tx.grad(lambda z: F.cross_entropy(z, t)), logits)
-    assert "1.0, dtype" not in code, code  # no tensor of ones is built
+    assert ".div" not in code and " / " not in code, code
     torch.testing.assert_close(
         tx.jit(tx.grad(lambda z: F.cross_entropy(z, t)))(logits),
         tf.grad(lambda z: F.cross_entropy(z, t))(logits),

@@ -7,7 +7,6 @@ this one. Rules run with the parent as the current trace, so nesting needs no le
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from typing import Any, Callable
 
@@ -16,44 +15,7 @@ import torch
 from thunderx.ad_util import Zero, instantiate
 from thunderx.avals import ShapedArray, aval_of_concrete
 from thunderx.errors import MissingRuleError, UnexpectedTracerError, user_frame
-
-# `aliases=ALL_OPERANDS`: an output may be any operand or a view of one (a called program).
-ALL_OPERANDS = "all"
-
-
-@dataclasses.dataclass(frozen=True)
-class Properties:
-    """What executors and passes may assume about a primitive's outputs, proved against its
-    implementation by tests/test_properties.py (as torch's `Tensor(a)` annotations are)."""
-
-    # Operand positions whose storage an output may share (a view of them), or ALL_OPERANDS.
-    aliases: tuple[int, ...] | str = ()
-    # A torch Tensor method computing the result in place into operand 0 (`exp_`), or None.
-    inplace: str | None = None
-    # The in-place method is right only for floating outputs (`div_` does not truncate ints).
-    inplace_floating_only: bool = False
-    # A binary op whose in-place form may also write into operand 1 (operands swap).
-    commutative: bool = False
-    # Effects: "rng" reads and advances torch's random state, "callback" runs user code,
-    # "opaque" an unknown torch function; such an equation is never removed or merged.
-    effects: frozenset[str] = frozenset()
-    # Each output element depends only on the operand elements at the same index.
-    elementwise: bool = False
-    # A fresh output whose elements may share memory (an expanded tensor): never written.
-    overlapping: bool = False
-    # False only for the conservative stand-in of a primitive that never declared its properties.
-    declared: bool = True
-
-    def alias_positions(self, num_operands: int) -> tuple[int, ...]:
-        """The operand positions an output may share storage with, for an equation's arity."""
-        if self.aliases == ALL_OPERANDS:
-            return tuple(range(num_operands))
-        return self.aliases
-
-
-# A primitive made by `new_primitive` alone: assumed to alias any operand and to have effects,
-# so that executors and passes stay safe; tests/test_properties.py fails until it is declared.
-UNDECLARED = Properties(aliases=ALL_OPERANDS, effects=frozenset({"undeclared"}), declared=False)
+from thunderx.properties import ALL_OPERANDS, UNDECLARED, Properties  # noqa: F401  (re-exported)
 
 
 class Primitive:
@@ -130,6 +92,11 @@ flops_rules: dict[Primitive, Callable] = {}
 call_primitives: set[Primitive] = set()
 # Optional: a primitive whose params name what it stands for (the opaque torch call) says so.
 describe_rules: dict[Primitive, Callable] = {}
+# Composite operations (a torch kernel with its own rules, such as `relu` or `softmax`): the same
+# operation written with other primitives, `rule(*arrays, **params) -> out`. Rules a composite
+# does not give directly are derived from it (primitives/composite.py), and the tests check that
+# it equals the kernel.
+decomposition_rules: dict[Primitive, Callable] = {}
 
 
 def new_primitive(name: str, multiple_results: bool = False) -> Primitive:
@@ -162,6 +129,7 @@ def declare(
     nvfuser_check: Callable | None = None,
     not_differentiable: str | None = None,
     describe: Callable | None = None,
+    decomposition: Callable | None = None,
     multiple_results: bool = False,
     aliases: tuple[int, ...] | str = (),
     inplace: str | None = None,
@@ -181,7 +149,8 @@ def declare(
     **params)` (see their tables above);
     `torch_codegen(arg_sources, avals, **params) -> expression source` (with
     `torch_codegen_statement=True`: `(arg_sources, avals, ctx=..., **params) -> lines`);
-    `nvfuser(fd, *operands, **params)`, `nvfuser_check(eqn) -> bool`.
+    `nvfuser(fd, *operands, **params)`, `nvfuser_check(eqn) -> bool`;
+    `decomposition(*arrays, **params)`: the operation in other primitives (a composite's).
     `linear=True` puts it in `linear_primitives`; without a `jvp` its jvp applies it to the
     tangents (operands at `nonlinear` positions, such as indices, pass their primal).
 
@@ -218,6 +187,7 @@ def declare(
         (nvfuser_rules, nvfuser),
         (nvfuser_checks, nvfuser_check),
         (describe_rules, describe),
+        (decomposition_rules, decomposition),
         (_not_differentiable_table, not_differentiable),
     )
     for table, rule in rules:

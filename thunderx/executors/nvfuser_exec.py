@@ -12,8 +12,9 @@ import threading
 
 import torch
 
-from thunderx.core import impl_rules
+from thunderx.core import impl_rules, nvfuser_rules
 from thunderx.executors.base import Executor, register_executor
+from thunderx.executors.decompose import expand_composites
 from thunderx.executors.fusion_record import record_region
 from thunderx.executors.regions import (  # noqa: F401  (re-exported for tests and users)
     Unit,
@@ -67,6 +68,9 @@ class NvFuserProgram:
     """The partitioned program: units in order; runs with nvFuser or the reference interpreter."""
 
     def __init__(self, jaxpr: Jaxpr, refined: bool = False):
+        # composites nvFuser has no rule for (relu, gelu, softmax, ...) fuse as their
+        # decompositions
+        jaxpr = expand_composites(jaxpr, keep=lambda prim: prim in nvfuser_rules)
         self.jaxpr = jaxpr
         regions = partition(jaxpr)
         # refined: the partition as executed (no single-op regions, views peeled); unrefined,

@@ -12,6 +12,7 @@ from thunderx.avals import is_float
 from thunderx.lang._base import convert, dtype, ndim, promote, register, shape
 from thunderx.lang.nn import log_softmax, logsigmoid
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite_losses as KL
 from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
@@ -86,6 +87,16 @@ def nll_loss(
     reduction="mean",
 ):
     x = input
+    if (
+        weight is None
+        and ndim(x) in (1, 2)
+        and is_float(dtype(x))
+        and not isinstance(target, int)
+        and dtype(target) is torch.int64
+        and reduction in ("none", "mean", "sum")
+    ):
+        # torch's kernel, with nll_loss_backward as its transpose (primitives/composite_losses.py)
+        return KL.nll_loss(x, target, reduction, ignore_index)
     if ndim(x) == 1:
         x = S.expand_dims(x, (0,))
         target = S.expand_dims(target, (0,)) if not isinstance(target, int) else target

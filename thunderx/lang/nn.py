@@ -24,6 +24,8 @@ from thunderx.lang._base import (
 from thunderx.lang.linalg import matmul
 from thunderx.lang.reductions import vector_norm
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite as K
+from thunderx.primitives import composite_norm as KN
 from thunderx.primitives import creation as C
 from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
@@ -35,11 +37,12 @@ from thunderx.primitives import unary as U
 
 @register(F.relu, torch.relu, methods=("relu",))
 def relu(x, inplace=False):
-    # torch's kernels: relu forward, threshold_backward for its derivative (NaN stays NaN and
-    # its gradient passes through)
+    if is_float(dtype(x)):
+        # torch's kernel, with threshold_backward as its derivative (primitives/composite.py)
+        return K.relu(x)
     if dtype(x) == torch.bool:
         raise TypeError("relu: bool tensors are not supported (torch refuses them too)")
-    return U.relu_p.bind(x)
+    return U.select(B.le(x, 0), 0, x)
 
 
 @register(F.relu6)
@@ -60,10 +63,11 @@ def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
 
 @register(F.gelu)
 def gelu(x, approximate="none"):
-    if approximate == "tanh":
-        inner = B.mul(B.add(x, B.mul(B.mul(B.mul(x, x), x), 0.044715)), math.sqrt(2.0 / math.pi))
-        return B.mul(B.mul(x, 0.5), B.add(U.tanh(inner), 1.0))
-    return B.mul(B.mul(x, 0.5), B.add(U.erf(B.mul(x, 1.0 / math.sqrt(2.0))), 1.0))
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"F.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if not is_float(dtype(x)):
+        raise TypeError(f"F.gelu: input must be floating (as in torch), got {dtype(x)}")
+    return K.gelu(x, approximate)
 
 
 @register(F.silu)
@@ -172,7 +176,9 @@ def _tanhshrink(x):
 
 @register(F.threshold, torch.threshold)
 def _threshold(x, threshold, value, inplace=False):
-    return U.select(B.gt(x, threshold), x, float(value))
+    if is_float(dtype(x)):
+        return K.threshold(x, threshold, value)
+    return U.select(B.le(x, threshold), value, x)
 
 
 @register(F.glu)
@@ -195,7 +201,6 @@ def _softmax_dtype(x, dt):
 
 @register(F.softmax, torch.softmax, torch.special.softmax, methods=("softmax",))
 def softmax(x, dim=None, _stacklevel=3, dtype=None):
-    from thunderx.primitives.higher_order import stop_gradient
 
     x = _softmax_dtype(x, dtype)
     d = canon_dim(-1 if dim is None else dim, ndim(x))
@@ -203,11 +208,7 @@ def softmax(x, dim=None, _stacklevel=3, dtype=None):
         return B.add(B.mul(x, 0.0), 1.0)
     if 0 in shape(x):
         return x
-    m = stop_gradient(R.reduce_max(x, (d,)))
-    kept = tuple(i for i in range(ndim(x)) if i != d)
-    e = U.exp(B.sub(x, S.broadcast_in_dim(m, shape(x), kept)))
-    s = R.reduce_sum(e, (d,))
-    return B.div(e, S.broadcast_in_dim(s, shape(x), kept))
+    return K.softmax(x, d)
 
 
 @register(F.log_softmax, torch.log_softmax, torch.special.log_softmax, methods=("log_softmax",))
@@ -218,15 +219,7 @@ def log_softmax(x, dim=None, _stacklevel=3, dtype=None):
         return B.mul(x, 0.0)
     if 0 in shape(x):
         return x
-    # torch's formula, (x - max) - log(sum(exp(x - max))): an infinite max makes the whole
-    # slice nan, as in torch (logsumexp's guard against infinite maxima would not)
-    from thunderx.primitives.higher_order import stop_gradient
-
-    kept = tuple(i for i in range(ndim(x)) if i != d)
-    m = S.broadcast_in_dim(stop_gradient(R.reduce_max(x, (d,))), shape(x), kept)
-    shifted = B.sub(x, m)
-    lse = U.log(R.reduce_sum(U.exp(shifted), (d,)))
-    return B.sub(shifted, S.broadcast_in_dim(lse, shape(x), kept))
+    return K.log_softmax(x, d)
 
 
 @register(F.softmin)
@@ -245,6 +238,14 @@ def _norm_dims(x, normalized_shape):
 @register(F.layer_norm)
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     dims = _norm_dims(x, normalized_shape)
+    if tuple(shape(x)[d] for d in dims) != tuple(normalized_shape):
+        raise ValueError(
+            f"layer_norm: normalized_shape {tuple(normalized_shape)} does not match the input's "
+            f"trailing dims {shape(x)}"
+        )
+    if dims and 0 not in shape(x) and is_float(dtype(x)):
+        # torch's kernel, with native_layer_norm_backward as its derivative (composite_norm.py)
+        return _affine(KN.layer_norm(x, len(dims), eps), weight, bias)
     n = float(math.prod(shape(x)[d] for d in dims))
     mean = B.div(R.reduce_sum(x, dims, keepdims=True), n)
     xc = B.sub(x, S.broadcast_to(mean, shape(x)))

@@ -101,6 +101,9 @@ _U = {  # unary elementwise on any shape
         for n in ("log log1p log2 log10 sqrt rsqrt reciprocal lgamma digamma").split()
     },
     "polygamma": lambda x: torch.polygamma(1, _pos(x)),
+    # continuous (value == threshold); torch's derivative at the kink is 0, as threshold_backward's
+    "threshold": lambda x: F.threshold(x, 0.5, 0.5),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "acosh": lambda x: torch.acosh(1 + _pos(x)),
     "logit": lambda x: torch.logit(torch.sigmoid(x)),
     **{

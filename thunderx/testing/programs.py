@@ -34,6 +34,10 @@ UNARY = {
     "sqrt_sq1": lambda x: torch.sqrt(x * x + 1),
     "erf": torch.erf,
     "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    # x * relu(x) is differentiable at 0 (relu alone has a kink there)
+    "relu_mul": lambda x: torch.relu(x) * x,
+    "threshold_mul": lambda x: F.threshold(x, 0.0, 0.0) * x,
     "neg": torch.neg,
     "exp_tanh": lambda x: torch.exp(torch.tanh(x)),
     "silu": F.silu,
@@ -105,6 +109,17 @@ SCAN = {
     "cumsum": lambda x, d: x.cumsum(d),
     "cumprod": lambda x, d: torch.tanh(x).cumprod(d),
     "softmax": lambda x, d: torch.softmax(x, d),
+    "log_softmax": lambda x, d: torch.log_softmax(x, d),
+    "layer_norm": lambda x, d: F.layer_norm(x.movedim(d, -1), (x.shape[d],)).movedim(-1, d),
+    # plus the summed negative log-likelihood of class 0 along d (nll_loss's kernel)
+    "nll_add": lambda x, d: (
+        x
+        + F.nll_loss(
+            x.movedim(d, -1).reshape(-1, x.shape[d]),
+            torch.zeros(x.numel() // max(x.shape[d], 1), dtype=torch.int64),
+            reduction="sum",
+        )
+    ),
     "cummax": lambda x, d: torch.cummax(x, d).values,
     "cummin": lambda x, d: torch.cummin(x, d).values,
     "logcumsumexp": lambda x, d: torch.logcumsumexp(x, d),
@@ -151,6 +166,8 @@ NOT_GENERATED = {
     "scan": "control flow: torch.func cannot run torch's scan; see tests/test_control_flow.py",
     "while": "control flow: torch.func cannot run torch's while_loop; see test_control_flow.py",
     "checkpoint": "thunderx.checkpoint has no torch counterpart; see tests/test_control_flow.py",
+    "log_softmax_jvp": "log_softmax's tangent appears only in forward mode, which random "
+    "programs do not stage; tests/test_composite.py checks it",
     "cholesky": _MATRIX_REASON,
     "eigh": _MATRIX_REASON,
     "expm": _MATRIX_REASON,

@@ -1,0 +1,44 @@
+"""What a primitive declares about its outputs (aliasing, in-place form, effects, elementwise),
+read by executors and passes instead of primitive names."""
+
+from __future__ import annotations
+
+import dataclasses
+
+# `aliases=ALL_OPERANDS`: an output may be any operand or a view of one (a called program).
+ALL_OPERANDS = "all"
+
+
+@dataclasses.dataclass(frozen=True)
+class Properties:
+    """What executors and passes may assume about a primitive's outputs, proved against its
+    implementation by tests/test_properties.py (as torch's `Tensor(a)` annotations are)."""
+
+    # Operand positions whose storage an output may share (a view of them), or ALL_OPERANDS.
+    aliases: tuple[int, ...] | str = ()
+    # A torch Tensor method computing the result in place into operand 0 (`exp_`), or None.
+    inplace: str | None = None
+    # The in-place method is right only for floating outputs (`div_` does not truncate ints).
+    inplace_floating_only: bool = False
+    # A binary op whose in-place form may also write into operand 1 (operands swap).
+    commutative: bool = False
+    # Effects: "rng" reads and advances torch's random state, "callback" runs user code,
+    # "opaque" an unknown torch function; such an equation is never removed or merged.
+    effects: frozenset[str] = frozenset()
+    # Each output element depends only on the operand elements at the same index.
+    elementwise: bool = False
+    # A fresh output whose elements may share memory (an expanded tensor): never written.
+    overlapping: bool = False
+    # False only for the conservative stand-in of a primitive that never declared its properties.
+    declared: bool = True
+
+    def alias_positions(self, num_operands: int) -> tuple[int, ...]:
+        """The operand positions an output may share storage with, for an equation's arity."""
+        if self.aliases == ALL_OPERANDS:
+            return tuple(range(num_operands))
+        return self.aliases
+
+
+# A primitive made by `new_primitive` alone: assumed to alias any operand and to have effects,
+# so that executors and passes stay safe; tests/test_properties.py fails until it is declared.
+UNDECLARED = Properties(aliases=ALL_OPERANDS, effects=frozenset({"undeclared"}), declared=False)
