@@ -222,3 +222,15 @@ def test_attention_with_head_dim_zero_is_uniform_like_torch():
     close(tx.jit(f)(q, k, v), f(q, k, v))
     g = lambda v: f(q, k, v).sum()  # noqa: E731
     close(tx.grad(g)(v), tf.grad(g)(v))
+
+
+@pytest.mark.parametrize("fn", [torch.log2, torch.log10])
+def test_log2_log10_are_torchs_to_the_last_bit(fn):
+    """log(x) * (1 / ln 10) gave log10(0.1) = -0.9999999999999998, so ceil gave -0, not -1."""
+    x = torch.tensor([0.1, 0.001, 8.0, 1e-300, 3.7], dtype=F64)
+    assert torch.equal(tx.jit(fn)(x), fn(x))
+    assert torch.equal(tx.vmap(fn)(x), fn(x))
+    assert torch.equal(tx.jit(lambda v: torch.ceil(fn(v)))(x), torch.ceil(fn(x)))
+    f = lambda v: fn(v).sum()  # noqa: E731
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    close(tx.hessian(f)(x[:3]), tf.hessian(f)(x[:3]))

@@ -141,12 +141,12 @@ def _exp2(x):
 
 @register(torch.log2, methods=("log2",))
 def _log2(x):
-    return B.mul(U.log(float_operand(x)), 1.0 / math.log(2.0))
+    return U.log2(float_operand(x))
 
 
 @register(torch.log10, methods=("log10",))
 def _log10(x):
-    return B.mul(U.log(float_operand(x)), 1.0 / math.log(10.0))
+    return U.log10(float_operand(x))
 
 
 @register(torch.square, methods=("square",))

@@ -14,13 +14,7 @@ shows it (fix it, drop it). Keys are (op, check, category); check "*" covers eve
 from __future__ import annotations
 
 # (op, check, category) -> (owner, reason); check "*" stands for every check.
-KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
-    ("<with log10>", "*", "forward"): (
-        "lead",
-        "log10 is log(x) * (1 / ln 10): one ulp off torch.log10 (log10(0.1) = "
-        "-0.9999999999999998), which a later ceil/floor turns into a different value",
-    ),
-}
+KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {}
 
 # (op, check, category) -> the row of docs/conventions.md's table that documents it (its `id`).
 DELIBERATE: dict[tuple[str, str, str], str] = {
@@ -41,7 +35,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
 # that check (with Ctx seed `seed`) shows the finding (found by `find_reproducer`); for a
 # "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it.
 KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
-    ("<with log10>", "*", "forward"): ("scalar", 0, "vmap", ("relu", "tan", "log10", "ceil")),
     ("atan2", "*", "kink"): ("zero", 5, "jvp"),
     ("fmax", "*", "kink"): ("tie", 0, "jvp"),
     ("clamp_tensor", "*", "kink"): ("zero", 5, "jvp"),
