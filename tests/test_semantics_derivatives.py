@@ -234,3 +234,32 @@ def test_log2_log10_are_torchs_to_the_last_bit(fn):
     f = lambda v: fn(v).sum()  # noqa: E731
     close(tx.grad(f)(x), tf.grad(f)(x))
     close(tx.hessian(f)(x[:3]), tf.hessian(f)(x[:3]))
+
+
+@pytest.mark.parametrize("ord", [0.5, -1, -2, -3.5, 3, "fro", 2, -2])
+def test_norm_gradients_at_the_zero_vector_and_matrix_follow_torch(ord):
+    """torch's subgradient 0 (vector orders, 'fro') and I / n (spectral: tied singular values
+    share); thunderx gave nan (0 * inf from |x|^(p-1), 0 / 0 under the root) or e1 e1^T."""
+    x = torch.zeros(5, 5, dtype=F64) if ord in ("fro", 2, -2) else torch.zeros(5, dtype=F64)
+    f = lambda x: torch.linalg.norm(x, ord)  # noqa: E731
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    close(tx.jit(f)(x), f(x))
+    y = T(0.0, 1.5, -2.0)  # a zero entry in a nonzero vector: its derivative is 0 for p < 1
+    if ord not in ("fro", 2, -2):
+        close(tx.grad(f)(y), tf.grad(f)(y))
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (5, 0), (0, 5)])
+@pytest.mark.parametrize("ord", [1, -1, 2, -2, math.inf, -math.inf, "fro", "nuc"])
+def test_matrix_norms_of_empty_matrices(shape, ord):
+    """The largest of no values is 0 (torch); the smallest raises, in torch and here."""
+    x = torch.zeros(shape, dtype=F64)
+    f = lambda x: torch.linalg.norm(x, ord)  # noqa: E731
+    try:
+        want = f(x)
+    except (IndexError, RuntimeError):
+        with pytest.raises(ValueError, match="empty dimension"):
+            tx.jit(f)(x)
+        return
+    close(tx.jit(f)(x), want)
+    close(tx.grad(f)(x), tf.grad(f)(x))

@@ -277,7 +277,11 @@ def vector_norm(x, ord=2, dim=None, keepdim=False):  # noqa: A002
     elif ord == 0:
         out = R.reduce_sum(convert(B.ne(x, 0.0), dtype(x)), dims)
     else:
-        total = R.reduce_sum(B.pow(a, float(ord)), dims)
+        # |x|^p with derivative 0 where x == 0 (torch's vector_norm backward masks those
+        # entries): for p < 1 the power's own derivative is infinite there (0 * inf = nan)
+        zero = B.eq(a, 0.0)
+        powered = B.pow(U.select(zero, 1.0, a), float(ord))
+        total = R.reduce_sum(U.select(zero, 0.0 if ord > 0 else math.inf, powered), dims)
         out = safe_root(total, ord) if ord > 0 else B.pow(total, 1.0 / ord)
     return keepdims(out, dims, keepdim)
 

@@ -55,9 +55,6 @@ CATEGORIES = {
 # What thunderx does not support, with the reason: whole variants by (name, variant), and single
 # samples by a predicate. Their samples are not run; the report lists them.
 KNOWN_FAILURES: dict[tuple, str] = {
-    ("linalg.norm", "subgradients_at_zero"): "vector_norm's gradient at the zero vector is NaN "
-    "(0/0) where torch defines the subgradient 0; vector_norm (lang/reductions.py) needs a "
-    "zero-safe rule",
     ("__getitem__", ""): "calls the unbound torch.Tensor.__getitem__, which only accepts real "
     "Tensors; x[idx] on a traced value works (covered by the indexing tests)",
 }
