@@ -64,6 +64,18 @@ def forward_mode_kinks():
     _close(tx.grad(clamp, argnums=(0, 1))(one, one), tf.grad(clamp, (0, 1))(one, one))
 
 
+def forward_mode_unselected_tangent():
+    three, one = S(3.0), S(1.0)
+    for fn in (torch.fmin, torch.minimum, torch.fmax, torch.maximum):
+        if fn in (torch.fmin, torch.minimum):  # x = 3 is not selected
+            tangents, picked = (S(math.nan), S(2.0)), 2.0
+        else:  # y = 1 is not selected
+            tangents, picked = (S(5.0), S(math.nan)), 5.0
+        assert tx.jvp(fn, (three, one), tangents)[1] == picked
+        assert torch.isnan(tf.jvp(fn, (three, one), tangents)[1])
+        _close(tx.grad(fn, argnums=(0, 1))(three, one), tf.grad(fn, (0, 1))(three, one))
+
+
 def extremum_of_nan():
     nan, one = S(math.nan), S(1.0)
     assert tx.jvp(torch.maximum, (nan, one), (S(1.0), S(3.0)))[1] == 2.0  # split: (1 + 3) / 2
@@ -177,6 +189,7 @@ BEHAVIOUR = {
     f.__name__.replace("_", "-"): f
     for f in (
         forward_mode_kinks,
+        forward_mode_unselected_tangent,
         extremum_of_nan,
         batched_rule_at_nan,
         variance_without_degrees_of_freedom,

@@ -263,3 +263,14 @@ def test_matrix_norms_of_empty_matrices(shape, ord):
         return
     close(tx.jit(f)(x), want)
     close(tx.grad(f)(x), tf.grad(f)(x))
+
+
+def test_variance_gradient_with_an_infinite_cotangent_is_torchs():
+    """d var = 2 / (n - c) * sum((x - mean) dx), as torch: differentiating through the centering
+    added -mean(ct * (x - mean)), which is inf - inf = nan for an infinite cotangent."""
+    x = torch.tensor([[30.0, -30.0, 2.0], [1.0, 30.0, -30.0], [5.0, 6.0, 30.0]], dtype=F64)
+    f = lambda x: torch.cumsum(F.tanhshrink(torch.cosh(x.var(0))), 0).sum()  # noqa: E731
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    g = lambda x: (torch.var_mean(x, 1)[0] * torch.var_mean(x, 1)[1]).sum()  # noqa: E731
+    y = torch.randn(3, 4, dtype=F64)
+    close(tx.hessian(g)(y), tf.hessian(g)(y))

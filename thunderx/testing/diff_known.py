@@ -25,6 +25,9 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("smooth_l1_loss", "*", "unresolved"): "batched-rule-at-nan",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
+    ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
+    ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
+    ("<with norm>", "*", "unresolved"): "second-derivative-at-the-zero-vector",
     **{
         (f"<with {op}>", "*", "unresolved"): "symbolic-zero-derivative"
         for op in ("ceil", "floor", "round", "trunc")
@@ -47,6 +50,14 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ),
     ("var", "*", "unresolved"): ("scalar", 0, "hessian"),
     ("layer_norm", "*", "kink"): ("big", 0, "hessian"),
+    ("<with fmin>", "*", "kink"): ("zero", 0, "jvp", ("polygamma", "logit", "rms_norm", "fmin")),
+    ("<with logsumexp>", "*", "unresolved"): (
+        "empty",
+        1,
+        "jacfwd",
+        ("erfinv", "softplus", "div", "logsumexp"),
+    ),
+    ("<with norm>", "*", "unresolved"): ("tie", 0, "hessian", ("max_all", "amax", "std", "norm")),
     **{
         (f"<with {op}>", "*", "unresolved"): ("empty", 0, "grad", ("l1_loss", "mul", op))
         for op in ("ceil", "floor", "round", "trunc")
