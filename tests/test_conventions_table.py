@@ -138,9 +138,11 @@ def symbolic_zero_derivative():
 
 def reduction_over_no_elements():
     x = torch.zeros(2, 0, dtype=F64)
-    f = lambda x: torch.logsumexp(x, 1)  # noqa: E731
-    _close(tx.jvp(f, (x,), (x,))[1], T(0.0, 0.0))
-    assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
+    for f in (lambda x: torch.logsumexp(x, 1), lambda x: torch.std(x, 1)):
+        _close(tx.jvp(f, (x,), (x,))[1], T(0.0, 0.0))
+        assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
+    v = lambda x: torch.var(x, 1)  # noqa: E731
+    _close(tx.jvp(v, (x,), (x,))[1], tf.jvp(v, (x,), (x,))[1])  # both 0
 
 
 def second_derivative_at_the_zero_vector():

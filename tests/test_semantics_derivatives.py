@@ -274,3 +274,21 @@ def test_variance_gradient_with_an_infinite_cotangent_is_torchs():
     g = lambda x: (torch.var_mean(x, 1)[0] * torch.var_mean(x, 1)[1]).sum()  # noqa: E731
     y = torch.randn(3, 4, dtype=F64)
     close(tx.hessian(g)(y), tf.hessian(g)(y))
+
+
+def test_clamp_at_nan_is_nan_with_derivative_zero_like_torch():
+    """A nan bound gave x itself (a silent wrong value); a nan x passed its tangent on."""
+    nan = math.nan
+    x, lo, hi = (
+        T(0.5, 0.5, nan, 0, 0, 2, -3, 0.3),
+        T(nan, 0, 0, 1, 1, -1, -1, -1),
+        T(1, nan, 1, -1, nan, 1, 1, 1),
+    )
+    close(tx.jit(torch.clamp)(x, lo, hi), torch.clamp(x, lo, hi))
+    w = torch.arange(1.0, 9.0, dtype=F64)
+    g = lambda x, lo, hi: (torch.clamp(x, lo, hi) * w).sum()  # noqa: E731
+    close(tx.grad(g, argnums=(0, 1, 2))(x, lo, hi), tf.grad(g, argnums=(0, 1, 2))(x, lo, hi))
+    f = lambda x: torch.clamp(x, -1.0, 1.0)  # noqa: E731
+    ones = torch.ones_like(x)
+    close(tx.jvp(f, (x,), (ones,)), tf.jvp(f, (x,), (ones,)))
+    close(tx.jit(lambda x: torch.clamp(x, min=nan))(x), torch.clamp(x, min=nan))

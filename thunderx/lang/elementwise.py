@@ -397,6 +397,15 @@ def _clamp(x, lo=None, hi=None):
     if hi is not None:
         (out_, hi_), _ = promote(out, hi)
         out = where(compare(B.gt, out_, hi_), hi_, out_)
+    if not is_float(dtype(out)):
+        return out
+    # nan in x or in a bound gives nan with derivative 0 (torch's clamp backward passes the
+    # derivative only where lo <= x <= hi): the comparisons above let x (and its tangent) through
+    if any(type(v) in SCALARS and math.isnan(v) for v in (lo, hi) if v is not None):
+        return full_like(out, math.nan)
+    for v in (x, lo, hi):
+        if is_tensor(v) and is_float(dtype(v)):
+            out = where(isnan(v), math.nan, out)
     return out
 
 

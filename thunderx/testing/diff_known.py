@@ -27,7 +27,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
     ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
-    ("<with norm>", "*", "unresolved"): "second-derivative-at-the-zero-vector",
+    ("<with std>", "*", "unresolved"): "reduction-over-no-elements",
     **{
         (f"<with {op}>", "*", "unresolved"): "symbolic-zero-derivative"
         for op in ("ceil", "floor", "round", "trunc")
@@ -57,7 +57,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         "jacfwd",
         ("erfinv", "softplus", "div", "logsumexp"),
     ),
-    ("<with norm>", "*", "unresolved"): ("tie", 0, "hessian", ("max_all", "amax", "std", "norm")),
+    ("<with std>", "*", "unresolved"): ("empty", 2, "jacfwd", ("std", "tanhshrink", "l1_loss")),
     **{
         (f"<with {op}>", "*", "unresolved"): ("empty", 0, "grad", ("l1_loss", "mul", op))
         for op in ("ceil", "floor", "round", "trunc")
