@@ -292,3 +292,11 @@ def test_clamp_at_nan_is_nan_with_derivative_zero_like_torch():
     ones = torch.ones_like(x)
     close(tx.jvp(f, (x,), (ones,)), tf.jvp(f, (x,), (ones,)))
     close(tx.jit(lambda x: torch.clamp(x, min=nan))(x), torch.clamp(x, min=nan))
+
+
+def test_logaddexp_keeps_an_infinite_tangent_of_the_larger_operand():
+    """torch's d = da * sigmoid(a - b) + db * sigmoid(b - a): the value's own derivative gave
+    sigmoid(lo - hi) * inf = 0 * inf = nan."""
+    x, y = T(800.0, 3.0, -1.0), T(1.0, 2.0, -1.0)
+    tangents = (T(math.inf, -math.inf, 1.0), T(1.0, 1.0, 1.0))
+    close(tx.jvp(torch.logaddexp, (x, y), tangents), tf.jvp(torch.logaddexp, (x, y), tangents))

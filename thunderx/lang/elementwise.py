@@ -360,22 +360,44 @@ def _xlogy(x, y):
 
 @register(torch.logaddexp, methods=("logaddexp",))
 def _logaddexp(x, y):
-    # hi + log1p(exp(lo - hi)) with the larger operand picked by a select, not by max and
-    # -|a - b|: each branch is smooth, so at a == b every derivative is torch's (first 1/2,
-    # second 1/4), where max's tie split and |a - b|'s sign(0) terms vanish. The exponent is
-    # <= 0 in both branches, so exp never overflows (no 0 * inf in the unselected branch).
-    # Equal infinities give that infinity (inf - inf would be nan), as torch.logaddexp does.
     (a, b), _ = promote(x, y, to_float=True)
     if type(a) in SCALARS:
         a = full_like(b, a)
     if type(b) in SCALARS:
         b = full_like(a, b)
+    return _logaddexp_fn(a, b)
+
+
+def _logaddexp_value(a, b):
+    # hi + log1p(exp(lo - hi)), the larger operand picked by a select; the exponent is <= 0, so
+    # exp never overflows. Equal infinities give that infinity (inf - inf would be nan), as
+    # torch.logaddexp does.
     first = B.ge(a, b)
     diff = B.sub(b, a)
     low = U.select(first, diff, U.neg(diff))
     same_inf = B.and_p.bind(B.eq(a, b), B.eq(U.abs(a), math.inf))
     low = U.select(same_inf, 0.0, low)
     return B.add(U.select(first, a, b), U.log1p(U.exp(low)))
+
+
+def _logaddexp_fn(a, b):
+    """logaddexp with torch's derivative: d = da * sigmoid(a - b) + db * sigmoid(b - a). It is
+    smooth at a == b (first derivative 1/2, second 1/4, where max's tie split and |a - b|'s
+    sign(0) terms vanish), and an infinite tangent of the larger operand stays infinite (the
+    value's own derivative multiplies it by sigmoid(lo - hi) = 0: nan)."""
+    from thunderx.transforms.custom import custom_jvp
+
+    @custom_jvp
+    def f(a, b):
+        return _logaddexp_value(a, b)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (a, b), (da, db) = primals, tangents
+        d = B.add(B.mul(da, U.logistic(B.sub(a, b))), B.mul(db, U.logistic(B.sub(b, a))))
+        return f(a, b), d
+
+    return f(a, b)
 
 
 @register(torch.copysign, methods=("copysign",))
