@@ -28,6 +28,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with std>", "*", "unresolved"): "reduction-over-no-elements",
+    ("<with max_all>", "*", "unresolved"): "symbolic-zero-derivative",
     **{
         (f"<with {op}>", "*", "unresolved"): "symbolic-zero-derivative"
         for op in ("ceil", "floor", "round", "trunc")
@@ -58,6 +59,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         ("erfinv", "softplus", "div", "logsumexp"),
     ),
     ("<with std>", "*", "unresolved"): ("empty", 2, "jacfwd", ("std", "tanhshrink", "l1_loss")),
+    ("<with max_all>", "*", "unresolved"): ("one", 0, "grad", ("max_all", "var")),
     **{
         (f"<with {op}>", "*", "unresolved"): ("empty", 0, "grad", ("l1_loss", "mul", op))
         for op in ("ceil", "floor", "round", "trunc")
