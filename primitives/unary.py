@@ -109,6 +109,24 @@ log1p_p = def_unary(
     "positive",
     inplace="log1p_",
 )
+# log2 and log10 as primitives: log(x) * (1 / ln b) is one ulp off torch's (log10(0.1) gives
+# -0.9999999999999998), which a later floor or ceil turns into a different value
+log2_p = def_unary(
+    "log2",
+    torch.log2,
+    "log2",
+    lambda x, y: reciprocal(mul(x, math.log(2.0))),
+    "positive",
+    inplace="log2_",
+)
+log10_p = def_unary(
+    "log10",
+    torch.log10,
+    "log10",
+    lambda x, y: reciprocal(mul(x, math.log(10.0))),
+    "positive",
+    inplace="log10_",
+)
 sqrt_p = def_unary(
     "sqrt", torch.sqrt, "sqrt", lambda x, y: div(0.5, y), "positive", inplace="sqrt_"
 )
@@ -259,6 +277,7 @@ erfinv, lgamma, digamma, floor, ceil = map(
 round, trunc, logical_not, isfinite = map(  # noqa: A001
     _unary_fn, (round_p, trunc_p, logical_not_p, isfinite_p)
 )
+log2, log10 = map(_unary_fn, (log2_p, log10_p))
 
 # ------------------------------------------------------------------------------------ polygamma
 

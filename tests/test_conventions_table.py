@@ -64,6 +64,18 @@ def forward_mode_kinks():
     _close(tx.grad(clamp, argnums=(0, 1))(one, one), tf.grad(clamp, (0, 1))(one, one))
 
 
+def forward_mode_unselected_tangent():
+    three, one = S(3.0), S(1.0)
+    for fn in (torch.fmin, torch.minimum, torch.fmax, torch.maximum):
+        if fn in (torch.fmin, torch.minimum):  # x = 3 is not selected
+            tangents, picked = (S(math.nan), S(2.0)), 2.0
+        else:  # y = 1 is not selected
+            tangents, picked = (S(5.0), S(math.nan)), 5.0
+        assert tx.jvp(fn, (three, one), tangents)[1] == picked
+        assert torch.isnan(tf.jvp(fn, (three, one), tangents)[1])
+        _close(tx.grad(fn, argnums=(0, 1))(three, one), tf.grad(fn, (0, 1))(three, one))
+
+
 def extremum_of_nan():
     nan, one = S(math.nan), S(1.0)
     assert tx.jvp(torch.maximum, (nan, one), (S(1.0), S(3.0)))[1] == 2.0  # split: (1 + 3) / 2
@@ -122,13 +134,19 @@ def symbolic_zero_derivative():
     x = T(0.0, 4.0)
     _close(tx.grad(f)(x), T(0.0, 0.0))
     _close(tf.grad(f)(x), T(math.nan, 0.0))
+    g = lambda x: torch.var(torch.max(x))  # noqa: E731 - var of one value: a nan cotangent
+    y = T(1.0, 3.0, 2.0)
+    _close(tx.grad(g)(y), T(0.0, math.nan, 0.0))
+    assert torch.isnan(tf.grad(g)(y)).all()
 
 
 def reduction_over_no_elements():
     x = torch.zeros(2, 0, dtype=F64)
-    f = lambda x: torch.logsumexp(x, 1)  # noqa: E731
-    _close(tx.jvp(f, (x,), (x,))[1], T(0.0, 0.0))
-    assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
+    for f in (lambda x: torch.logsumexp(x, 1), lambda x: torch.std(x, 1)):
+        _close(tx.jvp(f, (x,), (x,))[1], T(0.0, 0.0))
+        assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
+    v = lambda x: torch.var(x, 1)  # noqa: E731
+    _close(tx.jvp(v, (x,), (x,))[1], tf.jvp(v, (x,), (x,))[1])  # both 0
 
 
 def second_derivative_at_the_zero_vector():
@@ -177,6 +195,7 @@ BEHAVIOUR = {
     f.__name__.replace("_", "-"): f
     for f in (
         forward_mode_kinks,
+        forward_mode_unselected_tangent,
         extremum_of_nan,
         batched_rule_at_nan,
         variance_without_degrees_of_freedom,

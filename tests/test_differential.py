@@ -75,7 +75,7 @@ def test_bounded_profile_has_no_failure_outside_the_known_table(capsys):
 def test_known_failure_entries_still_fail():
     """A fixed failure must leave the table (or the table hides the next regression)."""
     stale = D.stale_entries()
-    assert not stale, "stale entries in KNOWN_FAILURES:\n" + "\n".join(stale)
+    assert not stale, "stale entries in KNOWN_FAILURES or DELIBERATE:\n" + "\n".join(stale)
 
 
 def test_every_differentiable_primitive_is_in_the_op_table():
@@ -213,3 +213,20 @@ def test_rounding_noise_beside_large_entries_is_not_a_finding():
     fd = lambda: (want, want, want)  # noqa: E731
     found = dc._derivative("hessian", want + torch.tensor([0.0, 1.0]), want, fd)
     assert found is not None and found.category == "thunderx-wrong"
+
+
+def test_a_vmap_torch_func_refuses_too_is_not_a_finding():
+    """vmap_axes with an unbatched base written with a batched value: thunderx's MutationError
+    and torch.func.vmap's RuntimeError agree (the eager loop alone would work)."""
+    found = D.reproduce("setitem_dynamic", "big", 5, "vmap_axes")
+    assert not found, found
+    # a thunderx error where torch.func.vmap works is still a finding
+    x = torch.randn(3, dtype=torch.float64)
+
+    def fn(v):
+        if isinstance(v, Tracer):
+            raise RuntimeError("planted")
+        return v * 2
+
+    case = Case("planted", "normal", fn, [x], 1, {})
+    assert dc.run_check("vmap_axes", dc.Ctx(case, 0)).category == "error"

@@ -222,3 +222,81 @@ def test_attention_with_head_dim_zero_is_uniform_like_torch():
     close(tx.jit(f)(q, k, v), f(q, k, v))
     g = lambda v: f(q, k, v).sum()  # noqa: E731
     close(tx.grad(g)(v), tf.grad(g)(v))
+
+
+@pytest.mark.parametrize("fn", [torch.log2, torch.log10])
+def test_log2_log10_are_torchs_to_the_last_bit(fn):
+    """log(x) * (1 / ln 10) gave log10(0.1) = -0.9999999999999998, so ceil gave -0, not -1."""
+    x = torch.tensor([0.1, 0.001, 8.0, 1e-300, 3.7], dtype=F64)
+    assert torch.equal(tx.jit(fn)(x), fn(x))
+    assert torch.equal(tx.vmap(fn)(x), fn(x))
+    assert torch.equal(tx.jit(lambda v: torch.ceil(fn(v)))(x), torch.ceil(fn(x)))
+    f = lambda v: fn(v).sum()  # noqa: E731
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    close(tx.hessian(f)(x[:3]), tf.hessian(f)(x[:3]))
+
+
+@pytest.mark.parametrize("ord", [0.5, -1, -2, -3.5, 3, "fro", 2, -2])
+def test_norm_gradients_at_the_zero_vector_and_matrix_follow_torch(ord):
+    """torch's subgradient 0 (vector orders, 'fro') and I / n (spectral: tied singular values
+    share); thunderx gave nan (0 * inf from |x|^(p-1), 0 / 0 under the root) or e1 e1^T."""
+    x = torch.zeros(5, 5, dtype=F64) if ord in ("fro", 2, -2) else torch.zeros(5, dtype=F64)
+    f = lambda x: torch.linalg.norm(x, ord)  # noqa: E731
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    close(tx.jit(f)(x), f(x))
+    y = T(0.0, 1.5, -2.0)  # a zero entry in a nonzero vector: its derivative is 0 for p < 1
+    if ord not in ("fro", 2, -2):
+        close(tx.grad(f)(y), tf.grad(f)(y))
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (5, 0), (0, 5)])
+@pytest.mark.parametrize("ord", [1, -1, 2, -2, math.inf, -math.inf, "fro", "nuc"])
+def test_matrix_norms_of_empty_matrices(shape, ord):
+    """The largest of no values is 0 (torch); the smallest raises, in torch and here."""
+    x = torch.zeros(shape, dtype=F64)
+    f = lambda x: torch.linalg.norm(x, ord)  # noqa: E731
+    try:
+        want = f(x)
+    except (IndexError, RuntimeError):
+        with pytest.raises(ValueError, match="empty dimension"):
+            tx.jit(f)(x)
+        return
+    close(tx.jit(f)(x), want)
+    close(tx.grad(f)(x), tf.grad(f)(x))
+
+
+def test_variance_gradient_with_an_infinite_cotangent_is_torchs():
+    """d var = 2 / (n - c) * sum((x - mean) dx), as torch: differentiating through the centering
+    added -mean(ct * (x - mean)), which is inf - inf = nan for an infinite cotangent."""
+    x = torch.tensor([[30.0, -30.0, 2.0], [1.0, 30.0, -30.0], [5.0, 6.0, 30.0]], dtype=F64)
+    f = lambda x: torch.cumsum(F.tanhshrink(torch.cosh(x.var(0))), 0).sum()  # noqa: E731
+    close(tx.grad(f)(x), tf.grad(f)(x))
+    g = lambda x: (torch.var_mean(x, 1)[0] * torch.var_mean(x, 1)[1]).sum()  # noqa: E731
+    y = torch.randn(3, 4, dtype=F64)
+    close(tx.hessian(g)(y), tf.hessian(g)(y))
+
+
+def test_clamp_at_nan_is_nan_with_derivative_zero_like_torch():
+    """A nan bound gave x itself (a silent wrong value); a nan x passed its tangent on."""
+    nan = math.nan
+    x, lo, hi = (
+        T(0.5, 0.5, nan, 0, 0, 2, -3, 0.3),
+        T(nan, 0, 0, 1, 1, -1, -1, -1),
+        T(1, nan, 1, -1, nan, 1, 1, 1),
+    )
+    close(tx.jit(torch.clamp)(x, lo, hi), torch.clamp(x, lo, hi))
+    w = torch.arange(1.0, 9.0, dtype=F64)
+    g = lambda x, lo, hi: (torch.clamp(x, lo, hi) * w).sum()  # noqa: E731
+    close(tx.grad(g, argnums=(0, 1, 2))(x, lo, hi), tf.grad(g, argnums=(0, 1, 2))(x, lo, hi))
+    f = lambda x: torch.clamp(x, -1.0, 1.0)  # noqa: E731
+    ones = torch.ones_like(x)
+    close(tx.jvp(f, (x,), (ones,)), tf.jvp(f, (x,), (ones,)))
+    close(tx.jit(lambda x: torch.clamp(x, min=nan))(x), torch.clamp(x, min=nan))
+
+
+def test_logaddexp_keeps_an_infinite_tangent_of_the_larger_operand():
+    """torch's d = da * sigmoid(a - b) + db * sigmoid(b - a): the value's own derivative gave
+    sigmoid(lo - hi) * inf = 0 * inf = nan."""
+    x, y = T(800.0, 3.0, -1.0), T(1.0, 2.0, -1.0)
+    tangents = (T(math.inf, -math.inf, 1.0), T(1.0, 1.0, 1.0))
+    close(tx.jvp(torch.logaddexp, (x, y), tangents), tf.jvp(torch.logaddexp, (x, y), tangents))

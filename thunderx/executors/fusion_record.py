@@ -330,6 +330,8 @@ for _name in (
     "expm1",
     "log",
     "log1p",
+    "log2",
+    "log10",
     "sqrt",
     "rsqrt",
     "reciprocal",

@@ -149,12 +149,12 @@ def _exp2(x):
 
 @register(torch.log2, methods=("log2",))
 def _log2(x):
-    return B.mul(U.log(float_operand(x)), 1.0 / math.log(2.0))
+    return U.log2(float_operand(x))
 
 
 @register(torch.log10, methods=("log10",))
 def _log10(x):
-    return B.mul(U.log(float_operand(x)), 1.0 / math.log(10.0))
+    return U.log10(float_operand(x))
 
 
 @register(torch.square, methods=("square",))
@@ -370,22 +370,44 @@ def _xlogy(x, y):
 
 @register(torch.logaddexp, methods=("logaddexp",))
 def _logaddexp(x, y):
-    # hi + log1p(exp(lo - hi)) with the larger operand picked by a select, not by max and
-    # -|a - b|: each branch is smooth, so at a == b every derivative is torch's (first 1/2,
-    # second 1/4), where max's tie split and |a - b|'s sign(0) terms vanish. The exponent is
-    # <= 0 in both branches, so exp never overflows (no 0 * inf in the unselected branch).
-    # Equal infinities give that infinity (inf - inf would be nan), as torch.logaddexp does.
     (a, b), _ = promote(x, y, to_float=True)
     if type(a) in SCALARS:
         a = full_like(b, a)
     if type(b) in SCALARS:
         b = full_like(a, b)
+    return _logaddexp_fn(a, b)
+
+
+def _logaddexp_value(a, b):
+    # hi + log1p(exp(lo - hi)), the larger operand picked by a select; the exponent is <= 0, so
+    # exp never overflows. Equal infinities give that infinity (inf - inf would be nan), as
+    # torch.logaddexp does.
     first = B.ge(a, b)
     diff = B.sub(b, a)
     low = U.select(first, diff, U.neg(diff))
     same_inf = B.and_p.bind(B.eq(a, b), B.eq(U.abs(a), math.inf))
     low = U.select(same_inf, 0.0, low)
     return B.add(U.select(first, a, b), U.log1p(U.exp(low)))
+
+
+def _logaddexp_fn(a, b):
+    """logaddexp with torch's derivative: d = da * sigmoid(a - b) + db * sigmoid(b - a). It is
+    smooth at a == b (first derivative 1/2, second 1/4, where max's tie split and |a - b|'s
+    sign(0) terms vanish), and an infinite tangent of the larger operand stays infinite (the
+    value's own derivative multiplies it by sigmoid(lo - hi) = 0: nan)."""
+    from thunderx.transforms.custom import custom_jvp
+
+    @custom_jvp
+    def f(a, b):
+        return _logaddexp_value(a, b)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (a, b), (da, db) = primals, tangents
+        d = B.add(B.mul(da, U.logistic(B.sub(a, b))), B.mul(db, U.logistic(B.sub(b, a))))
+        return f(a, b), d
+
+    return f(a, b)
 
 
 @register(torch.copysign, methods=("copysign",))
@@ -407,6 +429,15 @@ def _clamp(x, lo=None, hi=None):
     if hi is not None:
         (out_, hi_), _ = promote(out, hi)
         out = where(compare(B.gt, out_, hi_), hi_, out_)
+    if not is_float(dtype(out)):
+        return out
+    # nan in x or in a bound gives nan with derivative 0 (torch's clamp backward passes the
+    # derivative only where lo <= x <= hi): the comparisons above let x (and its tangent) through
+    if any(type(v) in SCALARS and math.isnan(v) for v in (lo, hi) if v is not None):
+        return full_like(out, math.nan)
+    for v in (x, lo, hi):
+        if is_tensor(v) and is_float(dtype(v)):
+            out = where(isnan(v), math.nan, out)
     return out
 
 

@@ -151,23 +151,44 @@ def matrix_norm(a, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
         # torch: the largest-type norms of an empty matrix are 0 (a max over nothing)
         out = C.full(shape(x)[:-2], 0.0, aval(x).dtype)
     elif ord == "fro":
-        out = U.sqrt(R.reduce_sum(B.mul(x, x), (r - 2, r - 1)))
+        # the vector 2-norm's root: derivative 0 at the zero matrix (torch's), not 0 / 0
+        from thunderx.lang.reductions import safe_root
+
+        out = safe_root(R.reduce_sum(B.mul(x, x), (r - 2, r - 1)), 2)
     elif ord == "nuc":
         out = R.reduce_sum(svdvals(x), (r - 2,))
     elif ord in (2, -2):
         s = svdvals(x)
         k = shape(s)[-1]
-        out = S.squeeze(_last(s, 0 if ord == 2 else k - 1, r - 2), (r - 2,))
+        if k == 0:
+            out = _empty_extremum(shape(x)[:-2], ord, x)
+        else:
+            # the extreme singular value as torch takes it (amax/amin): tied values share
+            # the derivative evenly (at the zero matrix every value ties: I / n, as torch)
+            out = (R.reduce_max if ord == 2 else R.reduce_min)(s, (r - 2,))
     elif ord in (1, -1, math.inf, -math.inf):
         # 1: max over columns of the column sums; inf: max over rows of the row sums
         sums = R.reduce_sum(U.abs(x), (r - 2,) if ord in (1, -1) else (r - 1,))
-        pick = R.reduce_max if ord > 0 else R.reduce_min
-        out = pick(sums, (r - 2,))
+        if shape(sums)[r - 2] == 0:
+            out = _empty_extremum(shape(sums)[: r - 2], ord, x)
+        else:
+            pick = R.reduce_max if ord > 0 else R.reduce_min
+            out = pick(sums, (r - 2,))
     else:
         raise ValueError(f"linalg.matrix_norm: order {ord!r} is not supported")
     if keepdim:
         out = S.expand_dims(out, tuple(sorted((d0, d1))))
     return out
+
+
+def _empty_extremum(out_shape, ord, x):  # noqa: A002
+    """The largest of no (nonnegative) values is 0, as torch gives; the smallest has none."""
+    if ord < 0:
+        raise ValueError(
+            f"linalg.matrix_norm: ord={ord} is the minimum over an empty dimension of "
+            f"{tuple(shape(x))}, which has no value (torch raises too)"
+        )
+    return C.full(tuple(out_shape), 0.0, dtype(x), aval(x).device)
 
 
 @register(torch.linalg.norm)

@@ -160,18 +160,44 @@ def _correction(unbiased, correction):
 def _var(x, dim, correction, keepdim):
     dims = _dims_arg(dim, ndim(x))
     n = _count(x, dims)
-    mean = B.div(R.reduce_sum(x, dims, keepdims=True), float(n))
-    centered = B.sub(x, S.broadcast_to(mean, shape(x)))
-    ss = R.reduce_sum(B.mul(centered, centered), dims)
     if n == 0:
         # no element: the variance is nan and depends on nothing, so its derivative is the
         # empty sum 0 (torch's var), not 0 / 0 from dividing the sum's zero tangent by n
         from thunderx.primitives import creation as C
 
-        var = C.full(shape(ss), math.nan, dtype(ss), aval(ss).device)
+        mean = B.div(R.reduce_sum(x, dims), 0.0)
+        var = C.full(shape(mean), math.nan, dtype(mean), aval(mean).device)
     else:
-        var = B.div(ss, float(max(n - correction, 0)))
-    return keepdims(var, dims, keepdim), keepdims(S.reshape(mean, shape(var)), dims, keepdim)
+        var, mean = _var_mean_fn(dims, n, float(max(n - correction, 0)))(x)
+    return keepdims(var, dims, keepdim), keepdims(mean, dims, keepdim)
+
+
+def _var_mean_fn(dims, n, denom):
+    """(variance, mean) over `dims` with torch's derivative: d var = 2 / denom * sum((x - mean)
+    * dx). Differentiating through the centering adds -mean(ct * (x - mean)), zero in exact
+    arithmetic, but inf - inf = nan where a cotangent is infinite (torch gives +-inf there)."""
+    from thunderx.transforms.custom import custom_jvp
+
+    def centered(x):
+        mean = B.div(R.reduce_sum(x, dims, keepdims=True), float(n))
+        return B.sub(x, S.broadcast_to(mean, shape(x))), mean
+
+    @custom_jvp
+    def f(x):
+        c, mean = centered(x)
+        ss = R.reduce_sum(B.mul(c, c), dims)
+        return B.div(ss, denom), S.reshape(mean, shape(ss))
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        var, mean = f(x)
+        c, _ = centered(x)
+        dvar = B.mul(R.reduce_sum(B.mul(c, t), dims), 2.0 / denom if denom else math.inf)
+        dmean = B.div(R.reduce_sum(t, dims), float(n))
+        return (var, mean), (dvar, dmean)
+
+    return f
 
 
 def _unpack_var_args(dim, unbiased):
@@ -277,7 +303,11 @@ def vector_norm(x, ord=2, dim=None, keepdim=False):  # noqa: A002
     elif ord == 0:
         out = R.reduce_sum(convert(B.ne(x, 0.0), dtype(x)), dims)
     else:
-        total = R.reduce_sum(B.pow(a, float(ord)), dims)
+        # |x|^p with derivative 0 where x == 0 (torch's vector_norm backward masks those
+        # entries): for p < 1 the power's own derivative is infinite there (0 * inf = nan)
+        zero = B.eq(a, 0.0)
+        powered = B.pow(U.select(zero, 1.0, a), float(ord))
+        total = R.reduce_sum(U.select(zero, 0.0 if ord > 0 else math.inf, powered), dims)
         out = safe_root(total, ord) if ord > 0 else B.pow(total, 1.0 / ord)
     return keepdims(out, dims, keepdim)
 

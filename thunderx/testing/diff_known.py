@@ -14,13 +14,7 @@ shows it (fix it, drop it). Keys are (op, check, category); check "*" covers eve
 from __future__ import annotations
 
 # (op, check, category) -> (owner, reason); check "*" stands for every check.
-KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
-    ("<with log10>", "*", "forward"): (
-        "lead",
-        "log10 is log(x) * (1 / ln 10): one ulp off torch.log10 (log10(0.1) = "
-        "-0.9999999999999998), which a later ceil/floor turns into a different value",
-    ),
-}
+KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {}
 
 # (op, check, category) -> the row of docs/conventions.md's table that documents it (its `id`).
 DELIBERATE: dict[tuple[str, str, str], str] = {
@@ -31,6 +25,10 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("smooth_l1_loss", "*", "unresolved"): "batched-rule-at-nan",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
+    ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
+    ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
+    ("<with std>", "*", "unresolved"): "reduction-over-no-elements",
+    ("<with max_all>", "*", "unresolved"): "symbolic-zero-derivative",
     **{
         (f"<with {op}>", "*", "unresolved"): "symbolic-zero-derivative"
         for op in ("ceil", "floor", "round", "trunc")
@@ -41,7 +39,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
 # that check (with Ctx seed `seed`) shows the finding (found by `find_reproducer`); for a
 # "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it.
 KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
-    ("<with log10>", "*", "forward"): ("scalar", 0, "vmap", ("relu", "tan", "log10", "ceil")),
     ("atan2", "*", "kink"): ("zero", 5, "jvp"),
     ("fmax", "*", "kink"): ("tie", 0, "jvp"),
     ("clamp_tensor", "*", "kink"): ("zero", 5, "jvp"),
@@ -54,6 +51,15 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ),
     ("var", "*", "unresolved"): ("scalar", 0, "hessian"),
     ("layer_norm", "*", "kink"): ("big", 0, "hessian"),
+    ("<with fmin>", "*", "kink"): ("zero", 0, "jvp", ("polygamma", "logit", "rms_norm", "fmin")),
+    ("<with logsumexp>", "*", "unresolved"): (
+        "empty",
+        1,
+        "jacfwd",
+        ("erfinv", "softplus", "div", "logsumexp"),
+    ),
+    ("<with std>", "*", "unresolved"): ("empty", 2, "jacfwd", ("std", "tanhshrink", "l1_loss")),
+    ("<with max_all>", "*", "unresolved"): ("one", 0, "grad", ("max_all", "var")),
     **{
         (f"<with {op}>", "*", "unresolved"): ("empty", 0, "grad", ("l1_loss", "mul", op))
         for op in ("ceil", "floor", "round", "trunc")

@@ -60,9 +60,6 @@ KNOWN_FAILURES: dict[tuple, str] = {
     "any transform ran, and that accepts only real Tensors; `x[idx]` and an unbound "
     "`torch.Tensor.__getitem__(x, idx)` written inside the function both work "
     "(tests/test_torch_func_spellings.py)",
-    ("linalg.norm", "subgradients_at_zero"): "vector_norm's gradient at the zero vector is NaN "
-    "(0/0) where torch defines the subgradient 0; vector_norm (lang/reductions.py) needs a "
-    "zero-safe rule",
 }
 SAMPLE_XFAIL = [
     (

@@ -54,6 +54,8 @@ UNARY = {
     "tan_tanh": lambda x: torch.tan(torch.tanh(x)),
     "expm1_tanh": lambda x: torch.expm1(torch.tanh(x)),
     "log_sq1": lambda x: torch.log(x * x + 1),
+    "log2_sq1": lambda x: torch.log2(x * x + 1),
+    "log10_sq1": lambda x: torch.log10(x * x + 1),
     "rsqrt_sq1": lambda x: torch.rsqrt(x * x + 1),
     "reciprocal_sq1": lambda x: torch.reciprocal(x * x + 1),
     "erfc": torch.erfc,
