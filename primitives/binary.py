@@ -113,8 +113,12 @@ def _pow_dy(t, x, y, out):
         return mul(t, mul(out, log_x))
     from thunderx.primitives import unary
 
-    safe_x = unary.select(eq(x, 0), 1.0, x)
-    return mul(t, mul(out, unary.log(safe_x)))
+    # torch's pow_backward_exponent: 0 where x == 0 and y >= 0, else out * log(x) (so 0 ** -1
+    # gives -inf); a select, so the derivative in x there is 0 too, not inf * 0
+    if is_scalar(y) and y < 0:
+        return mul(t, mul(out, unary.log(x)))
+    zero = eq(x, 0) if is_scalar(y) else and_p.bind(eq(x, 0), ge(y, 0))
+    return mul(t, unary.select(zero, 0.0, mul(out, unary.log(x))))
 
 
 def _minmax_jvp(prim, pick_x, primals, tangents):

@@ -300,3 +300,17 @@ def test_logaddexp_keeps_an_infinite_tangent_of_the_larger_operand():
     x, y = T(800.0, 3.0, -1.0), T(1.0, 2.0, -1.0)
     tangents = (T(math.inf, -math.inf, 1.0), T(1.0, 1.0, 1.0))
     close(tx.jvp(torch.logaddexp, (x, y), tangents), tf.jvp(torch.logaddexp, (x, y), tangents))
+
+
+@pytest.mark.parametrize("x, y", [(0.0, 2.0), (0.0, 0.0), (0.0, 1.0), (0.0, 0.5), (0.0, -1.0)])
+def test_pow_derivatives_in_the_exponent_at_a_zero_base_match_torch_func(x, y):
+    # torch's pow_backward_exponent: 0 where x == 0 and y >= 0, out * log(x) otherwise (-inf
+    # for 0 ** -1); the second derivatives there follow (0, not inf * 0 = nan)
+    f = lambda x, y: (x**y).sum()  # noqa: E731
+    X, Y = torch.tensor([x], dtype=torch.float64), torch.tensor([y], dtype=torch.float64)
+    for a, b in zip(tx.grad(f, argnums=(0, 1))(X, Y), tf.grad(f, argnums=(0, 1))(X, Y)):
+        torch.testing.assert_close(a, b, equal_nan=True)
+    ours, ref = tx.hessian(f, argnums=(0, 1))(X, Y), tf.hessian(f, argnums=(0, 1))(X, Y)
+    for i in range(2):
+        for j in range(2):
+            torch.testing.assert_close(ours[i][j], ref[i][j], equal_nan=True)
