@@ -166,9 +166,15 @@ def _worker(rank, world, port, steps, results):
     err = max((new[k] - model_p[k]).abs().max().item() for k in p)
     # Each pair is timed step by step in alternation (A B A B ...), so both sides see the same
     # machine state.
+    # Both sides train: thunderx's step returns new parameters, fed to the next step; DDP's
+    # optimizer updates its parameters in place.
+    state = {"p": p}
+
+    def tx_train():
+        state["p"] = tx_dp(state["p"], x, y)
+
     times = _paired(
-        {"thunderx dp": lambda: tx_dp(p, x, y), "ddp dp": lambda: ddp_step(x[local], y[local])},
-        steps,
+        {"thunderx dp": tx_train, "ddp dp": lambda: ddp_step(x[local], y[local])}, steps
     )
     err_sgd = max(
         (tx_dpsgd(p, x, y)[k] - func_dpsgd(p, x[local], y[local])[k]).abs().max().item() for k in p
