@@ -3,7 +3,9 @@
 Each process holds a fixed per-process batch; both sides run the same step on the same MLP:
 forward, mean squared error, gradients averaged across processes, SGD update.
 
-- thunderx: `jit(shard_map(step))`, the gradient averaged with one `lax.pmean` per parameter.
+- thunderx: `jit(shard_map(step))`, the gradient averaged with one `lax.pmean` of the gradient
+  pytree: one psum, which the generated code sends in ~1 MiB buckets, each started as soon as
+  its gradients exist, so communication overlaps the rest of the backward pass.
 - torch:    `DistributedDataParallel(model)`, `loss.backward()` (bucketed all-reduce), `SGD.step`.
 
 Also the DP-SGD step (per-example gradients `vmap(grad)`, clipped, `psum`'d) against the same
@@ -239,6 +241,10 @@ def main():
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
         f"(shared with other jobs while measured), torch {torch.__version__}, "
         f"{datetime.date.today()}.",
+        "",
+        f"Load average when measured: {os.getloadavg()[0]:.1f} (1 min). With 4 processes on "
+        f"{os.cpu_count()} cores the processes oversubscribe the machine, so that row measures "
+        "scheduling as much as either implementation.",
         "",
         "Throughput = examples per second over all processes. Ratio = thunderx throughput / "
         "torch throughput (>= 1.0: thunderx is as fast or faster). With 1 process the "
