@@ -76,6 +76,32 @@ def _check_mlp(rank, world, mesh):
         torch.stack([_mlp(p, x), _mlp(p, 2 * x)]),
         "vmap(shard_map)",
     )
+    # three deep, both ways round: a batch of targets through grad of the sharded loss, and
+    # per-target grads inside the shard_map
+    ys = torch.stack([y, y + 1, 2 * y])
+    refs = []
+    for yk in ys:
+        lk = ((_mlp(pt, x) - yk) ** 2).sum() / n
+        refs.append(dict(zip(pt, torch.autograd.grad(lk, list(pt.values())))))
+    stacked = {k: torch.stack([r[k] for r in refs]) for k in pt}
+    batched = thunderx.vmap(thunderx.grad(loss), in_axes=(None, None, 0))
+    _tree_close(batched(p, x, ys), stacked, "vmap(grad(shard_map))")
+    _tree_close(thunderx.jit(batched)(p, x, ys), stacked, "jit(vmap(grad(shard_map)))")
+    # each member's per-target gradient of the global loss; summed over members as above
+    summed = thunderx.shard_map(
+        lambda p, x, ys: lax.psum(
+            thunderx.jit(thunderx.vmap(thunderx.grad(local_loss), in_axes=(None, None, 0)))(
+                p, x, ys
+            ),
+            "dp",
+        ),
+        mesh,
+        in_specs=(P(), P("dp"), P(None, "dp")),
+        out_specs=P(),
+    )
+    _tree_close(
+        {k: v / world for k, v in summed(p, x, ys).items()}, stacked, "shard_map(jit(vmap(grad)))"
+    )
     per_example = thunderx.shard_map(
         thunderx.vmap(lambda p, xi: _mlp(p, xi[None])[0], in_axes=(None, 0)),
         mesh,

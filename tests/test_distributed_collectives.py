@@ -120,8 +120,9 @@ def _check_collectives(rank, world, mesh):
     return True
 
 
-def test_collectives_and_transposes_match_references_on_4_processes():
-    assert pool(4).run(_check_collectives) == [True] * 4
+@pytest.mark.parametrize("world", [2, 4])
+def test_collectives_and_transposes_match_references(world):
+    assert pool(world).run(_check_collectives) == [True] * world
 
 
 def _check_pmax_grad(rank, world, mesh):
