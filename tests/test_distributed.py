@@ -6,6 +6,10 @@ composed with shard_map in every order. Pools: tests/distributed_pool.py.
 from __future__ import annotations
 
 import os
+import pathlib
+import signal
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -282,3 +286,40 @@ def _check_dtensor(rank, world, mesh):
 
 def test_dtensor_inputs_and_outputs():
     assert pool(2).run(_check_dtensor) == [True, True]
+
+
+# ------------------------------------------------------------------------ the example script
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _run_script(args: list[str], timeout: float = 150.0) -> str:
+    """Run a command in its own process group; a hang kills the whole group and fails."""
+    proc = subprocess.Popen(
+        args,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        raise AssertionError(f"{' '.join(args)} hung for {timeout}s:\n{out}") from None
+    assert proc.returncode == 0, f"{' '.join(args)} exited with {proc.returncode}:\n{out}"
+    return out
+
+
+def test_example_under_torchrun_equals_its_vmap_run():
+    bin_dir = pathlib.Path(sys.executable).parent
+    # --standalone: torchrun binds a free port itself (no window for another job to take it)
+    torchrun = [str(bin_dir / "torchrun"), "--standalone", "--nproc-per-node", "2"]
+    torchrun += ["examples/dp_sgd.py", "--steps", "6"]
+    spmd = _run_script(torchrun)
+    assert "2 processes; max parameter difference across them: 0.0e+00" in spmd, spmd
+    one = _run_script([sys.executable, "examples/dp_sgd.py", "--vmap", "2", "--steps", "6"])
+    losses = [[ln for ln in out.splitlines() if ln.startswith("step")] for out in (spmd, one)]
+    assert losses[0] and losses[0] == losses[1], f"torchrun vs vmap:\n{spmd}\n{one}"
