@@ -3,7 +3,9 @@
 Each process holds a fixed per-process batch; both sides run the same step on the same MLP:
 forward, mean squared error, gradients averaged across processes, SGD update.
 
-- thunderx: `jit(shard_map(step))`, the gradient averaged with one `lax.pmean` per parameter.
+- thunderx: `jit(shard_map(step))`, the gradient averaged with one `lax.pmean` of the gradient
+  pytree: one psum, which the generated code sends in ~1 MiB buckets, each started as soon as
+  its gradients exist, so communication overlaps the rest of the backward pass.
 - torch:    `DistributedDataParallel(model)`, `loss.backward()` (bucketed all-reduce), `SGD.step`.
 
 Also the DP-SGD step (per-example gradients `vmap(grad)`, clipped, `psum`'d) against the same
@@ -166,9 +168,15 @@ def _worker(rank, world, port, steps, results):
     err = max((new[k] - model_p[k]).abs().max().item() for k in p)
     # Each pair is timed step by step in alternation (A B A B ...), so both sides see the same
     # machine state.
+    # Both sides train: thunderx's step returns new parameters, fed to the next step; DDP's
+    # optimizer updates its parameters in place.
+    state = {"p": p}
+
+    def tx_train():
+        state["p"] = tx_dp(state["p"], x, y)
+
     times = _paired(
-        {"thunderx dp": lambda: tx_dp(p, x, y), "ddp dp": lambda: ddp_step(x[local], y[local])},
-        steps,
+        {"thunderx dp": tx_train, "ddp dp": lambda: ddp_step(x[local], y[local])}, steps
     )
     err_sgd = max(
         (tx_dpsgd(p, x, y)[k] - func_dpsgd(p, x[local], y[local])[k]).abs().max().item() for k in p
@@ -233,6 +241,10 @@ def main():
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs "
         f"(shared with other jobs while measured), torch {torch.__version__}, "
         f"{datetime.date.today()}.",
+        "",
+        f"Load average when measured: {os.getloadavg()[0]:.1f} (1 min). With 4 processes on "
+        f"{os.cpu_count()} cores the processes oversubscribe the machine, so that row measures "
+        "scheduling as much as either implementation.",
         "",
         "Throughput = examples per second over all processes. Ratio = thunderx throughput / "
         "torch throughput (>= 1.0: thunderx is as fast or faster). With 1 process the "

@@ -11,6 +11,7 @@ each to norm `--clip`, and the clipped sums are `psum`'d over the mesh axis "dp"
 from __future__ import annotations
 
 import argparse
+import gc
 
 import torch
 
@@ -115,6 +116,10 @@ def main():
             print(f"{world} processes; max parameter difference across them: {spread:.1e}")
         dist.barrier()  # nobody tears down its connections while a peer still uses them
         dist.destroy_process_group()
+        # The compiled step holds the mesh, which holds the process group's C++ objects: free
+        # them now, not while the interpreter shuts down (gloo's threads then abort the process).
+        del call, mesh
+        gc.collect()
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from thunderx.core import (
     impl_rules,
     jvp_rules,
     new_primitive,
+    split_phase_rules,
 )
 
 
@@ -129,6 +130,18 @@ _register(
     _psum_axis_batch,
 )
 deflinear(psum_p, transpose=_psum_transpose)
+
+
+def _psum_start(*xs, axes):
+    # over several axes the sums run one after the other: all but the last one now
+    rt = _runtime()
+    outs = list(xs)
+    for axis in axes[:-1]:
+        outs = rt.all_reduce_runtime(outs, "sum", axis, "psum")
+    return rt.all_reduce_start(outs, "sum", axes[-1], "psum")
+
+
+split_phase_rules[psum_p] = (_psum_start, lambda handle: _runtime().all_reduce_wait(handle))
 
 
 def _def_extremum(name, op, reduce_batch):

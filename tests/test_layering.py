@@ -29,7 +29,7 @@ LAYERS = [
     (
         "transforms",
         ["thunderx.transforms", "thunderx.api", "thunderx.shapes", "thunderx.lowering"]
-        + ["thunderx.collectives", "thunderx.shard_map"],
+        + ["thunderx.collectives", "thunderx.peer_failures", "thunderx.shard_map"],
     ),
     ("presentation", ["thunderx.html", "thunderx.svg", "thunderx.explain", "thunderx.browser"]),
     ("package", ["thunderx", "thunderx.stats", "thunderx.testing"]),

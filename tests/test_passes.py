@@ -2,6 +2,7 @@
 program gives eager torch's numbers (bit for bit where the rewrite is exact, NaN and inf
 included)."""
 
+import pytest
 import torch
 import torch.func as tf
 import torch.nn.functional as F
@@ -193,3 +194,41 @@ def test_relu_is_torch_relu_and_an_explicit_where_is_not():
         rtol=0,
         atol=0,
     )
+
+
+def test_relu_with_its_mask_reused_by_the_gradient_is_still_torch_relu():
+    x = torch.tensor([float("nan"), -1.0, 2.0, -0.0, 0.0, float("inf"), float("-inf")])
+    w = torch.linspace(-1, 1, 7)
+
+    def loss(w, x):
+        return (torch.relu(x * w) * x).sum()
+
+    step = tx.jit(tx.value_and_grad(loss))
+    src = step.lower(w, x).program.source
+    assert "relu" in src and "torch.where" not in src, f"relu and its mask expected:\n{src}"
+    value, g = step(w, x)
+    ref_value, ref_g = tf.grad_and_value(loss)(w, x)[::-1]
+    _exact(value, ref_value)
+    _exact(g, ref_g)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_a_choice_with_zero_is_the_same_bits_as_torch_where(dtype):
+    # torch.where is slow on CPU; the generated code masks the tensor's bits instead
+    special = [float("nan"), -0.0, 0.0, float("inf"), float("-inf"), 1e-40, -3.5]
+    x = torch.cat([torch.tensor(special), torch.randn(57)]).to(dtype).reshape(8, 8)
+    c = torch.randn(8, 8) > 0
+    cases = {
+        "zero if c": lambda c, x: torch.where(c, 0.0, x * 1),
+        "x if c": lambda c, x: torch.where(c, x * 1, 0.0),
+        "negative zero kept": lambda c, x: torch.where(c, -0.0, x * 1),
+        "transposed x": lambda c, x: torch.where(c, 0.0, x.T * 1),
+    }
+    for what, f in cases.items():
+        jitted = tx.jit(f)
+        out, ref = jitted(c, x), f(c, x)
+        assert out.dtype == ref.dtype, what
+        bits = [t.contiguous().view(torch.uint8) for t in (out, ref)]
+        assert torch.equal(*bits), f"{what}: bits differ"
+        src = jitted.lower(c, x).program.source
+        assert ("torch.where" in src) == (what == "negative zero kept"), f"{what}:\n{src}"

@@ -14,8 +14,6 @@ tensor([-1.,  0.,  1.])
 from __future__ import annotations
 
 import math
-import os
-import socket
 from typing import Any, Sequence
 
 import torch
@@ -23,6 +21,12 @@ import torch
 from thunderx import tree
 from thunderx.core import NamedAxis, Tracer, axis_env
 from thunderx.errors import ThunderxError, user_frame
+from thunderx.peer_failures import (  # noqa: F401  (PeerFailedError: public)
+    PeerFailedError,
+    _peer_failures,
+    record_failure,
+    register_process,
+)
 from thunderx.primitives.collectives import (
     all_gather_p,
     all_to_all_p,
@@ -50,10 +54,6 @@ __all__ = [
 
 class AxisNameError(ThunderxError, NameError):
     """A collective named an axis that no enclosing vmap or shard_map binds."""
-
-
-class PeerFailedError(ThunderxError, RuntimeError):
-    """A collective failed because another process of the group failed, exited or timed out."""
 
 
 # ---------------------------------------------------------------------------------- names
@@ -312,25 +312,56 @@ _REDUCE_OPS = {"sum": "SUM", "max": "MAX", "min": "MIN"}
 def all_reduce_runtime(xs: list, op: str, axis: NamedAxis, what: str) -> list:
     """One all_reduce per dtype: the tensors travel flattened in one buffer that this function
     allocates, so the in-place c10d op serves (a functional all_reduce would copy it again)."""
+    return all_reduce_wait(all_reduce_start(xs, op, axis, what))
+
+
+class PendingAllReduce:
+    """An all_reduce in flight (`all_reduce_start`); `all_reduce_wait` finishes it."""
+
+    __slots__ = ("works", "shapes", "axis", "what")
+
+    def __init__(self, works, shapes, axis, what):
+        self.works = works  # [(c10d Work, flat buffer, operand positions)]
+        self.shapes = shapes
+        self.axis = axis
+        self.what = what
+
+
+def all_reduce_start(xs: Sequence, op: str, axis: NamedAxis, what: str) -> PendingAllReduce:
+    """Start the all_reduce of `xs` (one buffer per dtype, copied now, so the operands may be
+    overwritten once this returns); the communication proceeds while the caller computes."""
     import torch.distributed as dist
 
     group = _group(axis, what)
     reduce_op = getattr(dist.ReduceOp, _REDUCE_OPS[op])
-    out = list(xs)
     by_dtype: dict = {}
     for i, x in enumerate(xs):
         by_dtype.setdefault(x.dtype, []).append(i)
+    works = []
     with _peer_failures(what, axis):
         for idx in by_dtype.values():
             if len(idx) == 1:
                 buf = xs[idx[0]].clone(memory_format=torch.contiguous_format)
             else:
                 buf = torch.cat([xs[i].reshape(-1) for i in idx])
-            dist.all_reduce(buf, op=reduce_op, group=group)
+            works.append((dist.all_reduce(buf, op=reduce_op, group=group, async_op=True), buf, idx))
+    return PendingAllReduce(works, [x.shape for x in xs], axis, what)
+
+
+def all_reduce_wait(pending: PendingAllReduce) -> list:
+    """The reduced values of a started all_reduce, in operand order (views of its buffers)."""
+    out: list = [None] * len(pending.shapes)
+    with _peer_failures(pending.what, pending.axis):
+        for work, buf, idx in pending.works:
+            work.wait()
+            if len(idx) == 1:
+                out[idx[0]] = buf
+                continue
             offset = 0
             for i in idx:
-                n = xs[i].numel()
-                out[i] = buf if len(idx) == 1 else buf[offset : offset + n].view(xs[i].shape)
+                shape = pending.shapes[i]
+                n = math.prod(shape)
+                out[i] = buf[offset : offset + n].view(shape)
                 offset += n
     return out
 
@@ -384,115 +415,3 @@ def all_to_all_runtime(x, axis: NamedAxis, split: int, concat: int, tiled: bool)
     if tiled:  # out[i]: the block member i sent here
         return torch.cat(out.unbind(0), concat)
     return out.movedim(0, concat)
-
-
-# ----------------------------------------------------------------------- naming failed peers
-
-_STORE_PREFIX = "thunderx/"
-
-
-def _store():
-    try:
-        from torch.distributed import distributed_c10d
-
-        return distributed_c10d._get_default_store()
-    except Exception:
-        return None
-
-
-_registered_stores: set[int] = set()  # once per process group (its store)
-
-
-def register_process() -> None:
-    """Record this rank's host and pid, so a peer whose collective breaks can tell which rank
-    exited."""
-    import torch.distributed as dist
-
-    store = _store()
-    if store is None or id(store) in _registered_stores:
-        return
-    key = f"{_STORE_PREFIX}pid/{dist.get_rank()}"
-    store.set(key, f"{socket.gethostname()}:{os.getpid()}")
-    _registered_stores.add(id(store))
-
-
-def record_failure(exc: BaseException) -> None:
-    """Record that this rank failed, so peers blocked in a collective name it."""
-    import torch.distributed as dist
-
-    if isinstance(exc, PeerFailedError) or not dist.is_initialized():
-        return
-    store = _store()
-    if store is None:
-        return
-    try:
-        store.set(f"{_STORE_PREFIX}failed/{dist.get_rank()}", f"{type(exc).__name__}: {exc}")
-    except Exception:  # the store host itself may be gone; the original error still propagates
-        pass
-
-
-def _failed_peers() -> list[str]:
-    import torch.distributed as dist
-
-    store = _store()
-    if store is None:
-        return []
-    found = []
-    host = socket.gethostname()
-    try:
-        for rank in range(dist.get_world_size()):
-            if rank == dist.get_rank():
-                continue
-            key = f"{_STORE_PREFIX}failed/{rank}"
-            if store.check([key]):
-                found.append(f"rank {rank} failed with {store.get(key).decode()}")
-                continue
-            key = f"{_STORE_PREFIX}pid/{rank}"
-            if store.check([key]):
-                peer_host, pid = store.get(key).decode().rsplit(":", 1)
-                if peer_host == host and not _alive(int(pid)):
-                    found.append(f"rank {rank} (pid {pid}) exited")
-    except Exception:  # rank 0 hosts the store: if it is gone, so is the store
-        found.append("rank 0 (the store host) is unreachable")
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child of another process still answers kill(0): read its state
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-class _peer_failures:
-    """Turn a broken collective (a peer raised, exited or timed out) into an error naming it."""
-
-    __slots__ = ("what", "axis")
-
-    def __init__(self, what: str, axis: NamedAxis):
-        self.what = what
-        self.axis = axis
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, typ, exc, tb):
-        if exc is None or not isinstance(exc, RuntimeError):
-            return False
-        import torch.distributed as dist
-
-        peers = _failed_peers()
-        cause = "; ".join(peers) if peers else "no peer recorded a failure (a timeout?)"
-        raise PeerFailedError(
-            f"{self.what} over mesh axis {self.axis.name!r} failed on rank {dist.get_rank()}: "
-            f"{cause} (collective called at {user_frame()}; torch.distributed said: "
-            f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-        ) from exc

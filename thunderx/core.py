@@ -84,6 +84,11 @@ stage_rules: dict[Primitive, Callable] = {}
 # expression: called as `rule(args, avals, ctx=CodegenContext, **params)`, they return lines that
 # assign `ctx.outs` (declare(..., torch_codegen_statement=True)).
 statement_rules: set[Primitive] = set()
+# Collectives the torch executor starts early and finishes where the equation stands, so the
+# communication overlaps the computation between (DDP's bucketed, asynchronous all_reduce):
+# `(start, wait)`, `start(*operands, **params) -> handle` called once the operands exist (on a
+# group of the operands: the executor may split them into buckets), `wait(handle) -> outputs`.
+split_phase_rules: dict[Primitive, tuple[Callable, Callable]] = {}
 # Floating-point operations of one equation, for cost analysis (contractions declare theirs;
 # others count 0): `rule(in_avals, out_avals, **params) -> int`.
 flops_rules: dict[Primitive, Callable] = {}

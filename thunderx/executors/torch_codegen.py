@@ -17,7 +17,13 @@ from typing import Callable
 
 import torch
 
-from thunderx.core import impl_rules, missing_rule, statement_rules, torch_codegen_rules
+from thunderx.core import (
+    impl_rules,
+    missing_rule,
+    split_phase_rules,
+    statement_rules,
+    torch_codegen_rules,
+)
 from thunderx.executors.base import Executor, register_executor
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.binary import le_p
@@ -168,7 +174,10 @@ def generate_source(
     live_views: dict[int, int] = {}  # root -> number of live vars on it
 
     relus, skipped = _relu_patterns(jaxpr)
+    starts, waits = _split_phase_plan(jaxpr, namer, namespace)
     for i, e in enumerate(jaxpr.eqns):
+        while starts and starts[0][0] < i:  # collectives whose operands exist by now
+            lines.append(starts.pop(0)[1])
         if i in skipped:
             continue
         args = [namer(x) for x in e.inputs]
@@ -181,7 +190,11 @@ def generate_source(
                 x, out[0].aval, i, last_use, root, owned, live_views
             )
             expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
-        elif reuse_buffers and len(out) == 1:
+        elif e.prim is select_p:
+            expr = _select_with_zero(e, args)
+        elif i in waits:
+            expr = waits[i]
+        if expr is None and reuse_buffers and len(out) == 1:
             expr = _inplace(e, args, i, last_use, root, owned, live_views)
         if expr is None and e.prim in statement_rules:
             ctx = CodegenContext(namespace, prelude, reuse_buffers, [namer(v) for v in out])
@@ -238,10 +251,67 @@ def generate_source(
     return src, namespace
 
 
+# Operands of a split-phase collective travel in buckets of at least this many bytes (the last
+# one may be smaller), each started as soon as its last operand exists: DDP's first bucket is
+# 1 MiB, and a smaller one pays the per-call latency more often.
+SPLIT_PHASE_BUCKET_BYTES = 1 << 20
+
+
+def _split_phase_plan(jaxpr, namer, namespace):
+    """Where to start and finish each split-phase collective (`core.split_phase_rules`): its
+    operands, in the order they are computed, are cut into buckets; a bucket starts right after
+    its last operand's equation, and all are waited for where the collective stood. Returns
+    (sorted [(start after eqn index, line)], {eqn index: expression of its outputs})."""
+    producer: dict[int, int] = {}
+    for i, e in enumerate(jaxpr.eqns):
+        for v in e.outputs:
+            producer[id(v)] = i
+    starts, waits = [], {}
+    for i, e in enumerate(jaxpr.eqns):
+        rule = split_phase_rules.get(e.prim)
+        if rule is None or not e.inputs or any(isinstance(x, Literal) for x in e.inputs):
+            continue
+        start, wait = rule
+        namespace[f"_start_{e.prim.name}"] = start
+        namespace[f"_wait_{e.prim.name}"] = wait
+        namespace["_wait_buckets"] = _wait_buckets
+        params = "".join(f", {k}={_param_src(v, namespace)}" for k, v in e.params.items())
+        order = sorted(range(len(e.inputs)), key=lambda k: producer.get(id(e.inputs[k]), -1))
+        buckets, current, size = [], [], 0
+        for k in order:
+            current.append(k)
+            aval = e.inputs[k].aval
+            size += math.prod(aval.shape) * aval.dtype.itemsize
+            if size >= SPLIT_PHASE_BUCKET_BYTES:
+                buckets.append(current)
+                current, size = [], 0
+        if current:
+            buckets.append(current)
+        handles, where = [], {}
+        for b, bucket in enumerate(buckets):
+            handle = f"_h{i}_{b}"
+            handles.append(handle)
+            after = max(producer.get(id(e.inputs[k]), -1) for k in bucket)
+            operands = ", ".join(namer(e.inputs[k]) for k in bucket)
+            starts.append((after, f"    {handle} = _start_{e.prim.name}({operands}{params})"))
+            where.update({k: (b, j) for j, k in enumerate(bucket)})
+        layout = tuple(where[k] for k in range(len(e.inputs)))
+        waits[i] = f"_wait_buckets(_wait_{e.prim.name}, ({', '.join(handles)},), {layout!r})"
+    starts.sort(key=lambda s: s[0])
+    return starts, waits
+
+
+def _wait_buckets(wait, handles, layout) -> list:
+    """The outputs of a collective started in buckets, in operand order."""
+    results = [wait(h) for h in handles]
+    return [results[b][j] for b, j in layout]
+
+
 def _relu_patterns(jaxpr):
-    """`select(le(x, 0), 0, x)` whose comparison has no other use is one `torch.relu(x)`:
-    one kernel and one allocation instead of two, and the same numbers (NaN stays NaN, -0.0
-    stays -0.0). `select(gt(x, 0), x, 0)` is not relu: it maps NaN to 0."""
+    """`select(le(x, 0), 0, x)` is `torch.relu(x)`: one kernel and one allocation instead of
+    two, and the same numbers (NaN stays NaN, -0.0 stays -0.0); the comparison is skipped when
+    nothing else reads it (a gradient reads it as its mask). `select(gt(x, 0), x, 0)` is not
+    relu: it maps NaN to 0."""
     uses: dict[int, int] = {}
     producer: dict[int, int] = {}
     for i, e in enumerate(jaxpr.eqns):
@@ -261,7 +331,7 @@ def _relu_patterns(jaxpr):
         if not (isinstance(zero, Literal) and zero.val == 0 and isinstance(pred, Var)):
             continue
         p = producer.get(id(pred))
-        if p is None or uses.get(id(pred)) != 1:
+        if p is None:
             continue
         cmp = jaxpr.eqns[p]
         if cmp.prim is not le_p:
@@ -269,8 +339,54 @@ def _relu_patterns(jaxpr):
         a, b = cmp.inputs
         if a is x and isinstance(b, Literal) and b.val == 0:
             relus.add(i)
-            skipped.add(p)
+            if uses.get(id(pred)) == 1:
+                skipped.add(p)
     return relus, skipped
+
+
+# torch.where on CPU runs a scalar loop (~7 ns an element against ~0.1 for relu in torch
+# 2.13); a choice between a float tensor and zero is a bit mask on the tensor's bits instead:
+# three vectorized kernels, the same bits (NaN payloads and -0.0 kept, +0.0 where zeroed).
+_SAME_WIDTH_INT = {
+    torch.float16: "torch.int16",
+    torch.bfloat16: "torch.int16",
+    torch.float32: "torch.int32",
+    torch.float64: "torch.int64",
+}
+
+
+def _select_with_zero(e, args) -> str | None:
+    """`select(pred, 0, x)` / `select(pred, x, 0)` on CPU floats as a mask of x's bits."""
+    pred, on_true, on_false = e.inputs
+    out = e.outputs[0].aval
+    ints = _SAME_WIDTH_INT.get(out.dtype)
+    if ints is None or torch.device(out.device).type != "cpu" or not isinstance(pred, Var):
+        return None
+    zero_true = _positive_zero(on_true) and isinstance(on_false, Var)
+    zero_false = _positive_zero(on_false) and isinstance(on_true, Var)
+    if zero_true:  # keep x where pred is False: mask = pred - 1 (all ones where False)
+        x, mask = args[2], f"{args[0]}.to({ints}).sub_(1)"
+    elif zero_false:  # keep x where pred is True: mask = -pred (all ones where True)
+        x, mask = args[1], f"{args[0]}.to({ints}).neg_()"
+    else:
+        return None
+    if any(getattr(v.aval, "shape", None) != out.shape for v in (pred, e.inputs[1 + zero_true])):
+        return None
+    return f"({x}.view({ints}) & {mask}).view({_dtype_name(out.dtype)})"
+
+
+def _positive_zero(x) -> bool:
+    """A literal +0 (the mask writes +0.0 bits; a -0.0 literal keeps torch.where)."""
+    return (
+        isinstance(x, Literal)
+        and type(x.val) in (int, float, bool)
+        and x.val == 0
+        and math.copysign(1.0, float(x.val)) > 0
+    )
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return "torch." + str(dtype).removeprefix("torch.")
 
 
 def _inplace(e, args, i, last_use, root, owned, live_views):
