@@ -24,6 +24,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     shape,
     slicing,
     sort,
+    special,
     unary,
     while_loop,
 )

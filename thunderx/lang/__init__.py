@@ -8,6 +8,7 @@ import torch
 from thunderx.core import Tracer
 from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
+    array_funcs,
     autograd_function,
     compare,
     complex,
@@ -29,6 +30,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     rnn,
     shape_ops,
     sorting,
+    special,
     tensor,
     unbound,
 )

@@ -189,12 +189,6 @@ def _polygamma(n, x):
     return U.polygamma(float_operand(x), int(n))
 
 
-@register(torch.special.erfcx)
-def _erfcx(x):
-    x = float_operand(x)
-    return B.mul(U.exp(B.mul(x, x)), U.erfc(x))
-
-
 # ------------------------------------------------------------------------------------- binary
 
 

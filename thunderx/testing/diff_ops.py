@@ -110,6 +110,11 @@ _U = {  # unary elementwise on any shape
         n: (lambda f: lambda x: f(_unit(x)))(getattr(torch, n))
         for n in "asin acos atanh erfinv".split()
     },
+    **{
+        n: (lambda f: lambda x: f(torch.tanh(x) * 3))(getattr(torch.special, n))
+        for n in "i0 i0e i1 i1e erfcx".split()
+    },
+    "ndtri": lambda x: torch.special.ndtri(torch.sigmoid(x) * 0.98 + 0.01),
     "pow_scalar": lambda x: x**3,
     "rpow": lambda x: 2.0**x,
     "float_pow_half": lambda x: _pos(x) ** 0.5,

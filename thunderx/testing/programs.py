@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
+_BESSEL = ("i0", "i0e", "i1", "i1e", "erfcx")
 UNARY = {
     "sin": torch.sin,
     "cos": torch.cos,
@@ -42,6 +43,8 @@ UNARY = {
     "exp_tanh": lambda x: torch.exp(torch.tanh(x)),
     "silu": F.silu,
     "relu": F.relu,
+    **{n: (lambda f: lambda x: f(torch.tanh(x) * 3))(getattr(torch.special, n)) for n in _BESSEL},
+    "ndtri": lambda x: torch.special.ndtri(torch.sigmoid(x) * 0.98 + 0.01),
     "abs_mul": lambda x: torch.abs(x) * x,
     "acos": lambda x: torch.acos(torch.tanh(x) * 0.9),
     "acosh": lambda x: torch.acosh(x * x + 1.5),
@@ -150,9 +153,8 @@ NOT_GENERATED = {
         n: "complex values (the random programs are real): tests/test_complex.py"
         for n in ("real", "imag", "conj", "complex")
     },
-    "no_grad": "torch's no_grad blocks stop reverse mode only, so forward and reverse derivatives "
-    "differ by design (check_grads compares them); checked against torch.func in "
-    "tests/test_semantics.py",
+    "no_grad": "no_grad stops reverse mode only: forward and reverse derivatives differ by design "
+    "(check_grads compares them); checked against torch.func in tests/test_semantics.py",
     **{
         name: "a collective over named axes: needs vmap(axis_name=) or shard_map, which torch.func "
         "programs do not have; see tests/test_distributed.py"

@@ -12,7 +12,7 @@ import torch
 from hypothesis import strategies as st
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
-DOMAINS = ("real", "positive", "unit", "gt1", "nonzero", "small")
+DOMAINS = ("real", "positive", "unit", "gt1", "nonzero", "small", "probability")
 
 
 def shapes(min_rank: int = 0, max_rank: int = 3, min_side: int = 1, max_side: int = 4):
@@ -44,7 +44,7 @@ def dtypes(floating_only: bool = True):
 
 def values(shape, dtype, domain: str, gen: torch.Generator) -> torch.Tensor:
     """Random values in a domain: real (normal), positive (0.1..2.1), unit (-0.9..0.9), gt1
-    (1.1..3.1), nonzero (|x| in 0.5..1.5), small (-0.5..0.5)."""
+    (1.1..3.1), nonzero (|x| in 0.5..1.5), small (-0.5..0.5), probability (0.05..0.85)."""
     if dtype is torch.bool:
         return torch.rand(shape, generator=gen) > 0.5
     if not dtype.is_floating_point:
@@ -63,6 +63,8 @@ def values(shape, dtype, domain: str, gen: torch.Generator) -> torch.Tensor:
         v = sign * (0.5 + u)
     elif domain == "small":
         v = u - 0.5
+    elif domain == "probability":
+        v = 0.05 + 0.8 * u  # below 0.85: a test may scale it by 1.1 and stay below 1
     else:
         raise ValueError(f"unknown domain {domain!r}; one of {DOMAINS}")
     return v.to(dtype)
