@@ -36,18 +36,11 @@ def _complex_aval(re: ShapedArray, im: ShapedArray) -> ShapedArray:
 
 
 def _unary_linear(name, impl, abstract_eval, transpose, codegen, **props):
-    prim = None
-
-    def jvp(primals, tangents):
-        out = prim.bind(primals[0])
-        t = tangents[0]
-        return out, Zero(get_aval(out)) if type(t) is Zero else prim.bind(t)
-
+    # linear: core.declare's linear_jvp applies the primitive to the tangent
     prim = declare(
         name,
         impl=impl,
         abstract_eval=abstract_eval,
-        jvp=jvp,
         linear=True,
         transpose=transpose,
         batch=lambda args, dims: elementwise_batch(prim, args, dims),
@@ -84,16 +77,6 @@ conj_p = _unary_linear(
 )
 
 
-def _complex_jvp(primals, tangents):
-    out = complex_p.bind(*primals)
-    tre, tim = tangents
-    if type(tre) is Zero and type(tim) is Zero:
-        return out, Zero(get_aval(out))
-    tre = _zeros_like(primals[0]) if type(tre) is Zero else tre
-    tim = _zeros_like(primals[1]) if type(tim) is Zero else tim
-    return out, complex_p.bind(tre, tim)
-
-
 def _complex_transpose(ct, re, im):
     if type(ct) is Zero:
         return [None, None]
@@ -104,7 +87,6 @@ complex_p = declare(
     "complex",
     impl=torch.complex,
     abstract_eval=_complex_aval,
-    jvp=_complex_jvp,
     linear=True,
     transpose=_complex_transpose,
     batch=lambda args, dims: elementwise_batch(complex_p, args, dims),

@@ -334,7 +334,9 @@ def value_and_grad(fun: Callable, argnums=0, has_aux: bool = False, holomorphic:
 
         g = vjp_fn(creation.full((), 1.0, aval.dtype, aval.device))
         # vjp_fn gives torch's conj(f'(z)) for the real cotangent 1; holomorphic wants f'(z)
-        g = H.conj_tree(g[0] if single else g) if holomorphic else (g[0] if single else g)
+        g = g[0] if single else g
+        if holomorphic:
+            g = H.conj_tree(g)
         return ((out, res[2]) if has_aux else out), g
 
     wrapper.__thunderx_transform__ = ("value_and_grad", fun, None)
