@@ -211,3 +211,31 @@ def test_grad_of_jit_runs_the_compiled_primal_and_compiles_once(monkeypatch):
         close(g(x), x.cos() * x + x.sin())
     # the known (primal) half of the jvp is one compiled program, reused by later calls
     assert len(compiles) == 1, compiles
+
+
+def test_a_zero_derivative_value_can_receive_an_in_place_write_of_a_differentiated_one():
+    # sign(x) has derivative 0, yet it is computed from x: under grad it stays traced, so a
+    # differentiated value written into it is recorded (found by a long differential run)
+    def f(x, v, i):
+        y = torch.sign(x) * 1
+        y[i] = v * 2
+        return torch.nansum(y * x)
+
+    x, v, i = torch.randn(4, 3, dtype=F64), torch.randn(3, dtype=F64), torch.tensor(1)
+    close(tx.grad(f, argnums=(0, 1))(x, v, i), tf.grad(f, argnums=(0, 1))(x, v, i))
+    close(tx.jit(tx.grad(f, argnums=(0, 1)))(x, v, i), tf.grad(f, argnums=(0, 1))(x, v, i))
+
+
+def test_tensor_split_with_tensor_indices_sees_their_values_under_grad():
+    x = torch.randn(5, 5, dtype=F64)
+
+    def f(x, idx):
+        return torch.stack([p.sum() ** 2 for p in torch.tensor_split(x, idx, -1)]).sum()
+
+    for idx in (torch.tensor([1, 3]), torch.tensor(2)):  # 1-d: indices; 0-d: sections
+        xr = x.clone().requires_grad_()
+        (want,) = torch.autograd.grad(f(xr, idx), xr)  # torch.func.grad fails on this one
+        close(tx.grad(f)(x, idx), want)
+        close(tx.vmap(f, in_axes=(0, None))(x, idx), torch.stack([f(r, idx) for r in x]))
+    with pytest.raises(ConcretizationError, match="tensor_split's indices_or_sections"):
+        tx.jit(f)(x, torch.tensor([2]))

@@ -87,3 +87,14 @@ def test_vmap_matches_loop(name, fn, args):
     rows = [fn(*[x[k] for x in batched]) for k in range(b)]
     want = tx.tree.map(lambda *xs: torch.stack([torch.as_tensor(x) for x in xs]), *rows)
     _close(got, want)
+
+
+def test_vander_of_a_0d_tensor_is_one_row_as_in_torch():
+    x = torch.tensor(1.5, dtype=torch.float64)
+    f = lambda x: torch.linalg.vander(x, N=4)  # noqa: E731
+    torch.testing.assert_close(tx.jit(f)(x), f(x))
+    torch.testing.assert_close(
+        tx.grad(lambda x: f(x).sum())(x), torch.func.grad(lambda x: f(x).sum())(x)
+    )
+    with pytest.raises(RuntimeError, match="N must be greater than 1"):
+        tx.jit(torch.linalg.vander)(x)

@@ -183,11 +183,11 @@ def _block_diag(*tensors):
 
 @register(torch.linalg.vander)
 def _vander(x, *, N=None):
-    if x.ndim < 1:
-        raise RuntimeError("linalg.vander: x must have at least one dimension")
+    if x.ndim == 0:  # torch treats a 0-d tensor as one element
+        x = x.reshape(1)
     n = x.shape[-1] if N is None else N
     if n <= 1:
-        raise RuntimeError("linalg.vander: N must be greater than 1")
+        raise RuntimeError("linalg.vander: N must be greater than 1.")
     if x.dtype == torch.bool:
         x = x.to(torch.int64)
     ones = torch.ones_like(x).unsqueeze(-1)
