@@ -239,3 +239,29 @@ def test_tensor_split_with_tensor_indices_sees_their_values_under_grad():
         close(tx.vmap(f, in_axes=(0, None))(x, idx), torch.stack([f(r, idx) for r in x]))
     with pytest.raises(ConcretizationError, match="tensor_split's indices_or_sections"):
         tx.jit(f)(x, torch.tensor([2]))
+
+
+def test_masked_select_and_nonzero_under_grad_use_the_known_values():
+    # masked_select used to return a constant under grad: a silently zero gradient
+    x, m = torch.randn(3, 4, dtype=F64), torch.rand(4) > 0.3
+    for f in (
+        lambda x: x.masked_select(m).pow(2).sum(),
+        lambda x: torch.masked_select(x, x > 0).pow(2).sum(),  # the mask from the value itself
+        lambda x: x.flatten()[torch.nonzero(x.flatten() > 0).squeeze(1)].exp().sum(),
+        lambda x: x[tuple(torch.argwhere(x < 0).T)].sin().sum(),
+    ):
+        close(tx.grad(f)(x), tf.grad(f)(x))
+    close(tx.jit(lambda x: torch.masked_select(x, m))(x), torch.masked_select(x, m))
+    with pytest.raises(ConcretizationError):
+        tx.jit(lambda x: torch.masked_select(x, x > 0))(x)
+
+
+def test_unique_of_a_differentiated_value_raises_and_of_a_detached_one_works():
+    x = torch.tensor([1.0, 2.0, 2.0, 3.0], dtype=F64)
+    with pytest.raises(NotImplementedError, match="derivative of torch.unique"):
+        tx.grad(lambda x: x.unique().sum())(x)
+
+    def g(x):
+        return (x * len(x.detach().unique())).sum()
+
+    close(tx.grad(g)(x), tf.grad(g)(x))
