@@ -5,7 +5,10 @@ import torch
 
 import thunderx as tx
 
-from .lang_cases import CASES
+from .lang_cases import CASES as _CASES
+from .lang_cases_named import NAMED
+
+CASES = _CASES + NAMED
 
 IDS = [c[0] for c in CASES]
 

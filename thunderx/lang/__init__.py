@@ -8,6 +8,7 @@ import torch
 from thunderx.core import Tracer
 from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
+    aliases,
     array_funcs,
     autograd_function,
     compare,
