@@ -11,6 +11,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     aliases,
     array_funcs,
     autograd_function,
+    autograd_grad,
     compare,
     complex,
     conv,
@@ -167,7 +168,7 @@ def _install():
         "is_complex_dtype": lambda self: aval(self).dtype.is_complex,
         "real": lambda self: torch_table[torch.real](self),
         "imag": lambda self: torch_table[torch.imag](self),
-        "requires_grad": lambda self: False,
+        "requires_grad": autograd_grad.requires_grad,
         "is_leaf": lambda self: True,
         "layout": lambda self: torch.strided,
         "grad": lambda self: None,
@@ -187,3 +188,4 @@ def _len(x):
 
 _install()
 autograd_function.install()
+autograd_grad.install()

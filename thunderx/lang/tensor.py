@@ -88,7 +88,9 @@ def _detach(x):
 
 @register(methods=("requires_grad_",))
 def _requires_grad_(x, requires_grad=True):
-    return x
+    from thunderx.lang.autograd_grad import requires_grad_
+
+    return requires_grad_(x, requires_grad)
 
 
 @register(methods=("cpu", "cuda"))
