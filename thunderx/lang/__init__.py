@@ -19,6 +19,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     decompositions,
     elementwise,
     extras,
+    fft,
     gather,
     indexing,
     linalg,

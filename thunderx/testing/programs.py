@@ -151,7 +151,7 @@ NOT_GENERATED = {
     "torch_call": "the opaque fallback has no derivative or batching rule to fuzz",
     **{
         n: "complex values (the random programs are real): tests/test_complex.py"
-        for n in ("real", "imag", "conj", "complex")
+        for n in ("real", "imag", "conj", "complex", "fft")
     },
     "no_grad": "no_grad stops reverse mode only: forward and reverse derivatives differ by design "
     "(check_grads compares them); checked against torch.func in tests/test_semantics.py",
