@@ -22,6 +22,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     reductions,
     remat,
     scan,
+    scatter_reduce,
     shape,
     slicing,
     sort,

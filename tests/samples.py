@@ -373,6 +373,18 @@ def _(d):
     return Sample([d.tensor(shape), idx, d.tensor(tuple(ishape))], {"axis": axis})
 
 
+@sample("scatter_reduce")
+def _(d):
+    shape = d.shape(min_rank=1)
+    axis = d.int(0, len(shape) - 1)
+    ishape = list(shape)
+    ishape[axis] = d.int(1, 4)
+    idx = d.index(tuple(ishape), shape[axis])
+    params = {"axis": axis, "reduce": d.choice(["amax", "amin", "prod"])}
+    params["include_self"] = d.choice([True, False])
+    return Sample([d.tensor(shape), idx, d.tensor(tuple(ishape))], params)
+
+
 @sample("take")
 def _(d):
     shape = d.shape(min_rank=1)

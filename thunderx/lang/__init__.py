@@ -31,6 +31,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     random_inplace,
     reductions,
     rnn,
+    scatter_reduce,
     shape_ops,
     sorting,
     special,
