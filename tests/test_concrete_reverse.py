@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import torch.func as tf
+import torch.nn.functional as F
 
 import thunderx as tx
 from thunderx.errors import ConcretizationError
@@ -265,3 +266,23 @@ def test_unique_of_a_differentiated_value_raises_and_of_a_detached_one_works():
         return (x * len(x.detach().unique())).sum()
 
     close(tx.grad(g)(x), tf.grad(g)(x))
+
+
+def test_batch_norm_running_statistics_are_updated_or_refused_never_left_stale():
+    x = torch.randn(4, 3, 5, dtype=F64)
+    w, b = torch.randn(3, dtype=F64), torch.randn(3, dtype=F64)
+    bufs = {k: (torch.zeros(3, dtype=F64), torch.ones(3, dtype=F64)) for k in ("tx", "tf")}
+
+    def loss(key):
+        rm, rv = bufs[key]
+        return lambda x: F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.3).pow(2).sum()
+
+    close(tx.grad(loss("tx"))(x), tf.grad(loss("tf"))(x))
+    for got, want in zip(bufs["tx"], bufs["tf"]):
+        close(got, want)  # updated in place, as torch.func does
+    with pytest.raises(RuntimeError, match="running statistics"):
+        tx.jit(loss("tx"))(x)  # jit cannot write the buffers: an error, not stale statistics
+    close(
+        tx.jit(lambda x: F.instance_norm(x, weight=w, bias=b))(x),
+        F.instance_norm(x, weight=w, bias=b),
+    )
