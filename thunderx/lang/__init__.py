@@ -22,6 +22,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     fft,
     gather,
     indexing,
+    interpolate,
     linalg,
     linalg_functions,
     losses,
