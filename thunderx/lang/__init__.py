@@ -34,6 +34,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     tensor,
     unbound,
     vision,
+    vision_ops,
 )
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call
