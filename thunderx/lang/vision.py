@@ -219,7 +219,12 @@ def _resample_dim(x, dim: int, taps, compute_dtype):
     if weight is not None:
         w = torch.tensor(np.asarray(weight, dtype=np.float64), dtype=compute_dtype, device=dev)
         taken = taken * w.reshape([n_out, k] + rest)
-    out = taken.sum(dim + 1)
+    if k <= 4:  # ATen's kernels add the few linear/cubic taps left to right
+        out = taken.select(dim + 1, 0)
+        for j in range(1, k):
+            out = out + taken.select(dim + 1, j)
+    else:
+        out = taken.sum(dim + 1)
     if counts is not None:
         c = torch.tensor(counts, dtype=compute_dtype, device=dev).reshape([n_out] + rest)
         out = out / c
