@@ -39,6 +39,8 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     special,
     tensor,
     unbound,
+    vision,
+    vision_ops,
 )
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call
