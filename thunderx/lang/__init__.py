@@ -9,12 +9,14 @@ from thunderx.core import Tracer
 from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
     array_funcs,
+    assertions,
     autograd_function,
     compare,
     complex,
     conv,
     copies,
     decompositions,
+    distributions,
     elementwise,
     extras,
     gather,
