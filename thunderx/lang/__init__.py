@@ -10,6 +10,7 @@ from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
     aliases,
     array_funcs,
+    assertions,
     autograd_function,
     autograd_grad,
     compare,
@@ -17,6 +18,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     conv,
     copies,
     decompositions,
+    distributions,
     elementwise,
     extras,
     fft,

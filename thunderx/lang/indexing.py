@@ -34,6 +34,8 @@ def _expand_index(x, idx):
             i = torch.tensor(i)
         elif isinstance(i, list):
             i = torch.tensor(i, dtype=torch.int64)
+        if isinstance(i, Tracer) and dtype(i) is torch.bool and i.to_concrete() is not None:
+            i = i.to_concrete()  # a mask known while tracing (under grad): its positions are too
         if isinstance(i, Tracer) and dtype(i) is torch.bool:
             raise concretization(
                 "boolean-mask indexing (the result's shape depends on the mask)",
@@ -163,7 +165,39 @@ register(torch.Tensor.__getitem__)(getitem)
 def _setitem(x, idx, v):
     from thunderx.lang.inplace import mutate
 
-    mutate(x, index_put(x, idx, v), "x[...] = value")
+    mask = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
+    if isinstance(mask, Tracer) and dtype(mask) is torch.bool and mask.to_concrete() is None:
+        new = _masked_put(x, mask, v)
+    else:
+        new = index_put(x, idx, v)
+    mutate(x, new, "x[...] = value")
+
+
+def _masked_put(x, mask, v):
+    """`x[mask] = v` for a mask unknown while tracing: every selected position (or row, when the
+    mask covers the leading dims) takes the same value, so the result is a select and its shape
+    does not depend on the mask. A `v` with one row per selected element would, and is refused."""
+    k = ndim(mask)
+    if shape(mask) != shape(x)[:k]:
+        raise IndexError(
+            f"the boolean mask of shape {shape(mask)} does not match the indexed tensor's "
+            f"leading dims {shape(x)[:k]}"
+        )
+    rows = shape(x)[k:]
+    v_shape = tuple(v.shape) if isinstance(v, (Tracer, torch.Tensor)) else ()
+    try:
+        fits = broadcast_shapes(v_shape, rows) == rows
+    except (RuntimeError, ValueError):
+        fits = False
+    if not fits:
+        raise concretization(
+            f"x[mask] = v with v of shape {v_shape} (one row per selected element, a number "
+            "that depends on the mask)",
+            aval(mask),
+            "use torch.where(mask, v, x) with v broadcastable to x",
+        )
+    m = S.reshape(mask, shape(mask) + (1,) * len(rows)) if rows else mask
+    return torch.where(m, v, x).to(dtype(x))
 
 
 @register(torch.Tensor.index_put, methods=("index_put",))

@@ -134,7 +134,8 @@ def _minmax(reduce, arg, pairwise, x, dim, keepdim, other):
         return MinMax(x, C.full((), 0, torch.int64, aval(x).device))
     # the values are read at the returned indices, so with ties the derivative goes to that
     # index alone (torch's rule for max(dim)/min(dim); amax/amin split it among the ties)
-    idx = arg(x, d)
+    # torch's max(dim)/min(dim) take bool, its argmax/argmin do not: find the index on uint8
+    idx = arg(convert(x, torch.uint8) if dtype(x) is torch.bool else x, d)
     values = S.squeeze(I.gather(x, S.expand_dims(idx, (d,)), d), (d,))
     return MinMax(keepdims(values, (d,), keepdim), keepdims(idx, (d,), keepdim))
 
