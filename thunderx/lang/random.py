@@ -73,8 +73,9 @@ def draw(kind: str, shape, dtype, device, name: str, generator=None):
 
 def _randomness_error(name: str) -> RandomnessError:
     return RandomnessError(
-        f"vmap: {name} called under vmap at {user_frame()}; random ops need "
-        "vmap(..., randomness='different') or randomness='same'"
+        f"vmap: {name} called random operation while in randomness error mode, at "
+        f"{user_frame()}; random ops need vmap(..., randomness='different') or "
+        "randomness='same'"
     )
 
 
