@@ -18,6 +18,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     linalg,
     linalg_decomp,
     matrix_functions,
+    nextafter,
     pooling,
     reductions,
     remat,

@@ -41,6 +41,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     special,
     tensor,
     unbound,
+    value_ops,
     vision,
     vision_ops,
 )

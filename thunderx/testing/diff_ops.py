@@ -122,7 +122,9 @@ _U = {  # unary elementwise on any shape
 _B = {  # binary, broadcasting
     **{
         n: getattr(torch, n)
-        for n in ("add sub mul atan2 maximum minimum fmax fmin hypot logaddexp copysign").split()
+        for n in (
+            "add sub mul atan2 maximum minimum fmax fmin hypot logaddexp copysign nextafter"
+        ).split()
     },
     "div": lambda x, y: x / (y * y + 0.5),
     "div_raw": torch.div,
