@@ -96,12 +96,13 @@ def test_vmap_matches_loop(name):
 
 
 def test_validation_runs_on_values_under_grad():
+    # validate_args spelled out: torch.compile (run by other tests) turns torch's default off
     with pytest.raises(ValueError, match="scale"):
-        torch.func.grad(lambda s: D.Normal(0.0, s).log_prob(X).sum())(-S)
+        torch.func.grad(lambda s: D.Normal(0.0, s, validate_args=True).log_prob(X).sum())(-S)
     with pytest.raises(ValueError, match="scale"):
-        tx.grad(lambda s: D.Normal(0.0, s).log_prob(X).sum())(-S)
+        tx.grad(lambda s: D.Normal(0.0, s, validate_args=True).log_prob(X).sum())(-S)
     with pytest.raises(ValueError, match="support"):
-        tx.grad(lambda m: D.Uniform(m, m + 0.1).log_prob(X).sum())(MU)
+        tx.grad(lambda m: D.Uniform(m, m + 0.1, validate_args=True).log_prob(X).sum())(MU)
 
 
 def test_validation_is_skipped_where_values_are_unknown():
