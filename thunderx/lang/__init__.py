@@ -25,6 +25,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     margin_losses,
     nn,
     random,
+    random_dropout,
     random_inplace,
     reductions,
     rnn,
