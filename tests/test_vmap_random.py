@@ -183,3 +183,20 @@ def test_out_variants_are_refused_under_vmap():
         tf.vmap(lambda x: torch.randn(3, out=y), randomness="same")(torch.ones(2))
     with pytest.raises(RuntimeError, match="calling out variants"):
         tx.vmap(lambda x: torch.randn(3, out=y), randomness="same")(torch.ones(2))
+
+
+@pytest.mark.parametrize("randomness", ["different", "same"])
+def test_in_place_draw_through_a_view_reaches_its_base(randomness):
+    def f(v):
+        y = v * 1
+        z = y.view(-1)
+        z.bernoulli_(0.5)
+        return y, z
+
+    outs = []
+    for vmap in (tf.vmap, tx.vmap):
+        torch.manual_seed(SEED)
+        outs.append(vmap(f, randomness=randomness)(torch.ones(B, 2, 3)))
+    (ry, rz), (gy, gz) = outs
+    torch.testing.assert_close(gy, ry, rtol=0, atol=0)
+    torch.testing.assert_close(gz, rz, rtol=0, atol=0)

@@ -181,6 +181,11 @@ def inplace(name: str, method: str, x, args: tuple, kwargs: dict):
             name,
             _EXTRA_ARGS.format(op=method.rstrip("_")) if other_batched else _DIFFERENT_UNBATCHED,
         )
+    from thunderx.lang.views import view_of
+
+    # a member of a view family (thunderx models views as values): draw into a fresh tensor of
+    # the same layout and write it through the view machinery, which refuses transform inputs
+    tracked = isinstance(x, Tracer) and view_of(x) is not None
     a = list(args)
     if bt.randomness == "different":
         target = torch.movedim(tv, td, 0)
@@ -191,19 +196,31 @@ def inplace(name: str, method: str, x, args: tuple, kwargs: dict):
                 v = v.reshape(v.shape[:1] + (1,) * (rank - v.dim()) + v.shape[1:])
             a[i] = v
         with torch._C.DisableTorchFunction():
-            getattr(target, method)(*a, **kwargs)
-        return x
+            dest = torch.empty_like(target) if tracked else target
+            getattr(dest, method)(*a, **kwargs)
+        return _written(bt, x, dest, name) if tracked else x
     for i, (v, _) in zip(apos, others):
         a[i] = v
     with torch._C.DisableTorchFunction():
-        if td is None:
+        if td is None and not tracked:
             getattr(tv, method)(*a, **kwargs)
-        else:
-            # one contiguous example (torch's kernels draw differently into strided memory)
-            example = torch.select(tv, td, 0).contiguous()
-            getattr(example, method)(*a, **kwargs)
-            torch.movedim(tv, td, 0).copy_(example.expand_as(torch.movedim(tv, td, 0)))
+            return x
+        # one contiguous example (torch's kernels draw differently into strided memory)
+        example = (tv if td is None else torch.select(tv, td, 0)).contiguous()
+        getattr(example, method)(*a, **kwargs)
+        if tracked:
+            return _written(None, x, example, name)
+        torch.movedim(tv, td, 0).copy_(example.expand_as(torch.movedim(tv, td, 0)))
     return x
+
+
+def _written(bt, x, values, name: str):
+    """x after an in-place draw of `values` (batch-first under `bt`, or unbatched)."""
+    from thunderx.lang.inplace import mutate
+    from thunderx.transforms.vmap import BatchTracer
+
+    new = values if bt is None else BatchTracer(bt, values, 0)
+    return mutate(x, new, name)
 
 
 def same_batched_check(name: str, tensors) -> None:
