@@ -78,6 +78,11 @@ class ArgumentValueError(ThunderxError, ValueError):
     wrong shape, a tree that does not match)."""
 
 
+class AxisOutOfRangeError(ArgumentValueError, IndexError):
+    """An axis (dim) argument outside a value's rank. Also an IndexError, as torch raises for a
+    dim out of range ("Dimension out of range")."""
+
+
 def unsupported(name: str, detail: str = "") -> UnsupportedOperationError:
     msg = f"{name} is not supported under thunderx tracing (called at {user_frame()})"
     if detail:

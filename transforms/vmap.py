@@ -313,9 +313,10 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
     try:
         oaxes = _axes_for(out_axes, out, "out_axes")
     except ValueError:
-        # torch.func's rule: a one-element tuple of out_dims also stands for all the outputs
-        # (`out_dims=(1,)` with a single tensor output)
-        if not (isinstance(out_axes, (tuple, list)) and len(out_axes) == 1):
+        # torch.func's rule: a one-element tuple of out_dims also stands for a single tensor
+        # output (`out_dims=(1,)`), never for several outputs
+        single = len(out_leaves) == 1 and tree.structure(out) == tree.structure(out_leaves[0])
+        if not (isinstance(out_axes, (tuple, list)) and len(out_axes) == 1 and single):
             raise
         oaxes = _axes_for(out_axes[0], out, "out_axes")
     from thunderx.primitives import shape as S
