@@ -135,9 +135,9 @@ def _bernoulli(input, p=None, *, generator=None, out=None):
     """torch.bernoulli(probs) or torch.bernoulli(input, p): a draw of input's shape with a
     float probability p."""
     args = (input,) if p is None else (input, float(p))
-    out = exact.call("torch.bernoulli", torch.bernoulli, args, {"generator": generator})
-    if out is not exact.NOT_EXACT:
-        return out
+    res = exact.call("torch.bernoulli", torch.bernoulli, args, {"generator": generator})
+    if res is not exact.NOT_EXACT:
+        return res
     exact.same_batched_check("torch.bernoulli", [input])
     if p is not None:
         a = get_aval(input)
