@@ -200,3 +200,28 @@ def test_in_place_draw_through_a_view_reaches_its_base(randomness):
     (ry, rz), (gy, gz) = outs
     torch.testing.assert_close(gy, ry, rtol=0, atol=0)
     torch.testing.assert_close(gz, rz, rtol=0, atol=0)
+
+
+def test_jacfwd_randomness_as_torch_func():
+    x = torch.rand(3, 4)
+    for jacfwd in (tf.jacfwd, tx.jacfwd):
+        with pytest.raises(RuntimeError, match="randomness error mode"):
+            jacfwd(torch.bernoulli)(x)
+    for randomness in ("same", "different"):
+        got = tx.jacfwd(torch.bernoulli, randomness=randomness)(x)
+        torch.testing.assert_close(got, tf.jacfwd(torch.bernoulli, randomness=randomness)(x))
+
+    # a random factor: 'same' shares one draw across the columns, 'different' draws per column
+    def f(v):
+        return v * torch.rand_like(v)
+
+    v = torch.ones(3)
+    for randomness in ("same", "different"):
+        torch.manual_seed(SEED)
+        got = tx.jacfwd(f, randomness=randomness)(v)
+        torch.manual_seed(SEED)
+        torch.testing.assert_close(got, tf.jacfwd(f, randomness=randomness)(v), rtol=0, atol=0)
+    # deterministic functions are unaffected by the mode
+    for randomness in ("error", "same", "different"):
+        got = tx.jacfwd(torch.sin, randomness=randomness)(v)
+        torch.testing.assert_close(got, tf.jacfwd(torch.sin)(v))

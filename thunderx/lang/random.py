@@ -216,7 +216,7 @@ def _normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=
     from thunderx.core import Tracer
 
     tensors = [v for v in (mean, std) if isinstance(v, (Tracer, torch.Tensor))]
-    out = _exact_normal(mean, std, size, tensors, generator, dtype, device)
+    out = exact.normal(mean, std, size, tensors, generator, dtype, device)
     if out is not exact.NOT_EXACT:
         return out
     exact.same_batched_check("torch.normal", tensors)
@@ -238,20 +238,6 @@ def _normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=
         torch.detach(v) if isinstance(v, (Tracer, torch.Tensor)) else v for v in (mean, std)
     )
     return z * std + mean
-
-
-def _exact_normal(mean, std, size, tensors, generator, dtype, device):
-    if tensors:
-        return exact.call("torch.normal", torch.normal, (mean, std), {"generator": generator})
-    if size is None:
-        return exact.NOT_EXACT
-    dt, dev = dtype or torch.get_default_dtype(), torch.device(device or "cpu")
-    return exact.factory(
-        "torch.normal",
-        lambda prefix: torch.normal(
-            float(mean), float(std), prefix + tuple(size), dtype=dt, device=dev, generator=generator
-        ),
-    )
 
 
 def _multinomial(probs, num_samples, replacement=False, *, generator=None, out=None):
@@ -347,8 +333,30 @@ RANDOM_FUNCTIONS = {
 }
 
 
-def _no_out_under_vmap(impl):
+class forbid_random:
+    """Inside it, any random op raises torch.func's randomness error (jacfwd's
+    randomness='error': its linearization must not draw)."""
+
+    def __init__(self, api: str):
+        self.api = api
+
+    def __enter__(self):
+        _modes.forbidden.append(self.api)
+
+    def __exit__(self, *exc):
+        _modes.forbidden.pop()
+
+
+def _no_out_under_vmap(impl, fn):
+    name = torch.overrides.resolve_name(fn) or getattr(fn, "__name__", "a random op")
+
     def checked(*args, **kwargs):
+        if _modes.forbidden:
+            api = _modes.forbidden[-1]
+            raise RandomnessError(
+                f"{api}: {name} called random operation while in randomness error mode, at "
+                f"{user_frame()}; pass {api}(..., randomness='same') or randomness='different'"
+            )
         if kwargs.get("out") is not None and next(_batch_traces(), None) is not None:
             raise RandomnessError(
                 f"vmap: We do not support calling out variants of random operations inside of "
@@ -363,7 +371,7 @@ def register_random(fn, impl, method: str | None = None) -> None:
     """Route `fn` to `impl` under every transform: through RandomnessMode (calls without a
     traced argument, under vmap and staging) and through the language table (calls with one,
     under grad and jvp too, which run no mode); `method` also names it as a Tensor method."""
-    impl = _no_out_under_vmap(impl)
+    impl = _no_out_under_vmap(impl, fn)
     RANDOM_FUNCTIONS[fn] = impl
     torch_table.setdefault(fn, impl)
     if method is not None:
@@ -410,6 +418,7 @@ class RandomnessMode(TorchFunctionMode):
 class _Modes(threading.local):
     def __init__(self):
         self.stack: list = []
+        self.forbidden: list = []  # forbid_random scopes, innermost last
 
 
 _modes = _Modes()

@@ -135,6 +135,21 @@ def factory(name: str, draw_batched):
     return run(name, lambda prefix: draw_batched(tuple(prefix)), [], chain)
 
 
+def normal(mean, std, size, tensors, generator, dtype, device):
+    """torch.normal: of tensors, or of floats with a size."""
+    if tensors:
+        return call("torch.normal", torch.normal, (mean, std), {"generator": generator})
+    if size is None:
+        return NOT_EXACT
+    dt, dev = dtype or torch.get_default_dtype(), torch.device(device or "cpu")
+    return factory(
+        "torch.normal",
+        lambda prefix: torch.normal(
+            float(mean), float(std), prefix + tuple(size), dtype=dt, device=dev, generator=generator
+        ),
+    )
+
+
 def randperm_batched(n: int, prefix: tuple, **kwargs):
     """torch.func's randperm under 'different': one permutation after another."""
     count = math.prod(prefix)
