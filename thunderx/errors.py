@@ -78,6 +78,11 @@ class ArgumentValueError(ThunderxError, ValueError):
     wrong shape, a tree that does not match)."""
 
 
+class AxisOutOfRangeError(ArgumentValueError, IndexError):
+    """An axis (dim) argument outside a value's rank. Also an IndexError, as torch raises for a
+    dim out of range ("Dimension out of range")."""
+
+
 def unsupported(name: str, detail: str = "") -> UnsupportedOperationError:
     msg = f"{name} is not supported under thunderx tracing (called at {user_frame()})"
     if detail:
@@ -92,7 +97,17 @@ def concretization(what: str, aval, fix: str = "") -> ConcretizationError:
         "the argument static (jit's static_argnums / static_argnames); outside jit and vmap, "
         "grad, vjp, jvp, linearize, jacfwd, jacrev and hessian see concrete values"
     )
+    # torch.func's words for the same misuse, so code matching its messages keeps working
+    phrase = _TORCH_PHRASES.get(what, "")
     return ConcretizationError(
         f"{what} of a traced value {aval.str_short()} at {user_frame()}: its value is not known "
-        f"while tracing. Instead, {fix}."
+        f"while tracing{phrase}. Instead, {fix}."
     )
+
+
+_TORCH_PHRASES = {
+    ".item()": " (calling .item() on a Tensor)",
+    "bool()": " (a Tensor used in data-dependent control flow)",
+    "int()": " (a Tensor used in data-dependent control flow)",
+    "float()": " (a Tensor used in data-dependent control flow)",
+}

@@ -17,7 +17,12 @@ from typing import Any, Callable, Sequence
 from thunderx import tree
 from thunderx.avals import ShapedArray, is_float
 from thunderx.core import get_aval, is_tensor_like
-from thunderx.errors import ArgumentTypeError, ArgumentValueError, user_frame
+from thunderx.errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    AxisOutOfRangeError,
+    user_frame,
+)
 
 _SCALARS = (bool, int, float)
 
@@ -186,8 +191,9 @@ def normalize_axis(ax, ndim: int, api: str, arg: str, what: str) -> int:
     if not is_int(ax):
         raise ArgumentTypeError(f"{api}: {arg} entries must be int or None, got {ax!r} {_at()}")
     if not -ndim <= ax < ndim:
-        raise ArgumentValueError(
-            f"{api}: {arg}={ax} is out of range for {what} (valid: {-ndim}..{ndim - 1}) {_at()}"
+        raise AxisOutOfRangeError(
+            f"{api}: {arg}={ax} is out of range for {what} (Dimension out of range; valid: "
+            f"{-ndim}..{ndim - 1}) {_at()}"
         )
     return ax % ndim
 

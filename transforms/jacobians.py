@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Callable
 
@@ -10,6 +11,7 @@ import torch
 
 from thunderx import tree, validate
 from thunderx.core import get_aval
+from thunderx.lang.random import forbid_random
 from thunderx.transforms import holomorphic as H
 from thunderx.transforms.ad import (
     _apply_linearized,
@@ -73,9 +75,12 @@ def jacfwd(
     *,
     chunk_size: int | None = None,
     holomorphic: bool = False,
+    randomness: str = "error",
 ):
     """Jacobian by forward mode (vmap over a basis of input tangents): shape out + in.
     `chunk_size` bounds memory: at most that many basis tangents are pushed forward at a time.
+    `randomness` is torch.func's: 'error' refuses random ops, 'same' draws once for all columns,
+    'different' draws anew for each column (a jvp per basis tangent under vmap).
 
     >>> thunderx.jacfwd(lambda x: x ** 2)(torch.tensor([1., 2.]))
     tensor([[2., 0.],
@@ -83,12 +88,20 @@ def jacfwd(
     """
 
     _check_api(fun, has_aux, "jacfwd", argnums)
+    if randomness not in ("error", "same", "different"):
+        raise ValueError(
+            f"jacfwd: randomness must be 'error', 'same' or 'different', not {randomness!r}"
+        )
 
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
         from thunderx.transforms.vmap import vmap
 
-        lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacfwd", args, kwargs)
+        if randomness == "different":
+            return _jacfwd_different(fun, argnums, has_aux, chunk_size, holomorphic, args, kwargs)
+        scope = forbid_random("jacfwd") if randomness == "error" else contextlib.nullcontext()
+        with scope:
+            lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacfwd", args, kwargs)
         H.check(holomorphic, leaves, "jacfwd")
         in_avals = [get_aval(x) for x in leaves]
         basis = _std_basis(in_avals)
@@ -116,6 +129,52 @@ def jacfwd(
 
     wrapper.__thunderx_transform__ = ("jacfwd", fun, None)
     return wrapper
+
+
+def _jacfwd_different(fun, argnums, has_aux, chunk_size, holomorphic, args, kwargs):
+    """jacfwd(randomness='different'): each column a jvp of its own under
+    vmap(randomness='different'), so every column sees its own random draws (torch.func's)."""
+    from thunderx.transforms.ad import jvp
+    from thunderx.transforms.vmap import vmap
+
+    if has_aux:
+        raise NotImplementedError(
+            "jacfwd(has_aux=True, randomness='different') is not supported: the aux output "
+            "would differ per column; use randomness='same'"
+        )
+    single, nums = _normalize_argnums(argnums, len(args), "jacfwd")
+    dyn = tuple(tree.map(lambda x: _as_value(x, "jacfwd"), args[i]) for i in nums)
+    _check_float_args(dyn, nums, "jacfwd")
+    leaves, in_tree = tree.flatten(dyn[0] if single else dyn)
+    H.check(holomorphic, leaves, "jacfwd")
+    checked = _checked_outputs(_partial(fun, args, kwargs, nums), "jacfwd")
+
+    def flat(*xs):
+        dyn_args = tree.unflatten(in_tree, xs)
+        return checked(dyn_args) if single else checked(*dyn_args)
+
+    in_avals = [get_aval(x) for x in leaves]
+    basis = _std_basis(in_avals)
+
+    def column(*ts):
+        return jvp(flat, tuple(leaves), tuple(ts))[1]
+
+    cols = vmap(column, in_axes=0, out_axes=-1, chunk_size=chunk_size, randomness="different")(
+        *basis
+    )
+    out_leaves, out_tree = tree.flatten(cols)
+    from thunderx.primitives import shape as S
+
+    blocks = []
+    for o in out_leaves:
+        out_shape = tuple(get_aval(o).shape)[:-1]
+        row, offset = [], 0
+        for ia in in_avals:
+            part = S.slice_in_dim(o, offset, offset + ia.size, 1, len(out_shape))
+            row.append(S.reshape(part, out_shape + tuple(ia.shape)))
+            offset += ia.size
+        blocks.append(row)
+    return _jac_tree(out_tree, in_tree, blocks)
 
 
 def jacrev(

@@ -130,9 +130,11 @@ def _axes_for(spec, args, what: str):
     try:
         axes = tree.broadcast_prefix(spec, args)
     except (ValueError, TypeError) as e:
+        torch_name, values = ("in_dims", "inputs") if what == "in_axes" else ("out_dims", "outputs")
         raise ValueError(
             f"vmap {what} specification {spec!r} does not match the structure of the "
-            f"{'arguments' if what == 'in_axes' else 'outputs'} ({e}) (at {user_frame()})"
+            f"{'arguments' if what == 'in_axes' else 'outputs'} ({e}): {torch_name} is not "
+            f"compatible with the structure of `{values}` (at {user_frame()})"
         ) from None
     import optree
 
@@ -228,7 +230,8 @@ def vmap(
         if isinstance(spec, tuple) and len(spec) != len(args):
             raise ValueError(
                 f"vmap in_axes has {len(spec)} entries but the function got {len(args)} "
-                f"positional arguments (at {user_frame()})"
+                f"positional arguments: in_dims is not compatible with the structure of `inputs` "
+                f"(at {user_frame()})"
             )
         # keyword arguments are always batched along axis 0 (JAX's rule)
         flat_args, in_tree = tree.flatten((args, kwargs))
@@ -244,13 +247,15 @@ def vmap(
             if not is_tensor_like(x):
                 raise ValueError(
                     f"vmap got in_axes={ax} for a non-tensor argument leaf {type(x).__name__} "
+                    f"(Got in_dim={ax} for an input but the input is of type {type(x).__name__}) "
                     f"(at {user_frame()}); use None for it"
                 )
             nd = len(x.shape)
             if not -nd <= ax < nd:
                 raise ValueError(
                     f"vmap in_axes={ax} is out of range for an argument of rank {nd} "
-                    f"(shape {tuple(x.shape)}) (at {user_frame()})"
+                    f"(shape {tuple(x.shape)}; Got in_dim={ax} for some input, but that input is "
+                    f"a Tensor of dimensionality {nd}) (at {user_frame()})"
                 )
             ax = ax % nd
             norm_axes.append(ax)
@@ -259,7 +264,8 @@ def vmap(
         if len(distinct) > 1:
             listing = ", ".join(f"leaf {i}: {s}" for i, s in sizes.items())
             raise ValueError(
-                f"vmap got inconsistent batch sizes across arguments ({listing}) (at {user_frame()})"
+                "vmap: Expected all tensors to have the same size in the mapped dimension, got "
+                f"inconsistent batch sizes across arguments ({listing}) (at {user_frame()})"
             )
         if distinct:
             size = distinct.pop()
@@ -269,9 +275,10 @@ def vmap(
                     f"(at {user_frame()})"
                 )
         elif axis_size is None:
+            what = "got no inputs" if not flat_args else "got no batched Tensor inputs"
             raise ValueError(
-                f"vmap needs at least one batched input (in_axes not all None) or an explicit "
-                f"axis_size (at {user_frame()})"
+                f"vmap: {what}; it needs at least one Tensor batched (in_axes not all None) or "
+                f"an explicit axis_size (at {user_frame()})"
             )
         else:
             size = axis_size
@@ -306,9 +313,10 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
     try:
         oaxes = _axes_for(out_axes, out, "out_axes")
     except ValueError:
-        # torch.func's rule: a one-element tuple of out_dims also stands for all the outputs
-        # (`out_dims=(1,)` with a single tensor output)
-        if not (isinstance(out_axes, (tuple, list)) and len(out_axes) == 1):
+        # torch.func's rule: a one-element tuple of out_dims also stands for a single tensor
+        # output (`out_dims=(1,)`), never for several outputs
+        single = len(out_leaves) == 1 and tree.structure(out) == tree.structure(out_leaves[0])
+        if not (isinstance(out_axes, (tuple, list)) and len(out_axes) == 1 and single):
             raise
         oaxes = _axes_for(out_axes[0], out, "out_axes")
     from thunderx.primitives import shape as S

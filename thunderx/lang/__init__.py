@@ -32,6 +32,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     nn,
     norms,
     random,
+    random_dropout,
     random_inplace,
     reductions,
     rnn,

@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 
 from thunderx.core import current_trace, get_aval, set_trace
 from thunderx.errors import RandomnessError, user_frame
+from thunderx.lang import random_exact as exact
 from thunderx.lang import unbound
 from thunderx.lang._base import method_table, torch_table
 from thunderx.primitives import creation as C
@@ -92,6 +93,15 @@ def _rand(kind, name):
         **kwargs,
     ):
         shape = _size(args, kwargs)
+        dt, dev = dtype or torch.get_default_dtype(), torch.device(device or "cpu")
+        out = exact.factory(
+            name,
+            lambda prefix: _TORCH_FACTORY[kind](
+                prefix + shape, dtype=dt, device=dev, generator=generator
+            ),
+        )
+        if out is not exact.NOT_EXACT:
+            return out
         return draw(
             kind,
             shape,
@@ -104,91 +114,39 @@ def _rand(kind, name):
     return impl
 
 
+_TORCH_FACTORY = {"uniform": torch.rand, "normal": torch.randn}
+
+
 def _rand_like(kind, name):
+    torch_fn = torch.rand_like if kind == "uniform" else torch.randn_like
+
     def impl(x, *, dtype=None, device=None, layout=None, requires_grad=False, memory_format=None):
+        kw = {k: v for k, v in dict(dtype=dtype, device=device).items() if v is not None}
+        out = exact.call(name, torch_fn, (x,), kw, like=True)
+        if out is not exact.NOT_EXACT:
+            return out
         a = get_aval(x)
         return draw(kind, a.shape, dtype or a.dtype, a.device, name)
 
     return impl
 
 
-def _torch_bernoulli(shape, p, *, dtype, device, generator=None):
-    # torch's kernel itself, past the RandomnessMode that routes user code's bernoulli_
-    with torch._C.DisableTorchFunction():
-        return torch.empty(shape, dtype=dtype, device=device).bernoulli_(p, generator=generator)
-
-
-def _keep(shape, p, dtype, device, name):
-    """1.0 with probability 1 - p, else 0.0. Outside vmap(randomness="different") this is
-    torch's own `empty(shape).bernoulli_(1 - p)`, the noise torch's dropouts draw, so with the
-    same seed the masks are eager torch's."""
-    if _vmap_mode(name):
-        return (draw("uniform", shape, dtype, device, name) >= p).to(dtype)
-    return runtime_draw(_torch_bernoulli, (tuple(shape), 1.0 - p), dtype, device)
-
-
-def _dropout(x, p=0.5, training=True, inplace=False):
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:
-        return x * 0.0
-    a = get_aval(x)
-    return x * (_keep(a.shape, p, a.dtype, a.device, "dropout") / (1.0 - p))
-
-
-def _bernoulli(p, generator=None, *, out=None):
-    a = get_aval(p)
+def _bernoulli(input, p=None, *, generator=None, out=None):
+    """torch.bernoulli(probs) or torch.bernoulli(input, p): a draw of input's shape with a
+    float probability p."""
+    args = (input,) if p is None else (input, float(p))
+    res = exact.call("torch.bernoulli", torch.bernoulli, args, {"generator": generator})
+    if res is not exact.NOT_EXACT:
+        return res
+    exact.same_batched_check("torch.bernoulli", [input])
+    if p is not None:
+        a = get_aval(input)
+        u = draw("uniform", a.shape, torch.float64, a.device, "torch.bernoulli", generator)
+        return (u < float(p)).to(a.dtype)
+    a = get_aval(input)
+    p = input
     u = draw("uniform", a.shape, a.dtype, a.device, "bernoulli", generator)
     return (u < p).to(a.dtype)
-
-
-def _feature_shape(shape, name):
-    """The noise shape of channel-wise dropout: one draw per (batch, channel), as torch picks
-    it (dropout1d/3d treat a rank-2/4 input as unbatched; dropout2d treats rank 3 as (N, C, L))."""
-    n = len(shape)
-    unbatched = {"dropout1d": 2, "dropout3d": 4}.get(name)
-    if n < 2:
-        raise ValueError(f"{name}: expected an input of rank >= 2, got shape {tuple(shape)}")
-    if n == unbatched:
-        return shape[:1] + (1,) * (n - 1)
-    return shape[:2] + (1,) * (n - 2)
-
-
-def _keep_mask(x, p, name, feature):
-    a = get_aval(x)
-    shape = _feature_shape(a.shape, name) if feature else a.shape
-    return _keep(shape, p, a.dtype, a.device, name)
-
-
-def _feature_dropout(name):
-    def impl(x, p=0.5, training=True, inplace=False):
-        if not training or p == 0.0:
-            return x
-        if p == 1.0:
-            return x * 0.0
-        return x * (_keep_mask(x, p, name, True).to(get_aval(x).dtype) / (1.0 - p))
-
-    return impl
-
-
-_SELU_ALPHA = 1.7580993408473766  # -selu's lower limit: alpha * scale
-
-
-def _alpha_dropout(name, feature):
-    """torch's alpha dropout: dropped units are set to selu's saturation value, then an affine
-    map restores the mean and variance."""
-
-    def impl(x, p=0.5, training=False, inplace=False):
-        if not training or p == 0.0:
-            return x
-        if p == 1.0:
-            return x * 0.0
-        keep = _keep_mask(x, p, name, feature).to(get_aval(x).dtype)
-        a = 1.0 / math.sqrt((_SELU_ALPHA**2 * p + 1) * (1 - p))
-        b = (keep - 1.0) * (_SELU_ALPHA * a) + _SELU_ALPHA * a * p
-        return x * (keep * a) + b
-
-    return impl
 
 
 def _randint(*args, generator=None, dtype=None, device=None, layout=None, **kwargs):
@@ -201,6 +159,15 @@ def _randint(*args, generator=None, dtype=None, device=None, layout=None, **kwar
         args = (kwargs.pop("low", 0), kwargs.pop("high")) + args
     low, high, size = (0, *args) if len(args) == 2 else args
     dt = dtype or torch.int64
+    dev_ = torch.device(device or "cpu")
+    out = exact.factory(
+        "torch.randint",
+        lambda prefix: torch.randint(
+            low, high, prefix + tuple(size), dtype=dt, device=dev_, generator=generator
+        ),
+    )
+    if out is not exact.NOT_EXACT:
+        return out
     if not _vmap_mode("torch.randint"):
         # torch's own kernel: the numbers eager code gets from the same generator state
         dev = torch.device(device or "cpu")
@@ -230,6 +197,14 @@ def _ranks(keys, n: int, name: str):
 
 def _randperm(n, *, generator=None, dtype=None, device=None, layout=None, **kwargs):
     dev = torch.device(device or "cpu")
+    out = exact.factory(
+        "torch.randperm",
+        lambda prefix: exact.randperm_batched(
+            n, prefix, dtype=dtype or torch.int64, device=dev, generator=generator
+        ),
+    )
+    if out is not exact.NOT_EXACT:
+        return out
     if not _vmap_mode("torch.randperm"):
         # one draw shared by any vmap: torch's own kernel, run on each call
         return runtime_draw(torch.randperm, (n,), dtype or torch.int64, dev, generator)
@@ -241,6 +216,10 @@ def _normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=
     from thunderx.core import Tracer
 
     tensors = [v for v in (mean, std) if isinstance(v, (Tracer, torch.Tensor))]
+    out = exact.normal(mean, std, size, tensors, generator, dtype, device)
+    if out is not exact.NOT_EXACT:
+        return out
+    exact.same_batched_check("torch.normal", tensors)
     if not tensors and size is not None and not _vmap_mode("torch.normal"):
         dev = torch.device(device or "cpu")
         args = (float(mean), float(std), tuple(size))
@@ -262,6 +241,12 @@ def _normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=
 
 
 def _multinomial(probs, num_samples, replacement=False, *, generator=None, out=None):
+    chain = exact.eager_chain()
+    if chain is not None:
+        exact.check_error_mode(chain, "torch.multinomial")
+        kernel = exact.multinomial_kernel(num_samples, replacement, generator)
+        return exact.run("torch.multinomial", kernel, [probs], chain)
+    exact.same_batched_check("torch.multinomial", [probs])
     a = get_aval(probs)
     k = a.shape[-1]
     lead = a.shape[:-1]
@@ -302,41 +287,91 @@ def _refuse(name):
     return impl
 
 
+def _kernel_only(fn, name):
+    """A random op without a decomposition (rejection samplers: poisson, binomial, gamma,
+    dirichlet): torch's kernel under eager vmap; refused where its draw would be staged."""
+
+    def impl(*args, **kwargs):
+        out = exact.call(name, fn, args, kwargs)
+        if out is not exact.NOT_EXACT:
+            return out
+        _vmap_mode(name)  # randomness='error' raises torch.func's error first
+        return _refuse(name)()
+
+    return impl
+
+
+def _rrelu(x, lower, upper, training):
+    """Eval mode: leaky_relu with the mean slope. Training: torch's kernel under eager vmap (a
+    slope drawn per element), refused where the draw would be staged."""
+    if not training:
+        return F.leaky_relu(x, (lower + upper) / 2)
+    out = exact.call("F.rrelu", torch.rrelu, (x, lower, upper, True), {})
+    if out is not exact.NOT_EXACT:
+        return out
+    _vmap_mode("F.rrelu")
+    return _refuse("F.rrelu(training=True)")()
+
+
 RANDOM_FUNCTIONS = {
     torch.rand: _rand("uniform", "torch.rand"),
     torch.randn: _rand("normal", "torch.randn"),
     torch.rand_like: _rand_like("uniform", "torch.rand_like"),
     torch.randn_like: _rand_like("normal", "torch.randn_like"),
-    F.dropout: _dropout,
-    torch.dropout: lambda x, p, train: _dropout(x, p, train),
     torch.bernoulli: _bernoulli,
     torch.randint: _randint,
     torch.randperm: _randperm,
     torch.normal: _normal,
     torch.multinomial: _multinomial,
-    F.dropout1d: _feature_dropout("dropout1d"),
-    F.dropout2d: _feature_dropout("dropout2d"),
-    F.dropout3d: _feature_dropout("dropout3d"),
-    torch.feature_dropout: lambda x, p, train: _feature_dropout("feature_dropout")(x, p, train),
-    F.alpha_dropout: _alpha_dropout("alpha_dropout", False),
-    torch.alpha_dropout: lambda x, p, train: _alpha_dropout("alpha_dropout", False)(x, p, train),
-    F.feature_alpha_dropout: _alpha_dropout("feature_alpha_dropout", True),
-    torch.feature_alpha_dropout: lambda x, p, train: _alpha_dropout("feature_alpha_dropout", True)(
-        x, p, train
-    ),
-    torch.poisson: _refuse("torch.poisson"),
-    F.rrelu: lambda x, lower=1 / 8, upper=1 / 3, training=False, inplace=False: (
-        F.leaky_relu(x, (lower + upper) / 2)
-        if not training
-        else _refuse("F.rrelu(training=True)")()
+    torch.poisson: _kernel_only(torch.poisson, "torch.poisson"),
+    torch.binomial: _kernel_only(torch.binomial, "torch.binomial"),
+    torch._standard_gamma: _kernel_only(torch._standard_gamma, "torch._standard_gamma"),
+    torch._sample_dirichlet: _kernel_only(torch._sample_dirichlet, "torch._sample_dirichlet"),
+    F.rrelu: lambda x, lower=1 / 8, upper=1 / 3, training=False, inplace=False: _rrelu(
+        x, lower, upper, training
     ),
 }
+
+
+class forbid_random:
+    """Inside it, any random op raises torch.func's randomness error (jacfwd's
+    randomness='error': its linearization must not draw)."""
+
+    def __init__(self, api: str):
+        self.api = api
+
+    def __enter__(self):
+        _modes.forbidden.append(self.api)
+
+    def __exit__(self, *exc):
+        _modes.forbidden.pop()
+
+
+def _no_out_under_vmap(impl, fn):
+    name = torch.overrides.resolve_name(fn) or getattr(fn, "__name__", "a random op")
+
+    def checked(*args, **kwargs):
+        if _modes.forbidden:
+            api = _modes.forbidden[-1]
+            raise RandomnessError(
+                f"{api}: {name} called random operation while in randomness error mode, at "
+                f"{user_frame()}; pass {api}(..., randomness='same') or randomness='different'"
+            )
+        if kwargs.get("out") is not None and next(_batch_traces(), None) is not None:
+            raise RandomnessError(
+                f"vmap: We do not support calling out variants of random operations inside of "
+                f"vmap (at {user_frame()}); call the out-of-place form and copy its result"
+            )
+        return impl(*args, **kwargs)
+
+    return checked
 
 
 def register_random(fn, impl, method: str | None = None) -> None:
     """Route `fn` to `impl` under every transform: through RandomnessMode (calls without a
     traced argument, under vmap and staging) and through the language table (calls with one,
     under grad and jvp too, which run no mode); `method` also names it as a Tensor method."""
+    impl = _no_out_under_vmap(impl, fn)
     RANDOM_FUNCTIONS[fn] = impl
     torch_table.setdefault(fn, impl)
     if method is not None:
@@ -383,6 +418,7 @@ class RandomnessMode(TorchFunctionMode):
 class _Modes(threading.local):
     def __init__(self):
         self.stack: list = []
+        self.forbidden: list = []  # forbid_random scopes, innermost last
 
 
 _modes = _Modes()

@@ -4,10 +4,13 @@ lang/random.py: vmap's randomness modes, fresh draws under jit, torch's kernels 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from thunderx.core import get_aval
 from thunderx.errors import user_frame
+from thunderx.lang import random_exact as exact
 from thunderx.lang.random import _batch_traces, _randint, _staging_trace, draw, register_random
 
 
@@ -15,6 +18,10 @@ def _randint_like(x, *args, dtype=None, device=None, layout=None, memory_format=
     """randint_like(x, high) or randint_like(x, low, high): randint of x's shape."""
     kw.pop("requires_grad", None)
     low, high = (0, *args) if len(args) == 1 else args
+    kw = {k: v for k, v in dict(dtype=dtype, device=device).items() if v is not None}
+    out = exact.call("torch.randint_like", torch.randint_like, (x, *args), kw, like=True)
+    if out is not exact.NOT_EXACT:
+        return out
     a = get_aval(x)
     return _randint(low, high, tuple(a.shape), dtype=dtype or a.dtype, device=device or a.device)
 
@@ -36,6 +43,11 @@ def _inplace_draw(name, values):
 
         if not _transformed() and not isinstance(x, Tracer):
             return method(x, *args, generator=generator, **kwargs)
+        out = exact.inplace(f"Tensor.{name}", name, x, args, dict(kwargs, generator=generator))
+        if out is not exact.NOT_EXACT:
+            return out
+        exact.same_batched_check(f"Tensor.{name}", [a for a in args if isinstance(a, Tracer)])
+        exact.unbatched_target_check(f"Tensor.{name}", x)
         a = get_aval(x)
         new = values(a.shape, a.dtype, a.device, f"Tensor.{name}", generator, *args, **kwargs)
         if not isinstance(x, Tracer) and not isinstance(new, Tracer):
@@ -56,6 +68,20 @@ def _inplace_draw(name, values):
 def _bernoulli_values(shape, dtype, device, name, generator, p=0.5):
     u = draw("uniform", shape, torch.float64, device, name, generator)
     return (u < p).to(dtype)
+
+
+def _cauchy_values(shape, dtype, device, name, generator, median=0.0, sigma=1.0):
+    u = draw("uniform", shape, dtype, device, name, generator)
+    return torch.tan(math.pi * (u - 0.5)) * sigma + median
+
+
+def _geometric_values(shape, dtype, device, name, generator, p):
+    u = draw("uniform", shape, torch.float64, device, name, generator)
+    return torch.ceil(torch.log1p(-u) / math.log1p(-p)).clamp(min=1).to(dtype)
+
+
+def _log_normal_values(shape, dtype, device, name, generator, mean=1.0, std=2.0):
+    return torch.exp(draw("normal", shape, dtype, device, name, generator) * std + mean)
 
 
 def _uniform_values(shape, dtype, device, name, generator, low=0.0, high=1.0):
@@ -91,6 +117,9 @@ for _name, _values in [
     ("normal_", _normal_values),
     ("exponential_", _exponential_values),
     ("random_", _random_values),
+    ("cauchy_", _cauchy_values),
+    ("geometric_", _geometric_values),
+    ("log_normal_", _log_normal_values),
 ]:
     register_random(getattr(torch.Tensor, _name), _inplace_draw(_name, _values), _name)
 register_random(torch.randint_like, _randint_like)

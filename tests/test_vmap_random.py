@@ -1,0 +1,227 @@
+"""Random ops under eager vmap against torch.func itself: with the same seed (or the same
+generator state) thunderx draws torch.func's numbers, and misuse raises torch.func's errors."""
+
+import pytest
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+
+import thunderx as tx
+
+B = 4
+SEED = 1234567
+
+
+def image(where):
+    return {
+        "first": torch.ones(B, 3, 5),
+        "last": torch.ones(3, 5, B),
+        "none": torch.ones(3, 5),
+    }[where]
+
+
+def in_dim(where):
+    return {"first": 0, "last": -1, "none": None}[where]
+
+
+def both(fn, args, in_dims, randomness, use_generator):
+    """(torch.func's outcome, thunderx's): a tensor or the error, each from the same RNG state
+    and from fresh copies of the inputs (in-place draws write into them)."""
+    outcomes = []
+    for vmap in (tf.vmap, tx.vmap):
+        gen = torch.Generator().manual_seed(SEED)
+        torch.manual_seed(SEED)
+        copies = [a.clone() for a in args]
+        try:
+            # a batched dummy argument (unused), as torch's tests pass one: vmap needs one
+            f = lambda *a: fn(*a[:-1], gen if use_generator else None)  # noqa: E731
+            dims = tuple(in_dims) + (0,)
+            out = vmap(f, in_dims=dims, randomness=randomness)(*copies, torch.zeros(B))
+            outcomes.append((out, copies))
+        except RuntimeError as e:
+            outcomes.append(e)
+    return outcomes
+
+
+def assert_same_outcome(fn, args, in_dims, randomness, use_generator=False):
+    ref, got = both(fn, args, in_dims, randomness, use_generator)
+    if isinstance(ref, Exception):
+        assert isinstance(got, RuntimeError), f"torch.func raised {ref!r}, thunderx gave {got!r}"
+        # torch.func's phrase is in thunderx's message
+        key = str(ref).split(".")[0].replace("vmap: ", "")
+        assert key in str(got), (str(ref), str(got))
+        return
+    assert not isinstance(got, Exception), f"thunderx raised {got!r}, torch.func did not"
+    (rout, rargs), (gout, gargs) = ref, got
+    torch.testing.assert_close(gout, rout, rtol=0, atol=0)
+    for r, g in zip(rargs, gargs):  # in-place draws reach the caller's tensors alike
+        torch.testing.assert_close(g, r, rtol=0, atol=0)
+
+
+MODES = ["different", "same", "error"]
+WHERE = ["first", "last", "none"]
+
+FACTORIES = {
+    "rand": lambda g: torch.rand(3, 3, generator=g),
+    "randn": lambda g: torch.randn(3, 3, generator=g),
+    "randint": lambda g: torch.randint(5, 100, (3, 3), generator=g),
+    "normal_size": lambda g: torch.normal(0.0, 1.0, (3, 3), generator=g),
+    "randperm": lambda g: torch.randperm(10, generator=g),
+}
+
+
+@pytest.mark.parametrize("randomness", MODES)
+@pytest.mark.parametrize("use_generator", [False, True])
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_factories(name, use_generator, randomness):
+    op = FACTORIES[name]
+    assert_same_outcome(lambda g: op(g), [], (), randomness, use_generator)
+
+
+UNARY = {
+    "normal_std": lambda t, g: torch.normal(0.0, t.abs(), generator=g),
+    "normal_mean": lambda t, g: torch.normal(t, 1.0, generator=g),
+    "bernoulli": lambda t, g: torch.bernoulli(t - 0.5, generator=g),
+    "bernoulli_p": lambda t, g: torch.bernoulli(t, 0.3, generator=g),
+    "poisson": lambda t, g: torch.poisson(t, generator=g),
+    "binomial": lambda t, g: torch.binomial(t * 5, t - 0.5, generator=g),
+    "standard_gamma": lambda t, g: torch._standard_gamma(t, generator=g),
+    "multinomial": lambda t, g: torch.multinomial(t, 4, generator=g),
+    "rand_like": lambda t, g: torch.rand_like(t),
+    "randn_like": lambda t, g: torch.randn_like(t),
+    "randint_like": lambda t, g: torch.randint_like(t, 3, 20),
+}
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("randomness", MODES)
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_out_of_place(name, randomness, where):
+    op = UNARY[name]
+    assert_same_outcome(op, [image(where)], (in_dim(where),), randomness, use_generator=True)
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("randomness", MODES)
+def test_rrelu_training(randomness, where):
+    # torch.func refuses rrelu under vmap; thunderx runs torch's kernel as for the other ops
+    x = image(where) - 1.5
+    d = in_dim(where)
+    fn = lambda t, _: F.rrelu(t, training=True)  # noqa: E731
+    vm = tx.vmap(fn, in_dims=(d, 0), randomness=randomness)
+    if randomness == "error":
+        with pytest.raises(RuntimeError, match="randomness error mode"):
+            vm(x, torch.zeros(B))
+        return
+    if randomness == "same" and where != "none":
+        with pytest.raises(RuntimeError, match="same randomness with a batched tensor"):
+            vm(x, torch.zeros(B))
+        return
+    torch.manual_seed(SEED)
+    got = vm(x, torch.zeros(B))
+    torch.manual_seed(SEED)
+    t = x if d is None else torch.movedim(x, d, 0)
+    if randomness == "different":
+        want = F.rrelu(t.expand(B, *t.shape) if d is None else t, training=True)
+    else:
+        want = F.rrelu(t, training=True).expand(B, *t.shape)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert (got[0] != got[1]).any() if randomness == "different" else (got[0] == got[1]).all()
+
+
+INPLACE = {
+    "random_": lambda t, g: t.random_(generator=g),
+    "random_to": lambda t, g: t.random_(100, generator=g),
+    "random_from_to": lambda t, g: t.random_(-5, 100, generator=g),
+    "normal_": lambda t, g: t.normal_(generator=g),
+    "bernoulli_": lambda t, g: t.bernoulli_(generator=g),
+    "cauchy_": lambda t, g: t.cauchy_(generator=g),
+    "exponential_": lambda t, g: t.exponential_(generator=g),
+    "geometric_": lambda t, g: t.geometric_(0.5, generator=g),
+    "log_normal_": lambda t, g: t.log_normal_(generator=g),
+    "uniform_": lambda t, g: t.uniform_(generator=g),
+}
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("randomness", MODES)
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_in_place(name, randomness, where):
+    assert_same_outcome(INPLACE[name], [image(where)], (in_dim(where),), randomness, True)
+
+
+@pytest.mark.parametrize("p_where", WHERE)
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("randomness", MODES)
+def test_bernoulli_in_place_with_a_tensor_p(randomness, where, p_where):
+    op = lambda t, p, g: t.bernoulli_(p, generator=g)  # noqa: E731
+    args = [image(where), image(p_where) - 0.5]
+    assert_same_outcome(op, args, (in_dim(where), in_dim(p_where)), randomness, True)
+
+
+@pytest.mark.parametrize("o_where", WHERE)
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("randomness", MODES)
+def test_normal_of_two_tensors(randomness, where, o_where):
+    op = lambda t, o, g: torch.normal(t, o, generator=g)  # noqa: E731
+    args = [image(where), image(o_where)]
+    assert_same_outcome(op, args, (in_dim(where), in_dim(o_where)), randomness, True)
+
+
+def test_nested_vmaps_draw_torch_funcs_block():
+    def run(vmap):
+        torch.manual_seed(SEED)
+        inner = vmap(lambda _: torch.rand(2), randomness="different")
+        return vmap(inner, randomness="different")(torch.ones(3, 4))
+
+    torch.testing.assert_close(run(tx.vmap), run(tf.vmap), rtol=0, atol=0)
+
+
+def test_out_variants_are_refused_under_vmap():
+    y = torch.empty(3)
+    with pytest.raises(RuntimeError, match="calling out variants"):
+        tf.vmap(lambda x: torch.randn(3, out=y), randomness="same")(torch.ones(2))
+    with pytest.raises(RuntimeError, match="calling out variants"):
+        tx.vmap(lambda x: torch.randn(3, out=y), randomness="same")(torch.ones(2))
+
+
+@pytest.mark.parametrize("randomness", ["different", "same"])
+def test_in_place_draw_through_a_view_reaches_its_base(randomness):
+    def f(v):
+        y = v * 1
+        z = y.view(-1)
+        z.bernoulli_(0.5)
+        return y, z
+
+    outs = []
+    for vmap in (tf.vmap, tx.vmap):
+        torch.manual_seed(SEED)
+        outs.append(vmap(f, randomness=randomness)(torch.ones(B, 2, 3)))
+    (ry, rz), (gy, gz) = outs
+    torch.testing.assert_close(gy, ry, rtol=0, atol=0)
+    torch.testing.assert_close(gz, rz, rtol=0, atol=0)
+
+
+def test_jacfwd_randomness_as_torch_func():
+    x = torch.rand(3, 4)
+    for jacfwd in (tf.jacfwd, tx.jacfwd):
+        with pytest.raises(RuntimeError, match="randomness error mode"):
+            jacfwd(torch.bernoulli)(x)
+    for randomness in ("same", "different"):
+        got = tx.jacfwd(torch.bernoulli, randomness=randomness)(x)
+        torch.testing.assert_close(got, tf.jacfwd(torch.bernoulli, randomness=randomness)(x))
+
+    # a random factor: 'same' shares one draw across the columns, 'different' draws per column
+    def f(v):
+        return v * torch.rand_like(v)
+
+    v = torch.ones(3)
+    for randomness in ("same", "different"):
+        torch.manual_seed(SEED)
+        got = tx.jacfwd(f, randomness=randomness)(v)
+        torch.manual_seed(SEED)
+        torch.testing.assert_close(got, tf.jacfwd(f, randomness=randomness)(v), rtol=0, atol=0)
+    # deterministic functions are unaffected by the mode
+    for randomness in ("error", "same", "different"):
+        got = tx.jacfwd(torch.sin, randomness=randomness)(v)
+        torch.testing.assert_close(got, tf.jacfwd(torch.sin)(v))
