@@ -91,3 +91,37 @@ def _(d):
     shape = d.shape(min_rank=1, min_side=2)
     params = {"normalized_ndim": d.int(1, len(shape)), "eps": 1e-5}
     return Sample([d.tensor(shape), d.tensor(shape)], params)
+
+
+def _upsample_sample(d, backward):
+    from thunderx.primitives.composite_vision import KERNELS
+
+    kind, nd = d.choice(sorted(KERNELS))
+    # sides >= 2: torch's CPU antialias kernel repeats its first row when a pass runs on a
+    # width-1 tensor (a kernel bug, not a formula)
+    spatial = tuple(d.int(2, 5) for _ in range(nd))
+    scales = None
+    # explicit scales come with the output size F.interpolate derives from them; not for
+    # nearest, whose CPU backward kernels index differently from the forward one when scales are
+    # given (nearest_idx's `out == 2 * in` shortcut), so they are not its transpose there
+    if d.bool() and not kind.startswith("nearest"):
+        scales = tuple(d.choice([1.5, 2.25, 2.5]) for _ in range(nd))
+        out = tuple(int(s * f) for s, f in zip(spatial, scales))
+    else:
+        out = tuple(d.int(2, 6) for _ in range(nd))
+    params = {"kind": kind, "output_size": out, "scales": scales, "align_corners": d.bool()}
+    lead = (d.int(1, 2), d.int(1, 2))
+    if backward:
+        params["input_size"] = lead + spatial
+        return Sample([d.tensor(lead + out)], params)
+    return Sample([d.tensor(lead + spatial)], params)
+
+
+@sample("upsample")
+def _(d):
+    return _upsample_sample(d, False)
+
+
+@sample("upsample_backward")
+def _(d):
+    return _upsample_sample(d, True)

@@ -140,6 +140,8 @@ _MATRIX_REASON = (
     "a matrix decomposition: its derivative needs well-conditioned square inputs (distinct "
     "eigen/singular values) that random programs do not guarantee; see tests/test_linalg.py"
 )
+_MATRIX_PRIMITIVES = ("cholesky", "eigh", "expm", "expm_frechet", "lu", "lu_pivots_to_permutation")
+_MATRIX_PRIMITIVES += ("qr", "svd", "triangular_solve")
 # Primitives no step reaches, and why.
 NOT_GENERATED = {
     "random_uniform": "random: eager and traced runs draw different numbers; see test_properties",
@@ -172,15 +174,12 @@ NOT_GENERATED = {
     "checkpoint": "thunderx.checkpoint has no torch counterpart; see tests/test_control_flow.py",
     "log_softmax_jvp": "log_softmax's tangent appears only in forward mode, which random "
     "programs do not stage; tests/test_composite.py checks it",
-    "cholesky": _MATRIX_REASON,
-    "eigh": _MATRIX_REASON,
-    "expm": _MATRIX_REASON,
-    "expm_frechet": _MATRIX_REASON,
-    "lu": _MATRIX_REASON,
-    "lu_pivots_to_permutation": _MATRIX_REASON,
-    "qr": _MATRIX_REASON,
-    "svd": _MATRIX_REASON,
-    "triangular_solve": _MATRIX_REASON,
+    **dict.fromkeys(_MATRIX_PRIMITIVES, _MATRIX_REASON),
+    **dict.fromkeys(
+        ("upsample", "upsample_backward"),
+        "image resampling needs (N, C, *spatial) "
+        "operands: torch's kernels vs their decomposition in test_composite.py, test_vision.py",
+    ),
 }
 
 
