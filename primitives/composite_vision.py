@@ -254,3 +254,141 @@ upsample_backward_p = declare_composite(
     batch=_batch(lambda: upsample_backward_p, True),
     torch_codegen=_codegen("_backward"),
 )
+
+
+# ---------------------------------------------------------------- im2col / col2im (unfold / fold)
+# Both linear, each the other's transpose; (N, C, H, W) <-> (N, C * kh * kw, L), N the kernels'
+# batch dim. The decomposition gathers (scatter-adds) the block positions of the padded image.
+
+
+def sliding_blocks(hw, kernel, dilation, padding, stride):
+    """The number of (rows, cols) of sliding blocks im2col takes from an (H, W) image."""
+    return tuple(
+        (hw[i] + 2 * padding[i] - (dilation[i] * (kernel[i] - 1) + 1)) // stride[i] + 1
+        for i in range(2)
+    )
+
+
+def block_index(padded_hw, kernel, dilation, stride, blocks, device=None):
+    """Flat positions in the padded (H, W) image of every (ki, kj, bi, bj): im2col's layout."""
+    (kh, kw), (dh, dw), (sh, sw), (bh, bw) = kernel, dilation, stride, blocks
+    rows = torch.arange(kh).reshape(kh, 1, 1, 1) * dh + torch.arange(bh).reshape(1, 1, bh, 1) * sh
+    cols = torch.arange(kw).reshape(1, kw, 1, 1) * dw + torch.arange(bw).reshape(1, 1, 1, bw) * sw
+    return (rows * padded_hw[1] + cols).reshape(-1).to(device)
+
+
+def _im2col_decomposition(x, *, kernel, dilation, padding, stride):
+    a = get_aval(x)
+    n, c, h, w = a.shape
+    ph, pw = padding
+    xp = S.pad(x, 0.0, ((0, 0, 0), (0, 0, 0), (ph, ph, 0), (pw, pw, 0)))
+    hw = (h + 2 * ph, w + 2 * pw)
+    blocks = sliding_blocks((h, w), kernel, dilation, padding, stride)
+    index = block_index(hw, kernel, dilation, stride, blocks, a.device)
+    cols = I.take(S.reshape(xp, (n, c, hw[0] * hw[1])), index, 2)
+    return S.reshape(cols, (n, c * kernel[0] * kernel[1], blocks[0] * blocks[1]))
+
+
+def _col2im_decomposition(cols, *, output_size, kernel, dilation, padding, stride):
+    a = get_aval(cols)
+    n, ck, length = a.shape
+    kk = kernel[0] * kernel[1]
+    c = ck // kk
+    ph, pw = padding
+    hw = (output_size[0] + 2 * ph, output_size[1] + 2 * pw)
+    blocks = sliding_blocks(output_size, kernel, dilation, padding, stride)
+    index = block_index(hw, kernel, dilation, stride, blocks, a.device)
+    image = C.full((n, c, hw[0] * hw[1]), 0.0, a.dtype, a.device)
+    image = I.index_add(image, index, S.reshape(cols, (n, c, kk * length)), 2)
+    image = S.reshape(image, (n, c) + hw)
+    return S.slice_(image, (0, 0, ph, pw), (n, c, ph + output_size[0], pw + output_size[1]))
+
+
+def im2col(x, kernel, dilation, padding, stride):
+    """torch's im2col (F.unfold) of a 4-d (N, C, H, W) input."""
+    return im2col_p.bind(x, kernel=kernel, dilation=dilation, padding=padding, stride=stride)
+
+
+def col2im(cols, output_size, kernel, dilation, padding, stride):
+    """torch's col2im (F.fold) of a 3-d (N, C * kh * kw, L) input."""
+    return col2im_p.bind(
+        cols,
+        output_size=output_size,
+        kernel=kernel,
+        dilation=dilation,
+        padding=padding,
+        stride=stride,
+    )
+
+
+def _im2col_abstract_eval(x, *, kernel, dilation, padding, stride):
+    if len(x.shape) != 4 or not is_float(x.dtype):
+        raise TypeError(f"im2col needs a float (N, C, H, W) operand, got {x.str_short()}")
+    n, c, h, w = x.shape
+    blocks = sliding_blocks((h, w), kernel, dilation, padding, stride)
+    if min(blocks) < 1:
+        raise TypeError(f"im2col: no sliding block fits {x.str_short()} with kernel {kernel}")
+    return ShapedArray((n, c * kernel[0] * kernel[1], blocks[0] * blocks[1]), x.dtype, x.device)
+
+
+def _col2im_abstract_eval(cols, *, output_size, kernel, dilation, padding, stride):
+    kk = kernel[0] * kernel[1]
+    blocks = sliding_blocks(output_size, kernel, dilation, padding, stride)
+    if len(cols.shape) != 3 or cols.shape[1] % kk or cols.shape[2] != blocks[0] * blocks[1]:
+        raise TypeError(f"col2im: {cols.str_short()} does not hold {blocks} blocks of {kernel}")
+    n, ck, _ = cols.shape
+    return ShapedArray((n, ck // kk) + tuple(output_size), cols.dtype, cols.device)
+
+
+def _im2col_transpose(ct, x, *, kernel, dilation, padding, stride):
+    hw = tuple(x.aval.shape[2:]) if is_undefined(x) else tuple(get_aval(x).shape[2:])
+    return [col2im(ct, hw, kernel, dilation, padding, stride)]
+
+
+def _col2im_transpose(ct, cols, *, output_size, kernel, dilation, padding, stride):
+    return [im2col(ct, kernel, dilation, padding, stride)]
+
+
+def _fold_batch(get_prim):
+    def batch(args, dims, **params):
+        (x,), (d,) = args, dims
+        x = S.moveaxis(x, d, 0)
+        shp = tuple(get_aval(x).shape)
+        out = get_prim().bind(S.reshape(x, (shp[0] * shp[1],) + shp[2:]), **params)
+        return S.reshape(out, shp[:2] + tuple(get_aval(out).shape[1:])), 0
+
+    return batch
+
+
+def _window_args(p):
+    return ", ".join(repr(list(p[k])) for k in ("kernel", "dilation", "padding", "stride"))
+
+
+im2col_p = declare_composite(
+    "im2col",
+    decomposition=_im2col_decomposition,
+    impl=lambda x, **p: torch.ops.aten.im2col.default(
+        x, p["kernel"], p["dilation"], p["padding"], p["stride"]
+    ),
+    abstract_eval=_im2col_abstract_eval,
+    linear=True,
+    transpose=_im2col_transpose,
+    batch=_fold_batch(lambda: im2col_p),
+    torch_codegen=lambda args, avals, **p: (
+        f"torch.ops.aten.im2col.default({args[0]}, {_window_args(p)})"
+    ),
+)
+col2im_p = declare_composite(
+    "col2im",
+    decomposition=_col2im_decomposition,
+    impl=lambda cols, **p: torch.ops.aten.col2im.default(
+        cols, p["output_size"], p["kernel"], p["dilation"], p["padding"], p["stride"]
+    ),
+    abstract_eval=_col2im_abstract_eval,
+    linear=True,
+    transpose=_col2im_transpose,
+    batch=_fold_batch(lambda: col2im_p),
+    torch_codegen=lambda args, avals, **p: (
+        f"torch.ops.aten.col2im.default({args[0]}, {list(p['output_size'])!r}, {_window_args(p)})"
+    ),
+)

@@ -125,3 +125,28 @@ def _(d):
 @sample("upsample_backward")
 def _(d):
     return _upsample_sample(d, True)
+
+
+def _window_sample(d, fold):
+    kernel = (d.int(1, 2), d.int(1, 3))
+    dilation, padding, stride = (d.int(1, 2), 1), (d.int(0, 1), d.int(0, 2)), (1, d.int(1, 2))
+    hw = (d.int(3, 5), d.int(3, 5))
+    params = {"kernel": kernel, "dilation": dilation, "padding": padding, "stride": stride}
+    n, c = d.int(1, 2), d.int(1, 2)
+    if fold:
+        from thunderx.primitives.composite_vision import sliding_blocks
+
+        bh, bw = sliding_blocks(hw, kernel, dilation, padding, stride)
+        cols = d.tensor((n, c * kernel[0] * kernel[1], bh * bw))
+        return Sample([cols], dict(params, output_size=hw))
+    return Sample([d.tensor((n, c) + hw)], params)
+
+
+@sample("im2col")
+def _(d):
+    return _window_sample(d, False)
+
+
+@sample("col2im")
+def _(d):
+    return _window_sample(d, True)

@@ -176,8 +176,8 @@ NOT_GENERATED = {
     "programs do not stage; tests/test_composite.py checks it",
     **dict.fromkeys(_MATRIX_PRIMITIVES, _MATRIX_REASON),
     **dict.fromkeys(
-        ("upsample", "upsample_backward"),
-        "image resampling needs (N, C, *spatial) "
+        ("upsample", "upsample_backward", "im2col", "col2im"),
+        "image ops need (N, C, *spatial) "
         "operands: torch's kernels vs their decomposition in test_composite.py, test_vision.py",
     ),
 }
