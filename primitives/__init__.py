@@ -7,6 +7,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     composite,
     composite_losses,
     composite_norm,
+    composite_vision,
     cond,
     conv,
     creation,

@@ -91,3 +91,62 @@ def _(d):
     shape = d.shape(min_rank=1, min_side=2)
     params = {"normalized_ndim": d.int(1, len(shape)), "eps": 1e-5}
     return Sample([d.tensor(shape), d.tensor(shape)], params)
+
+
+def _upsample_sample(d, backward):
+    from thunderx.primitives.composite_vision import KERNELS
+
+    kind, nd = d.choice(sorted(KERNELS))
+    # sides >= 2: torch's CPU antialias kernel repeats its first row when a pass runs on a
+    # width-1 tensor (a kernel bug, not a formula)
+    spatial = tuple(d.int(2, 5) for _ in range(nd))
+    scales = None
+    # explicit scales come with the output size F.interpolate derives from them; not for
+    # nearest, whose CPU backward kernels index differently from the forward one when scales are
+    # given (nearest_idx's `out == 2 * in` shortcut), so they are not its transpose there
+    if d.bool() and not kind.startswith("nearest"):
+        scales = tuple(d.choice([1.5, 2.25, 2.5]) for _ in range(nd))
+        out = tuple(int(s * f) for s, f in zip(spatial, scales))
+    else:
+        out = tuple(d.int(2, 6) for _ in range(nd))
+    params = {"kind": kind, "output_size": out, "scales": scales, "align_corners": d.bool()}
+    lead = (d.int(1, 2), d.int(1, 2))
+    if backward:
+        params["input_size"] = lead + spatial
+        return Sample([d.tensor(lead + out)], params)
+    return Sample([d.tensor(lead + spatial)], params)
+
+
+@sample("upsample")
+def _(d):
+    return _upsample_sample(d, False)
+
+
+@sample("upsample_backward")
+def _(d):
+    return _upsample_sample(d, True)
+
+
+def _window_sample(d, fold):
+    kernel = (d.int(1, 2), d.int(1, 3))
+    dilation, padding, stride = (d.int(1, 2), 1), (d.int(0, 1), d.int(0, 2)), (1, d.int(1, 2))
+    hw = (d.int(3, 5), d.int(3, 5))
+    params = {"kernel": kernel, "dilation": dilation, "padding": padding, "stride": stride}
+    n, c = d.int(1, 2), d.int(1, 2)
+    if fold:
+        from thunderx.primitives.composite_vision import sliding_blocks
+
+        bh, bw = sliding_blocks(hw, kernel, dilation, padding, stride)
+        cols = d.tensor((n, c * kernel[0] * kernel[1], bh * bw))
+        return Sample([cols], dict(params, output_size=hw))
+    return Sample([d.tensor((n, c) + hw)], params)
+
+
+@sample("im2col")
+def _(d):
+    return _window_sample(d, False)
+
+
+@sample("col2im")
+def _(d):
+    return _window_sample(d, True)

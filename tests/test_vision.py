@@ -2,6 +2,7 @@
 mode, grid_sample, unfold/fold, pixel_(un)shuffle. Values against torch eager, gradients against
 torch.autograd, vmap against a Python loop."""
 
+import math
 import random
 import warnings
 
@@ -10,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import thunderx as tx
+from thunderx.primitives import composite_vision as KV
 
 F64 = torch.float64
 GEN = torch.Generator().manual_seed(7)
@@ -236,9 +238,30 @@ def _random_interp_case(rng):
     return spatial, kw
 
 
+def _decomposition_params(spatial, kw):
+    """The `resample` parameters F.interpolate's arguments come to (size, or scale factors used
+    as given, or recomputed from the floored size)."""
+    mode = kw["mode"]
+    kind = {"bilinear": "linear", "trilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    if "size" in kw:
+        size, scales = kw["size"], None
+    elif kw.get("recompute_scale_factor") or mode == "area":
+        size, scales = [math.floor(s * f) for s, f in zip(spatial, kw["scale_factor"])], None
+    else:
+        size, scales = [int(s * f) for s, f in zip(spatial, kw["scale_factor"])], kw["scale_factor"]
+    return dict(
+        kind=kind,
+        output_size=tuple(size),
+        scales=None if scales is None else tuple(scales),
+        align_corners=kw.get("align_corners", False),
+    )
+
+
 @pytest.mark.parametrize("dt", [torch.float32, torch.float64])
-def test_interpolate_indices_and_weights_match_torch_on_random_shapes(dt):
-    """Many shapes and scales: ATen's index and weight formulas, float32 rounding included."""
+def test_interpolate_decomposition_matches_torch_on_random_shapes(dt):
+    """Many shapes and scales through the gather decomposition itself (jit of F.interpolate
+    calls torch's kernel for most modes): ATen's index and weight formulas, float32 rounding
+    included."""
     rng = random.Random(3)
     checked = 0
     for _ in range(150):
@@ -248,7 +271,10 @@ def test_interpolate_indices_and_weights_match_torch_on_random_shapes(dt):
             expected = F.interpolate(x, **kw)
         except (RuntimeError, ValueError):
             continue  # an empty output: torch refuses it, and so does thunderx (tested below)
-        got = tx.jit(lambda x: F.interpolate(x, **kw))(x)
+        if 0 in expected.shape:
+            continue
+        params = _decomposition_params(spatial, kw)
+        got = tx.jit(lambda x: KV.resample(x, **params))(x)
         assert got.shape == expected.shape, kw
         # float32: ATen's compiled kernels contract the cubic polynomials into FMAs, so their
         # float32 weights differ from a rounding-per-operation evaluation by ~1e-6
@@ -258,9 +284,11 @@ def test_interpolate_indices_and_weights_match_torch_on_random_shapes(dt):
     assert checked > 100
 
 
-def test_antialias_matches_torch_on_random_shapes():
-    """Widths above 1 only: torch 2.13's CPU antialias kernel repeats the first output row in
-    its vertical pass when the tensor it resamples has width 1 (a kernel bug, not a formula)."""
+def test_antialias_decomposition_matches_torch_on_random_shapes():
+    """The antialias filters through the decomposition. Widths above 1 only: torch 2.13's CPU
+    antialias kernel repeats the first output row in its vertical pass when the tensor it
+    resamples has width 1 (a kernel bug, not a formula; jit of F.interpolate calls that kernel,
+    so it gives torch's values there too)."""
     rng = random.Random(5)
     for _ in range(40):
         h, w = rng.randint(2, 12), rng.randint(2, 12)
@@ -272,9 +300,10 @@ def test_antialias_matches_torch_on_random_shapes():
             align_corners=rng.choice([True, False]),
         )
         x = rand(1, 2, h, w)
-        torch.testing.assert_close(
-            tx.jit(lambda x: F.interpolate(x, **kw))(x), F.interpolate(x, **kw), msg=str(kw)
-        )
+        params = _decomposition_params((h, w), kw)
+        params["kind"] += "_aa"  # linear_aa or cubic_aa
+        got = tx.jit(lambda x: KV.resample(x, **params))(x)
+        torch.testing.assert_close(got, F.interpolate(x, **kw), msg=str(kw))
 
 
 @pytest.mark.parametrize(

@@ -1,245 +1,38 @@
 """F.interpolate in every mode torch has (nearest, nearest-exact, linear, bilinear, bicubic,
 trilinear, area; antialias for bilinear and bicubic), decomposed onto gathers.
 
-Every mode is separable: along each resized dimension, output position `o` is a weighted sum of a
-few input positions. Those positions and weights depend only on the shapes, the scales and
-align_corners, so they are computed here, at trace time, with ATen's own formulas and in ATen's
-arithmetic (its `opmath` type: float32 for float32/half/bfloat16, float64 for float64; `floorf`
-rounds to float32 first), from UpSample.h and UpSampleKernel.cpp:
-
-- `area_pixel_compute_scale`: `(in - 1) / (out - 1)` with align_corners (0 when out == 1), else
-  `1 / scale_factor` when one is given and > 0, else `in / out`;
-- `area_pixel_compute_source_index`: `scale * o` with align_corners, else `scale * (o + 0.5) - 0.5`,
-  clamped at 0 except for cubic;
-- nearest: `min(floorf(scale * o), in - 1)`; nearest-exact: `min(floorf(src + 0.5), in - 1)`;
-- linear: `i0 = min(floorf(src), in - 1)`, `i1 = i0 + (i0 < in - 1)`, `l1 = clamp(src - i0, 0, 1)`;
-- cubic: four taps `clamp(i0 - 1 + j, 0, in - 1)` with Keys' coefficients, A = -0.75;
-- antialias: PIL's filters (triangle; Keys with A = -0.5) stretched by the scale when downsampling,
-  normalized over the taps inside the input;
-- area: adaptive average pooling, windows `[floor(o * in / out), ceil((o + 1) * in / out))`.
-
-The resampling itself is an `index_select` along the dimension and a weighted sum over the taps, so
-jit, grad (the transpose of a gather is a scatter-add: torch's backward kernels compute the same
-sums) and vmap all follow from the existing primitives.
+Every mode is separable: along each resized dimension, output position `o` is a weighted sum of
+a few input positions, computed at trace time with ATen's own formulas and arithmetic
+(primitives/vision_taps.py). The modes ATen has a kernel for bind the `upsample` composite
+(primitives/composite_vision.py): torch's upsample kernel forward, its upsample_*_backward kernel
+in reverse mode, the vmapped dim folded into N; its decomposition (a gather along each dim and a
+weighted sum of the taps) is what area mode binds directly.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from thunderx.errors import unsupported
-from thunderx.lang._base import aval, dtype, ndim, register, shape
+from thunderx.lang._base import dtype, ndim, register, shape
+from thunderx.primitives import composite_vision as KV
 
 _MODE_RANK = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
 
 
-def _opmath(dt: torch.dtype):
-    return np.float64 if dt == torch.float64 else np.float32
-
-
-def _floorf(v) -> int:
-    return math.floor(np.float32(v))
-
-
-def _scales_value(scale, n_in: int, n_out: int, T):
-    """ATen's compute_scales_value."""
-    if scale is not None and scale > 0:
-        return T(1.0 / scale)
-    return T(n_in) / T(n_out)
-
-
-def _pixel_scale(n_in: int, n_out: int, align_corners: bool, scale, T):
-    """ATen's area_pixel_compute_scale."""
-    if align_corners:
-        return T(n_in - 1) / T(n_out - 1) if n_out > 1 else T(0)
-    return _scales_value(scale, n_in, n_out, T)
-
-
-def _source_index(scale, o: int, align_corners: bool, cubic: bool, T):
-    """ATen's area_pixel_compute_source_index."""
-    if align_corners:
-        return scale * T(o)
-    src = scale * (T(o) + T(0.5)) - T(0.5)
-    return T(0) if (not cubic and src < 0) else src
-
-
-def _guard(src, n_in: int, T):
-    """ATen's guard_index_and_lambda: the lower tap and the fraction past it."""
-    i0 = min(_floorf(src), n_in - 1)
-    return i0, min(max(src - T(i0), T(0)), T(1))
-
-
-def _cubic_coefficients(t, T, a: float = -0.75):
-    A = T(a)
-
-    def near(x):  # cubic_convolution1, |x| <= 1
-        return ((A + T(2)) * x - (A + T(3))) * x * x + T(1)
-
-    def far(x):  # cubic_convolution2, 1 < |x| < 2
-        return ((A * x - T(5) * A) * x + T(8) * A) * x - T(4) * A
-
-    return [far(t + T(1)), near(t), near(T(1) - t), far(T(1) - t + T(1))]
-
-
-def _nearest_taps(n_in, n_out, scale, exact, T, legacy_float_path):
-    if legacy_float_path:
-        # 2-d outputs with oh + ow <= 128 take ATen's vectorized kernel, which indexes with
-        # nearest_idx / nearest_exact_idx in float32.
-        s = _scales_value(scale, n_in, n_out, np.float32)
-        if exact:
-            return [
-                min(_floorf(np.float64(o + 0.5) * np.float64(s)), n_in - 1) for o in range(n_out)
-            ]
-        if n_out == n_in:
-            return list(range(n_out))
-        if n_out == 2 * n_in:
-            return [o >> 1 for o in range(n_out)]
-        return [min(_floorf(np.float32(o) * s), n_in - 1) for o in range(n_out)]
-    s = _pixel_scale(n_in, n_out, False, scale, T)
-    if exact:
-        src = [_source_index(s, o, False, False, T) for o in range(n_out)]
-        return [min(_floorf(v + T(0.5)), n_in - 1) for v in src]
-    return [min(_floorf(_source_index(s, o, True, False, T)), n_in - 1) for o in range(n_out)]
-
-
-def _linear_taps(n_in, n_out, align_corners, scale, T):
-    if n_out == n_in:
-        return [[o, o] for o in range(n_out)], [[T(1), T(0)] for _ in range(n_out)]
-    s = _pixel_scale(n_in, n_out, align_corners, scale, T)
-    index, weight = [], []
-    for o in range(n_out):
-        i0, l1 = _guard(_source_index(s, o, align_corners, False, T), n_in, T)
-        index.append([i0, i0 + (1 if i0 < n_in - 1 else 0)])
-        weight.append([T(1) - l1, l1])
-    return index, weight
-
-
-def _cubic_taps(n_in, n_out, align_corners, scale, T):
-    s = _pixel_scale(n_in, n_out, align_corners, scale, T)
-    index, weight = [], []
-    for o in range(n_out):
-        i0, t = _guard(_source_index(s, o, align_corners, True, T), n_in, T)
-        index.append([min(max(i0 - 1 + j, 0), n_in - 1) for j in range(4)])
-        weight.append(_cubic_coefficients(t, T))
-    return index, weight
-
-
-def _triangle(x, T):
-    x = abs(x)
-    return T(1) - x if x < 1 else T(0)
-
-
-def _keys_half(x, T):
-    x = abs(x)
-    if x < 1:
-        return _cubic_coefficients(x, T, -0.5)[1]
-    if x < 2:
-        return _cubic_coefficients(x - T(1), T, -0.5)[0]
-    return T(0)
-
-
-def _antialias_taps(n_in, n_out, align_corners, scale, cubic, T):
-    """ATen's _compute_indices_min_size_weights_aa; taps past the window get mask False."""
-    s = _pixel_scale(n_in, n_out, align_corners, scale, T)
-    interp_size = 4 if cubic else 2
-    support = T(interp_size * 0.5) * s if s >= 1 else T(interp_size * 0.5)
-    width = int(math.ceil(support)) * 2 + 1
-    invscale = T(1.0) / s if s >= 1 else T(1)
-    flt = _keys_half if cubic else _triangle
-    index, weight, mask = [], [], []
-    for o in range(n_out):
-        center = T(np.float64(s) * (o + 0.5))
-        xmin = max(int(np.float64(center - support) + 0.5), 0)
-        xsize = min(int(np.float64(center + support) + 0.5), n_in) - xmin
-        xsize = min(max(xsize, 0), width)
-        w = [
-            flt(T((np.float64(T(j + xmin) - center) + 0.5) * np.float64(invscale)), T)
-            for j in range(xsize)
-        ]
-        total = T(0)
-        for v in w:
-            total = total + v
-        if total != 0:
-            w = [v / total for v in w]
-        index.append([min(xmin + j, n_in - 1) for j in range(width)])
-        weight.append(w + [T(0)] * (width - xsize))
-        mask.append([j < xsize for j in range(width)])
-    return index, weight, mask
-
-
-def _area_taps(n_in, n_out):
-    """adaptive_avg_pool's windows: start = floor(o * in / out), end = ceil((o + 1) * in / out)."""
-    starts = [(o * n_in) // n_out for o in range(n_out)]
-    ends = [-((-(o + 1) * n_in) // n_out) for o in range(n_out)]
-    width = max(e - s for s, e in zip(starts, ends))
-    index = [[min(s + j, n_in - 1) for j in range(width)] for s in starts]
-    mask = [[s + j < e for j in range(width)] for s, e in zip(starts, ends)]
-    counts = [e - s for s, e in zip(starts, ends)]
-    return index, mask, counts
-
-
-@functools.lru_cache(maxsize=512)
-def _taps(mode, n_in, n_out, align_corners, scale, dt, legacy_float_path):
-    """(index, weight, mask, counts) for one resized dimension, as Python lists."""
-    T = _opmath(dt)
-    if mode in ("nearest", "nearest-exact"):
-        idx = _nearest_taps(n_in, n_out, scale, mode == "nearest-exact", T, legacy_float_path)
-        return [[i] for i in idx], None, None, None
-    if mode == "linear":
-        return (*_linear_taps(n_in, n_out, align_corners, scale, T), None, None)
-    if mode == "cubic":
-        return (*_cubic_taps(n_in, n_out, align_corners, scale, T), None, None)
-    if mode in ("linear_aa", "cubic_aa"):
-        return (*_antialias_taps(n_in, n_out, align_corners, scale, mode == "cubic_aa", T), None)
-    index, mask, counts = _area_taps(n_in, n_out)
-    return index, None, mask, counts
-
-
-def _resample_dim(x, dim: int, taps, compute_dtype):
-    """out[.., o, ..] = sum_k weight[o, k] * x[.., index[o, k], ..] along `dim` (a gather and a
-    weighted sum); masked taps contribute exactly 0, as taps ATen never reads."""
-    index, weight, mask, counts = taps
-    dev = aval(x).device
-    n_out, k = len(index), len(index[0])
-    flat = torch.index_select(
-        x, dim, torch.tensor(index, dtype=torch.int64, device=dev).reshape(-1)
-    )
-    if k == 1 and weight is None:
-        return flat
-    rest = [1] * (ndim(x) - dim - 1)
-    taken = flat.reshape(list(shape(x)[:dim]) + [n_out, k] + list(shape(x)[dim + 1 :]))
-    if mask is not None and not all(all(row) for row in mask):
-        m = torch.tensor(mask, dtype=torch.bool, device=dev).reshape([n_out, k] + rest)
-        taken = torch.where(m, taken, torch.zeros((), dtype=compute_dtype, device=dev))
-    if weight is not None:
-        w = torch.tensor(np.asarray(weight, dtype=np.float64), dtype=compute_dtype, device=dev)
-        taken = taken * w.reshape([n_out, k] + rest)
-    if k <= 4:  # ATen's kernels add the few linear/cubic taps left to right
-        out = taken.select(dim + 1, 0)
-        for j in range(1, k):
-            out = out + taken.select(dim + 1, j)
-    else:
-        out = taken.sum(dim + 1)
-    if counts is not None:
-        c = torch.tensor(counts, dtype=compute_dtype, device=dev).reshape([n_out] + rest)
-        out = out / c
-    return out
-
-
 def upsample(x, mode: str, output_size, scales, align_corners: bool = False):
-    """Resize the trailing len(output_size) dims of `x` (N, C, *spatial) with ATen's kernel
-    formulas. `mode` is one of nearest, nearest-exact, linear, cubic, linear_aa, cubic_aa, area;
-    `scales` holds the per-dim scale factor ATen receives (or None)."""
+    """Resize the trailing len(output_size) dims of `x` (N, C, *spatial) as ATen does. `mode` is
+    one of nearest, nearest-exact, linear, cubic, linear_aa, cubic_aa, area; `scales` holds the
+    per-dim scale factors ATen receives (or None). Modes with an ATen kernel bind the `upsample`
+    composite (torch's kernel forward, its backward kernel in reverse mode); area (adaptive
+    average pooling) binds the decomposition's primitives."""
     dt = dtype(x)
     if not dt.is_floating_point:
         raise unsupported(f"interpolate on {dt} input", "convert the input to a float dtype")
     spatial = shape(x)[2:]
-    nd = len(spatial)
     if mode == "area":  # adaptive average pooling allows an empty output
         if any(s <= 0 for s in spatial) or any(o < 0 for o in output_size):
             raise RuntimeError(
@@ -252,20 +45,17 @@ def upsample(x, mode: str, output_size, scales, align_corners: bool = False):
         )
     if 0 in shape(x)[:2] or 0 in output_size:
         return x.new_zeros(tuple(shape(x)[:2]) + tuple(output_size))
-    compute = dt if dt in (torch.float32, torch.float64) else torch.float32
-    y = x if compute == dt else x.to(compute)
-    legacy = nd == 2 and mode in ("nearest", "nearest-exact") and sum(output_size) <= 128
     if mode in ("linear_aa", "cubic_aa") and tuple(output_size) == tuple(spatial):
-        return x
-    # Innermost dim first, as ATen's kernels sum (and its separable antialias pass runs).
-    for i in reversed(range(nd)):
-        n_in, n_out = spatial[i], output_size[i]
-        if mode in ("linear_aa", "cubic_aa") and n_in == n_out:
-            continue
-        scale = None if scales is None else scales[i]
-        taps = _taps(mode, n_in, n_out, bool(align_corners), scale, compute, legacy)
-        y = _resample_dim(y, 2 + i, taps, compute)
-    return y if compute == dt else y.to(dt)
+        return x  # ATen's antialias kernels copy the input then
+    params = dict(
+        kind=mode,
+        output_size=tuple(int(s) for s in output_size),
+        scales=None if scales is None else tuple(None if s is None else float(s) for s in scales),
+        align_corners=bool(align_corners),
+    )
+    if (mode, len(spatial)) in KV.KERNELS:
+        return KV.upsample_p.bind(x, **params)
+    return KV.resample(x, **params)
 
 
 def _output_size(x, nd: int, output_size, scale_factors):

@@ -1,5 +1,6 @@
-"""grid_sample (bilinear/nearest/bicubic; zeros/border/reflection padding), unfold/fold (im2col,
-col2im) and pixel_(un)shuffle, decomposed onto gathers, scatter-adds and reshapes.
+"""grid_sample (bilinear/nearest/bicubic; zeros/border/reflection padding) decomposed onto
+gathers; unfold/fold as the im2col/col2im composites (primitives/composite_vision.py); and
+pixel_(un)shuffle as reshapes.
 
 grid_sample follows ATen's GridSampler.h: `grid_sampler_unnormalize` maps [-1, 1] to pixel
 coordinates (`(g + 1) / 2 * (size - 1)` with align_corners, else `((g + 1) * size - 1) / 2`);
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 
 from thunderx.errors import unsupported
 from thunderx.lang._base import aval, dtype, ndim, register, shape
+from thunderx.primitives import composite_vision as KV
 
 _MODES = {"bilinear": 0, "nearest": 1, "bicubic": 2}
 _PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
@@ -203,14 +205,6 @@ def _pair(v, name: str):
     return t
 
 
-def _block_index(padded_hw, kernel, dilation, stride, blocks):
-    """Flat positions in the padded (H, W) image of every (ki, kj, bi, bj): im2col's layout."""
-    (kh, kw), (dh, dw), (sh, sw), (bh, bw) = kernel, dilation, stride, blocks
-    rows = torch.arange(kh).reshape(kh, 1, 1, 1) * dh + torch.arange(bh).reshape(1, 1, bh, 1) * sh
-    cols = torch.arange(kw).reshape(1, kw, 1, 1) * dw + torch.arange(bw).reshape(1, 1, 1, bw) * sw
-    return (rows * padded_hw[1] + cols).reshape(-1)
-
-
 def _check_sliding(kernel, dilation, padding, stride):
     if min(kernel) <= 0:
         raise RuntimeError(f"kernel size should be greater than zero, but got {kernel}")
@@ -220,13 +214,6 @@ def _check_sliding(kernel, dilation, padding, stride):
         raise RuntimeError(f"padding should be non-negative, but got {padding}")
     if min(stride) <= 0:
         raise RuntimeError(f"stride should be greater than zero, but got {stride}")
-
-
-def _blocks(hw, kernel, dilation, padding, stride):
-    return tuple(
-        (hw[i] + 2 * padding[i] - (dilation[i] * (kernel[i] - 1) + 1)) // stride[i] + 1
-        for i in range(2)
-    )
 
 
 @register(F.unfold, torch._C._nn.im2col)
@@ -243,19 +230,14 @@ def _unfold(input, kernel_size, dilation=1, padding=0, stride=1):
     batched = ndim(input) == 4
     x = input if batched else input.unsqueeze(0)
     n, c, h, w = shape(x)
-    blocks = _blocks((h, w), kernel, dilation, padding, stride)
+    blocks = KV.sliding_blocks((h, w), kernel, dilation, padding, stride)
     if min(blocks) < 1:
         raise RuntimeError(
             f"Given input with spatial size ({h}, {w}), kernel_size={kernel}, dilation={dilation}, "
             f"padding={padding}, calculated shape of the array of sliding blocks as {blocks}, but "
             "its components must be at least one."
         )
-    ph, pw = padding
-    xp = F.pad(x, (pw, pw, ph, ph)) if ph or pw else x
-    hw = (h + 2 * ph, w + 2 * pw)
-    index = _block_index(hw, kernel, dilation, stride, blocks).to(aval(x).device)
-    cols = torch.index_select(xp.reshape(n, c, hw[0] * hw[1]), 2, index)
-    out = cols.reshape(n, c * kernel[0] * kernel[1], blocks[0] * blocks[1])
+    out = KV.im2col(x, kernel, dilation, padding, stride)
     return out if batched else out.squeeze(0)
 
 
@@ -285,7 +267,7 @@ def _fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
             "Expected size of input's dimension 1 to be divisible by the product of kernel_size, "
             f"but got input.size(1)={ck} and kernel_size={kernel}"
         )
-    blocks = _blocks(size, kernel, dilation, padding, stride)
+    blocks = KV.sliding_blocks(size, kernel, dilation, padding, stride)
     if min(blocks) < 1 or blocks[0] * blocks[1] != length:
         raise RuntimeError(
             f"Given output_size={size}, kernel_size={kernel}, dilation={dilation}, "
@@ -293,13 +275,7 @@ def _fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
             f"the calculated number of sliding blocks {blocks[0]} * {blocks[1]} = "
             f"{blocks[0] * blocks[1]}, but got input.size(2)={length}."
         )
-    c = ck // kk
-    ph, pw = padding
-    hw = (size[0] + 2 * ph, size[1] + 2 * pw)
-    index = _block_index(hw, kernel, dilation, stride, blocks).to(aval(cols).device)
-    image = cols.new_zeros((n, c, hw[0] * hw[1]))
-    image = torch.index_add(image, 2, index, cols.reshape(n, c, kk * length))
-    image = image.reshape(n, c, hw[0], hw[1])[:, :, ph : ph + size[0], pw : pw + size[1]]
+    image = KV.col2im(cols, size, kernel, dilation, padding, stride)
     return image if batched else image.squeeze(0)
 
 

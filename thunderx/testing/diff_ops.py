@@ -229,6 +229,12 @@ def _table() -> dict[str, Op]:
     add("conv2d", F.conv2d, sh.conv2d)
     add("max_pool2d", lambda x: F.max_pool2d(x, 2), sh.pool)
     add("avg_pool2d", lambda x: F.avg_pool2d(x, 2), sh.pool)
+    add("unfold", lambda x: F.unfold(x[None], 2, padding=1), sh.pool)
+    add(
+        "interpolate",
+        lambda x: F.interpolate(x[None], scale_factor=1.5, mode="bicubic")[0],
+        sh.pool,
+    )
     add("layer_norm", lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), sh.layer_norm)
     add("rms_norm", lambda x: F.rms_norm(x, x.shape[-1:]), sh.lastdim())
     add("normalize", lambda x: F.normalize(x, dim=-1), sh.lastdim())

@@ -49,4 +49,9 @@ NOT_GENERATED = {
     "qr": _MATRIX_REASON,
     "svd": _MATRIX_REASON,
     "triangular_solve": _MATRIX_REASON,
+    **dict.fromkeys(
+        ("upsample", "upsample_backward", "im2col", "col2im"),
+        "image ops need (N, C, *spatial) operands: torch's kernels vs their decomposition in "
+        "tests/test_composite.py and tests/test_vision.py",
+    ),
 }
