@@ -19,7 +19,6 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     linalg,
     linalg_decomp,
     matrix_functions,
-    nextafter,
     pooling,
     reductions,
     remat,

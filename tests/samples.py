@@ -373,12 +373,6 @@ def _(d):
     return Sample([d.tensor(shape), idx, d.tensor(tuple(ishape))], {"axis": axis})
 
 
-@sample("nextafter")
-def _(d):
-    shape = d.shape()
-    return Sample([d.tensor(shape), d.tensor(shape)], {})
-
-
 @sample("scatter_reduce")
 def _(d):
     shape = d.shape(min_rank=1)

@@ -42,7 +42,6 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     special,
     tensor,
     unbound,
-    value_ops,
     vision,
     vision_ops,
 )

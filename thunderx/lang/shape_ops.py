@@ -399,6 +399,25 @@ def _tile(x, dims):
     return _repeat(x, *dims)
 
 
+@register(torch.repeat_interleave, methods=("repeat_interleave",))
+def _repeat_interleave(x, repeats, dim=None, *, output_size=None):
+    if not isinstance(repeats, int):
+        raise unsupported(
+            "repeat_interleave with tensor repeats", "the output shape is data-dependent"
+        )
+    if dim is None:
+        x = S.reshape(x, (_numel(x),))
+        dim = 0
+    d = canon_dim(dim, ndim(x))
+    shp = shape(x)
+    y = S.broadcast_in_dim(
+        x,
+        shp[: d + 1] + (repeats,) + shp[d + 1 :],
+        tuple(range(d + 1)) + tuple(range(d + 2, len(shp) + 1)),
+    )
+    return S.reshape(y, shp[:d] + (shp[d] * repeats,) + shp[d + 1 :])
+
+
 @register(torch.diagonal, methods=("diagonal",))
 def _diagonal(x, offset=0, dim1=0, dim2=1):
     n = ndim(x)

@@ -122,9 +122,7 @@ _U = {  # unary elementwise on any shape
 _B = {  # binary, broadcasting
     **{
         n: getattr(torch, n)
-        for n in (
-            "add sub mul atan2 maximum minimum fmax fmin hypot logaddexp copysign nextafter"
-        ).split()
+        for n in ("add sub mul atan2 maximum minimum fmax fmin hypot logaddexp copysign").split()
     },
     "div": lambda x, y: x / (y * y + 0.5),
     "div_raw": torch.div,

@@ -28,7 +28,6 @@ NOT_GENERATED = {
     },
     "conv_kernel_grad": "the kernel cotangent: random programs hold conv weights constant; "
     "see tests/test_conv.py",
-    "nextafter": "a one-ulp step (derivative 1 in x): the differential op table checks it",
     "scatter_reduce": "ties and zeros: the differential op table (index_reduce_amax/prod) and "
     "tests/test_scatter_reduce.py check it against torch.autograd and torch.func",
     "debug_callback": "no outputs to compare (thunderx.debug): torch.func cannot run it",
