@@ -145,6 +145,7 @@ _BINARY_DOMAINS = {
     "min": ("real", "real"),
     "atan2": ("nonzero", "nonzero"),
     "rem": ("small", "gt1"),
+    "nextafter": ("real", "real"),
 }
 
 
@@ -231,6 +232,13 @@ def _(d):
 def _(d):
     shape = d.shape(min_rank=1)
     return Sample([d.tensor(shape)], {"axis": d.int(0, len(shape) - 1), "index_dtype": torch.int64})
+
+
+@sample("mode_index")
+def _(d):
+    shape = d.shape(min_rank=1)
+    # rounded values, so that some repeat and the mode is not just the smallest element
+    return Sample([torch.round(d.tensor(shape) * 2)], {"axis": d.int(0, len(shape) - 1)})
 
 
 @sample("cumsum")

@@ -25,6 +25,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     linalg_functions,
     losses,
     margin_losses,
+    misc_ops,
     nn,
     random,
     random_inplace,

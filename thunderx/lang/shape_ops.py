@@ -384,9 +384,9 @@ def _tile(x, dims):
 @register(torch.repeat_interleave, methods=("repeat_interleave",))
 def _repeat_interleave(x, repeats, dim=None, *, output_size=None):
     if not isinstance(repeats, int):
-        raise unsupported(
-            "repeat_interleave with tensor repeats", "the output shape is data-dependent"
-        )
+        from thunderx.lang.misc_ops import repeat_interleave_tensor
+
+        return repeat_interleave_tensor(x, repeats, dim, output_size)
     if dim is None:
         x = S.reshape(x, (_numel(x),))
         dim = 0

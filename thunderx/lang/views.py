@@ -306,6 +306,7 @@ def _views():
     view += [(torch.moveaxis, "moveaxis"), (torch.narrow, "narrow"), (torch.select, "select")]
     view += [(torch.diagonal, "diagonal"), (torch.detach, "detach")]
     expand = [(None, "expand"), (None, "expand_as"), (torch.broadcast_to, "broadcast_to")]
+    expand += [(torch.as_strided, "as_strided")]  # its windows may overlap
     multi = [(torch.split, "split"), (torch.tensor_split, "tensor_split")]
     multi += [(torch.chunk, "chunk"), (torch.unbind, "unbind")]
     out = [(T.__getitem__, None, "getitem")]

@@ -90,6 +90,7 @@ BINARY = {
     "hypot": lambda x, y: torch.hypot(x, y + 2),
     "pow": lambda x, y: (x * x + 1) ** torch.tanh(y),
     "fmod": lambda x, y: torch.fmod(x, y * y + 1),
+    "nextafter": torch.nextafter,
     "where_lt": lambda x, y: torch.where(x < y, x, y),
     "where_le": lambda x, y: torch.where(x <= y, y, x),
     "where_ge": lambda x, y: torch.where(x >= y, x * y, y),
@@ -108,6 +109,7 @@ REDUCE = {
     "logsumexp": lambda x, d, k: torch.logsumexp(x, d, keepdim=k),
     "max_at_argmax": lambda x, d, k: _at_index(x, x.argmax(d, keepdim=True), d, k),
     "min_at_argmin": lambda x, d, k: _at_index(x, x.argmin(d, keepdim=True), d, k),
+    "mode": lambda x, d, k: torch.round(x).mode(d, keepdim=k)[0],
 }
 # Shape-preserving scans along a dimension
 SCAN = {
@@ -172,15 +174,11 @@ NOT_GENERATED = {
     "checkpoint": "thunderx.checkpoint has no torch counterpart; see tests/test_control_flow.py",
     "log_softmax_jvp": "log_softmax's tangent appears only in forward mode, which random "
     "programs do not stage; tests/test_composite.py checks it",
-    "cholesky": _MATRIX_REASON,
-    "eigh": _MATRIX_REASON,
-    "expm": _MATRIX_REASON,
-    "expm_frechet": _MATRIX_REASON,
-    "lu": _MATRIX_REASON,
-    "lu_pivots_to_permutation": _MATRIX_REASON,
-    "qr": _MATRIX_REASON,
-    "svd": _MATRIX_REASON,
-    "triangular_solve": _MATRIX_REASON,
+    **{
+        n: _MATRIX_REASON
+        for n in "cholesky eigh expm expm_frechet lu lu_pivots_to_permutation qr svd".split()
+        + ["triangular_solve"]
+    },
 }
 
 
