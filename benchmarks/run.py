@@ -36,6 +36,7 @@ TARGETS = {
     ("MLP training step", "torch.compile", "jit ("): 1.0,
     ("TransformerEncoderLayer", "torch.compile", "jit ("): 1.0,
     ("torch.func NTK tutorial", "without jit", "jit"): 1.0,
+    ("JAX tutorial vmap(convolve)", "jax.jit", "jit(vmap)"): 2.0,
 }
 # peers shown beside thunderx, never held to a target
 _PEERS = ("eager", "eager loop", "torch.compile", "thunder.jit", "vmap (no jit)")

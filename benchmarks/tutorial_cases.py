@@ -32,7 +32,37 @@ def vmap_convolve(rounds):
     return [
         _row(case, "jit(vmap)", "torch.func vmap", res, "t", note),
         _row(case, "vmap (no jit)", "torch.func vmap", res, "plain"),
+        _jax_convolve_row(case, ours, xs, ws, rounds),
     ]
+
+
+def _jax_convolve_row(case, ours, xs, ws, rounds):
+    """The same program written in JAX as its tutorial does, under `jax.jit(jax.vmap(...))`
+    (issue #20's target: thunderx's jit(vmap) at most 2x jax.jit). JAX dispatches
+    asynchronously, so its timed call blocks until the result is ready."""
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        nan = float("nan")
+        return {
+            "case": case,
+            "candidate": "jit(vmap)",
+            "baseline": "jax.jit(vmap) (not installed)",
+            "ratio": nan,
+            "ms": nan,
+            "baseline_ms": nan,
+            "note": "pip install jax to compare",
+        }
+
+    def jconvolve(x, w):
+        return jnp.array([jnp.dot(x[i - 1 : i + 2], w) for i in range(1, len(x) - 1)])
+
+    theirs = jax.jit(jax.vmap(jconvolve))
+    jxs, jws = jnp.asarray(xs.numpy()), jnp.asarray(ws.numpy())
+    _check(ours(xs, ws), torch.from_numpy(jax.device_get(theirs(jxs, jws)).copy()))
+    res = compare(lambda: theirs(jxs, jws).block_until_ready(), {"t": lambda: ours(xs, ws)}, rounds)
+    return _row(case, "jit(vmap)", "jax.jit(vmap)", res, "t")
 
 
 class _NtkCNN(torch.nn.Module):

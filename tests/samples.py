@@ -171,7 +171,7 @@ for _n in _BINARY_DOMAINS:
 
 # Complex-valued primitives: the generic derivative checks here work in real arithmetic; their
 # derivatives are checked against torch.func in tests/test_complex.py (jit and vmap run here).
-COMPLEX_PRIMS = {"real", "imag", "conj", "complex"}
+COMPLEX_PRIMS = {"real", "imag", "conj", "complex", "fft"}
 
 
 def _complex(d, shape):
@@ -181,6 +181,20 @@ def _complex(d, shape):
 @sample("real", "imag", "conj")
 def _(d):
     return Sample([_complex(d, d.shape())], {})
+
+
+@sample("fft")
+def _(d):
+    shape = d.shape(min_rank=1)
+    k = d.choice([1, min(2, len(shape))])
+    fft_type = d.choice(["fft", "ifft", "rfft", "irfft"])
+    lengths = tuple(shape[len(shape) - k :])
+    if fft_type == "rfft":
+        return Sample([d.tensor(shape, F64)], {"fft_type": fft_type, "fft_lengths": lengths})
+    if fft_type == "irfft":
+        n = lengths[-1]
+        shape = shape[:-1] + (n // 2 + 1,)
+    return Sample([_complex(d, shape)], {"fft_type": fft_type, "fft_lengths": lengths})
 
 
 @sample("complex")
@@ -365,6 +379,18 @@ def _(d):
     ishape[axis] = d.int(1, 4)
     idx = d.index(tuple(ishape), shape[axis])
     return Sample([d.tensor(shape), idx, d.tensor(tuple(ishape))], {"axis": axis})
+
+
+@sample("scatter_reduce")
+def _(d):
+    shape = d.shape(min_rank=1)
+    axis = d.int(0, len(shape) - 1)
+    ishape = list(shape)
+    ishape[axis] = d.int(1, 4)
+    idx = d.index(tuple(ishape), shape[axis])
+    params = {"axis": axis, "reduce": d.choice(["amax", "amin", "prod"])}
+    params["include_self"] = d.choice([True, False])
+    return Sample([d.tensor(shape), idx, d.tensor(tuple(ishape))], params)
 
 
 @sample("take")

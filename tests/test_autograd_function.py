@@ -106,3 +106,19 @@ def test_forward_mode_is_refused_with_a_clear_error():
         tx.jvp(lambda x: ScaledSin.apply(x, y), (x,), (x,))
     # nothing left behind: the next call works
     torch.testing.assert_close(tx.grad(_loss)(x, y), tf.grad(_loss)(x, y))
+
+
+def test_function_apply_is_torchs_own_outside_transforms_even_after_an_error():
+    from thunderx.lang.autograd_function import _TORCH_APPLY
+
+    seen = []
+
+    def f(x):
+        seen.append(torch.autograd.Function.apply.__func__ is _TORCH_APPLY)
+        raise ValueError("boom")
+
+    assert torch.autograd.Function.apply.__func__ is _TORCH_APPLY
+    with pytest.raises(ValueError, match="boom"):
+        tx.grad(f)(torch.tensor(1.0))
+    assert seen == [False]  # thunderx's apply while the transform ran
+    assert torch.autograd.Function.apply.__func__ is _TORCH_APPLY

@@ -104,3 +104,21 @@ def test_custom_vjp_speaks_torchs_convention_for_complex_values():
     z = _z()
     loss = lambda z: f(z).abs().sum()  # noqa: E731
     torch.testing.assert_close(tx.grad(loss)(z), tf.grad(lambda z: (z * z).abs().sum())(z))
+
+
+def test_complex_and_polar_broadcast_their_operands():
+    re, im = torch.randn(5, dtype=torch.float64), torch.tensor(0.5, dtype=torch.float64)
+
+    def loss(a, b):
+        return (torch.complex(a, b).abs() ** 2 + torch.polar(a.abs(), b).real).sum()
+
+    torch.testing.assert_close(tx.jit(torch.complex)(re, im), torch.complex(re, im))
+    torch.testing.assert_close(tx.jit(torch.polar)(re, im), torch.polar(re, im))
+    torch.testing.assert_close(
+        tx.grad(loss, argnums=(0, 1))(re, im), tf.grad(loss, argnums=(0, 1))(re, im)
+    )
+    bs = torch.randn(3, dtype=torch.float64)
+    torch.testing.assert_close(
+        tx.vmap(torch.complex, in_axes=(None, 0))(re, bs),
+        torch.stack([torch.complex(re, b) for b in bs]),
+    )

@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 import torch.func as tf
+import torch.nn.functional as F
 
 import thunderx as tx
 from thunderx.errors import ConcretizationError
@@ -211,3 +212,77 @@ def test_grad_of_jit_runs_the_compiled_primal_and_compiles_once(monkeypatch):
         close(g(x), x.cos() * x + x.sin())
     # the known (primal) half of the jvp is one compiled program, reused by later calls
     assert len(compiles) == 1, compiles
+
+
+def test_a_zero_derivative_value_can_receive_an_in_place_write_of_a_differentiated_one():
+    # sign(x) has derivative 0, yet it is computed from x: under grad it stays traced, so a
+    # differentiated value written into it is recorded (found by a long differential run)
+    def f(x, v, i):
+        y = torch.sign(x) * 1
+        y[i] = v * 2
+        return torch.nansum(y * x)
+
+    x, v, i = torch.randn(4, 3, dtype=F64), torch.randn(3, dtype=F64), torch.tensor(1)
+    close(tx.grad(f, argnums=(0, 1))(x, v, i), tf.grad(f, argnums=(0, 1))(x, v, i))
+    close(tx.jit(tx.grad(f, argnums=(0, 1)))(x, v, i), tf.grad(f, argnums=(0, 1))(x, v, i))
+
+
+def test_tensor_split_with_tensor_indices_sees_their_values_under_grad():
+    x = torch.randn(5, 5, dtype=F64)
+
+    def f(x, idx):
+        return torch.stack([p.sum() ** 2 for p in torch.tensor_split(x, idx, -1)]).sum()
+
+    for idx in (torch.tensor([1, 3]), torch.tensor(2)):  # 1-d: indices; 0-d: sections
+        xr = x.clone().requires_grad_()
+        (want,) = torch.autograd.grad(f(xr, idx), xr)  # torch.func.grad fails on this one
+        close(tx.grad(f)(x, idx), want)
+        close(tx.vmap(f, in_axes=(0, None))(x, idx), torch.stack([f(r, idx) for r in x]))
+    with pytest.raises(ConcretizationError, match="tensor_split's indices_or_sections"):
+        tx.jit(f)(x, torch.tensor([2]))
+
+
+def test_masked_select_and_nonzero_under_grad_use_the_known_values():
+    # masked_select used to return a constant under grad: a silently zero gradient
+    x, m = torch.randn(3, 4, dtype=F64), torch.rand(4) > 0.3
+    for f in (
+        lambda x: x.masked_select(m).pow(2).sum(),
+        lambda x: torch.masked_select(x, x > 0).pow(2).sum(),  # the mask from the value itself
+        lambda x: x.flatten()[torch.nonzero(x.flatten() > 0).squeeze(1)].exp().sum(),
+        lambda x: x[tuple(torch.argwhere(x < 0).T)].sin().sum(),
+    ):
+        close(tx.grad(f)(x), tf.grad(f)(x))
+    close(tx.jit(lambda x: torch.masked_select(x, m))(x), torch.masked_select(x, m))
+    with pytest.raises(ConcretizationError):
+        tx.jit(lambda x: torch.masked_select(x, x > 0))(x)
+
+
+def test_unique_of_a_differentiated_value_raises_and_of_a_detached_one_works():
+    x = torch.tensor([1.0, 2.0, 2.0, 3.0], dtype=F64)
+    with pytest.raises(NotImplementedError, match="derivative of torch.unique"):
+        tx.grad(lambda x: x.unique().sum())(x)
+
+    def g(x):
+        return (x * len(x.detach().unique())).sum()
+
+    close(tx.grad(g)(x), tf.grad(g)(x))
+
+
+def test_batch_norm_running_statistics_are_updated_or_refused_never_left_stale():
+    x = torch.randn(4, 3, 5, dtype=F64)
+    w, b = torch.randn(3, dtype=F64), torch.randn(3, dtype=F64)
+    bufs = {k: (torch.zeros(3, dtype=F64), torch.ones(3, dtype=F64)) for k in ("tx", "tf")}
+
+    def loss(key):
+        rm, rv = bufs[key]
+        return lambda x: F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.3).pow(2).sum()
+
+    close(tx.grad(loss("tx"))(x), tf.grad(loss("tf"))(x))
+    for got, want in zip(bufs["tx"], bufs["tf"]):
+        close(got, want)  # updated in place, as torch.func does
+    with pytest.raises(RuntimeError, match="running statistics"):
+        tx.jit(loss("tx"))(x)  # jit cannot write the buffers: an error, not stale statistics
+    close(
+        tx.jit(lambda x: F.instance_norm(x, weight=w, bias=b))(x),
+        F.instance_norm(x, weight=w, bias=b),
+    )

@@ -31,6 +31,7 @@ NOT_IN_TABLE = {
         n: "complex values: derivatives vs torch.func in tests/test_complex.py"
         for n in ("real", "imag", "conj", "complex")
     },
+    "fft": "complex values: derivatives vs torch.func in tests/test_fft.py",
     "no_grad": "stop_gradient for reverse mode only (torch's no_grad blocks): tests/test_semantics.py",
     **{
         p: "control flow (higher-order): tests/test_control_flow.py"

@@ -180,9 +180,35 @@ def test_regions_compile_once_and_are_shared_by_structure(compile_small):
     k1 = j1.lower(*args).program.kernels[0]
     (entry,) = j1.jit_function._cache.values()
     (entry2,) = j2.jit_function._cache.values()
-    compiled = entry.program.kernels[0]._compiled
-    assert compiled is not None and entry2.program.kernels[0]._compiled is compiled
+    (compiled,) = entry.program.kernels[0]._by_layout.values()
+    assert list(entry2.program.kernels[0]._by_layout.values()) == [compiled]
     assert k1.key == entry.program.kernels[0].key
+
+
+@needs_inductor
+def test_regions_go_to_inductor_without_dynamo(compile_small, monkeypatch):
+    def no_dynamo(*a, **k):
+        raise AssertionError("torch.compile called")
+
+    monkeypatch.setattr(torch, "compile", no_dynamo)
+    inductor_exec.clear_kernel_cache()
+    args = _args()
+    j = tx.jit(_gelu_gate, executor="inductor")
+    torch.testing.assert_close(j(*args), _gelu_gate(*args), rtol=1e-12, atol=1e-12)
+
+
+@needs_inductor
+def test_an_input_with_other_strides_gets_its_own_kernel(compile_small):
+    def f(x):
+        return torch.tanh(x) * torch.sigmoid(x) + x * x
+
+    x = torch.randn(6, 5, dtype=torch.float64)
+    xt = x.t().contiguous().t()  # x's shape and values, transposed strides
+    j = tx.jit(f, executor="inductor")
+    for arg in (x, xt, x):
+        torch.testing.assert_close(j(arg), f(x), rtol=1e-12, atol=1e-12)
+    (entry,) = j.jit_function._cache.values()
+    assert len(entry.program.kernels[0]._by_layout) == 2
 
 
 @needs_inductor

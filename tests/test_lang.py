@@ -5,7 +5,10 @@ import torch
 
 import thunderx as tx
 
-from .lang_cases import CASES
+from .lang_cases import CASES as _CASES
+from .lang_cases_named import NAMED
+
+CASES = _CASES + NAMED
 
 IDS = [c[0] for c in CASES]
 
@@ -87,3 +90,38 @@ def test_vmap_matches_loop(name, fn, args):
     rows = [fn(*[x[k] for x in batched]) for k in range(b)]
     want = tx.tree.map(lambda *xs: torch.stack([torch.as_tensor(x) for x in xs]), *rows)
     _close(got, want)
+
+
+def test_vander_of_a_0d_tensor_is_one_row_as_in_torch():
+    x = torch.tensor(1.5, dtype=torch.float64)
+    f = lambda x: torch.linalg.vander(x, N=4)  # noqa: E731
+    torch.testing.assert_close(tx.jit(f)(x), f(x))
+    torch.testing.assert_close(
+        tx.grad(lambda x: f(x).sum())(x), torch.func.grad(lambda x: f(x).sum())(x)
+    )
+    with pytest.raises(RuntimeError, match="N must be greater than 1"):
+        tx.jit(torch.linalg.vander)(x)
+
+
+def test_linear_cross_entropy_and_aten_helpers_match_torch():
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    x, w = (
+        torch.randn(6, 3, dtype=torch.float64, generator=g),
+        torch.randn(4, 3, dtype=torch.float64),
+    )
+    t = torch.randint(0, 4, (6,), generator=g)
+
+    def f(x, w):
+        return F.linear_cross_entropy(x, w, t, label_smoothing=0.1)
+
+    torch.testing.assert_close(tx.jit(f)(x, w), f(x, w))
+    torch.testing.assert_close(tx.grad(f, (0, 1))(x, w), torch.func.grad(f, (0, 1))(x, w))
+    z = torch.randn(2, 3, 4, dtype=torch.float64)
+    z[1, :, 1] = float("-inf")  # a dead row: 0, not nan, in value and gradient
+    sm = torch.ops.aten._safe_softmax.default
+    torch.testing.assert_close(tx.jit(lambda z: sm(z, 1))(z), sm(z, 1))
+    zr = z.clone().requires_grad_()
+    want = torch.autograd.grad((sm(zr, 1) * 2).sum(), zr)[0]
+    torch.testing.assert_close(tx.grad(lambda z: (sm(z, 1) * 2).sum())(z), want)

@@ -182,6 +182,24 @@ def test_window_reductions_are_batched_too():
     torch.testing.assert_close(tx.jit(window_max)(x), window_max(x), rtol=0, atol=0)
 
 
+def test_sliding_windows_are_stacked_from_one_strided_slice_per_window_element():
+    # 18 windows of 3: three strided slices (element j of every window) instead of 18 slices
+    x, w = torch.randn(4, 20), torch.randn(4, 3)
+    f = tx.vmap(_convolve)
+    assert _count(f, x, w, name="slice") == (18, 3)
+    torch.testing.assert_close(tx.jit(f)(x, w), tf.vmap(_convolve)(x, w))
+
+    def strided(x):  # windows of 4 every 2 columns, rows sliced the same in every window
+        return torch.stack(
+            [x[1:3, 2 * i : 2 * i + 4].sum() * x[1:3, 2 * i : 2 * i + 4].amax() for i in range(10)]
+        )
+
+    xs = torch.randn(3, 5, 30, dtype=torch.float64)
+    torch.testing.assert_close(tx.jit(tx.vmap(strided))(xs), tf.vmap(strided)(xs))
+    loss = lambda x: strided(x).pow(2).sum()  # noqa: E731
+    torch.testing.assert_close(tx.jit(tx.grad(loss))(xs[0]), tf.grad(loss)(xs[0]))
+
+
 def test_horizontal_batching_skips_a_stack_larger_than_the_memory_budget():
     def big_windows(x, w):
         return torch.stack([x[i : i + 60] @ w for i in range(5)])  # 5 x 60 > 4 x 64 elements

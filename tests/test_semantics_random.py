@@ -129,3 +129,20 @@ def test_explicit_generator_gives_eager_numbers():
     close(
         tx.grad(lambda x: k(x, gg))(torch.ones(2)), tf.grad(lambda x: k(x, gg_eager))(torch.ones(2))
     )
+
+
+def test_normal_has_torchs_zero_derivative_in_mean_and_std():
+    # torch.normal(mean, std) is not reparameterized in torch: its derivative is zero
+    mean, std = torch.randn(4, dtype=torch.float64), torch.rand(4, dtype=torch.float64) + 0.5
+
+    def f(m, s):
+        return (
+            (torch.normal(m, s) * m).sum() + torch.normal(m, 2.0).sum() + torch.normal(0.5, s).sum()
+        )
+
+    torch.manual_seed(3)
+    got = tx.grad(f, (0, 1))(mean, std)
+    torch.manual_seed(3)
+    mr, sr = mean.clone().requires_grad_(), std.clone().requires_grad_()
+    want = torch.autograd.grad(f(mr, sr), (mr, sr))
+    torch.testing.assert_close(got, want)

@@ -253,3 +253,15 @@ def test_hardsigmoid_second_derivative_is_zero():
     x = KINKS.clone()
     h = hessian(lambda v: F.hardsigmoid(v).sum())(x)
     assert torch.equal(h, torch.zeros_like(h))
+
+
+def test_pow_mixed_second_derivative_at_zero_exponent():
+    """d²(x**y)/dx dy = x**(y-1) (1 + y log x): 1/x at y = 0, in both orders (torch.func gives 0
+    in one of them; docs/conventions.md)."""
+    import thunderx as tx
+
+    x, y = torch.tensor(2.0, dtype=F64), torch.tensor(0.0, dtype=F64)
+    h = tx.hessian(torch.pow, argnums=(0, 1))(x, y)
+    assert h[0][1].item() == h[1][0].item() == 0.5
+    assert tx.grad(lambda y: tx.grad(torch.pow)(x, y))(y).item() == 0.5
+    assert tx.grad(lambda x: tx.grad(torch.pow, 1)(x, y))(x).item() == 0.5

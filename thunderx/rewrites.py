@@ -370,9 +370,12 @@ def _batched_eqns(cat: Eqn, d: int, k: int, op: Eqn, slices: list, batch_rules) 
     rest = [j for j, x in enumerate(op.inputs) if j != k and isinstance(x, Var)]
 
     def stacked_op(src_t, *rest_t):
-        pieces = [expand_dims(s.prim.bind(src_t, **s.params), (0,)) for s in slices]
+        stacked = _window_stack(src_t, [s.params for s in slices])
+        if stacked is None:
+            pieces = [expand_dims(s.prim.bind(src_t, **s.params), (0,)) for s in slices]
+            stacked = concatenate(pieces, 0)
         args = list(op.inputs)
-        args[k] = concatenate(pieces, 0)
+        args[k] = stacked
         for j, t in zip(rest, rest_t):
             args[j] = t
         args = [a.val if isinstance(a, Literal) else a for a in args]
@@ -403,3 +406,51 @@ def _batched_eqns(cat: Eqn, d: int, k: int, op: Eqn, slices: list, batch_rules) 
         return None
     out[-1] = Eqn(out[-1].prim, out[-1].inputs, cat.outputs, out[-1].params)
     return out
+
+
+def _window_stack(src, params: list):
+    """The n slices stacked along a new leading axis, when they are sliding windows: equal
+    slices except along one axis, where slice i covers [s0 + i*step, s0 + i*step + w) with
+    unit stride. Built from w strided slices (column j holds element j of every window) and one
+    concatenate instead of n slices: fewer ops when w < n (JAX's convolve tutorial: 62 windows
+    of 3). None when the slices are not such windows or w >= n."""
+    from thunderx.primitives.shape import expand_dims, moveaxis
+    from thunderx.primitives.slicing import concatenate, slice_p
+
+    first = params[0]
+    starts = [p["start_indices"] for p in params]
+    moving = [a for a in range(len(first["start_indices"])) if len({st[a] for st in starts}) > 1]
+    if len(moving) != 1 or len(params) < 2:
+        return None
+    a = moving[0]
+    w = first["limit_indices"][a] - first["start_indices"][a]
+    step = starts[1][a] - starts[0][a]
+    n = len(params)
+    for i, p in enumerate(params):
+        if p["strides"] != first["strides"] or p["strides"][a] != 1:
+            return None
+        if p["start_indices"][a] != starts[0][a] + i * step:
+            return None
+        if p["limit_indices"][a] - p["start_indices"][a] != w:
+            return None
+        for b in range(len(first["start_indices"])):
+            if b != a and (p["start_indices"][b], p["limit_indices"][b]) != (
+                first["start_indices"][b],
+                first["limit_indices"][b],
+            ):
+                return None
+    if step < 1 or w >= n:
+        return None
+    columns = []
+    for j in range(w):
+        start = list(first["start_indices"])
+        limit = list(first["limit_indices"])
+        strides = list(first["strides"])
+        start[a] = starts[0][a] + j
+        limit[a] = start[a] + (n - 1) * step + 1
+        strides[a] = step
+        col = slice_p.bind(
+            src, start_indices=tuple(start), limit_indices=tuple(limit), strides=tuple(strides)
+        )
+        columns.append(expand_dims(col, (a + 1,)))  # [..., window i at a, element j, ...]
+    return moveaxis(concatenate(columns, a + 1), a, 0)

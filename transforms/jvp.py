@@ -69,15 +69,17 @@ class JVPTrace(Trace):
 
     def pair(self, x):
         if type(x) is JVPTracer and x._trace is self:
-            return x.primal, x.tangent
+            t = x.tangent
+            return x.primal, (None if type(t) is Zero else t)
         if isinstance(x, Tracer):
             self.check_foreign(x)
         return x, None
 
     def process_primitive(self, prim, args, params):
         primals, tangents = [], []
-        nonzero = False
+        nonzero = ours = False
         for a in args:
+            ours = ours or (type(a) is JVPTracer and a._trace is self)
             p, t = self.pair(a)
             primals.append(p)
             if t is None:
@@ -87,17 +89,21 @@ class JVPTrace(Trace):
                 nonzero = True
         with set_trace(self.parent):
             if not nonzero:
-                return prim.bind(*primals, **params)
-            rule = None if self.reverse else forward_jvp_rules.get(prim)
-            if rule is None:
-                rule = jvp_rules.get(prim)
-            if rule is None:
-                return self.no_rule(prim, primals, params)
-            prev, _mode.reverse = _mode.reverse, self.reverse
-            try:
-                out, t_out = rule(primals, tangents, **params)
-            finally:
-                _mode.reverse = prev
+                out = prim.bind(*primals, **params)
+                if not ours:  # a value the function made without its inputs stays concrete
+                    return out
+                t_out = [None] * len(out) if prim.multiple_results else None
+            else:
+                rule = None if self.reverse else forward_jvp_rules.get(prim)
+                if rule is None:
+                    rule = jvp_rules.get(prim)
+                if rule is None:
+                    return self.no_rule(prim, primals, params)
+                prev, _mode.reverse = _mode.reverse, self.reverse
+                try:
+                    out, t_out = rule(primals, tangents, **params)
+                finally:
+                    _mode.reverse = prev
         if prim.multiple_results:
             return [self.wrap(o, t) for o, t in zip(out, t_out)]
         return self.wrap(out, t_out)
@@ -116,8 +122,14 @@ class JVPTrace(Trace):
     lift_created = lift
 
     def wrap(self, out, t):
+        """A value computed from this level's tracers stays a tracer even where its derivative
+        is zero (sign(x), floor(x), x.detach()), as torch.func's wrappers do: a later in-place
+        write of a differentiated value into it (`y = x.sign(); y[i] = v`) must be recorded.
+        Integer and bool values, which carry no tangent, are returned as they are."""
         if type(t) is Zero or t is None:
-            return out
+            if tangent_aval(get_aval(out)) is None:
+                return out
+            return JVPTracer(self, out, Zero(get_aval(out)))
         return JVPTracer(self, out, t)
 
 

@@ -34,6 +34,8 @@ COMPILE_OPTIONS = {"dynamic": False, "fullgraph": False}
 # function: a compiled kernel's fixed cost per call (guards, OpenMP wake-up) exceeds what fusion
 # saves on small tensors (measured: a d=64 transformer layer ran 4x slower compiled).
 CPU_MIN_ELEMENTS = 1 << 17
+# Regions go to inductor as FX graphs (see _compile_region); False: through torch.compile.
+DIRECT_INDUCTOR = [True]
 
 
 def clear_kernel_cache() -> None:
@@ -82,6 +84,7 @@ class RegionKernel:
         desc = tuple((v.aval.shape, v.aval.dtype, str(v.aval.device)) for v in unit.inputs)
         self.key = (self.source, desc) if shares else (id(self), desc)
         self._compiled = None
+        self._by_layout: dict = {}
         avals = [v.aval for v in list(unit.inputs) + list(unit.outputs)]
         self.elements = sum(math.prod(a.shape) for a in avals)
         on_cpu = all(a.device.type == "cpu" for a in avals)
@@ -90,25 +93,48 @@ class RegionKernel:
             self._compiled = self.eager
 
     def __call__(self, *args):
-        fn = self._compiled
+        if self._compiled is self.eager:
+            return self.eager(*args)
+        # a kernel is specialized to its inputs' strides (inductor asserts them): one per layout
+        layout = tuple(a.stride() for a in args)
+        fn = self._by_layout.get(layout)
         if fn is None:
-            fn = self._compile()
+            fn = self._compile(layout, args)
         return fn(*args)
 
-    def _compile(self):
-        import torch
-
+    def _compile(self, layout, args):
+        key = (self.key, layout)
         with _lock:
-            fn = _kernels.get(self.key)
+            fn = _kernels.get(key)
             if fn is None:
-                fn = torch.compile(self.eager, **COMPILE_OPTIONS)
-                _kernels[self.key] = fn
+                fn = _compile_region(self.eager, args)
+                _kernels[key] = fn
                 while len(_kernels) > _CACHE_SIZE:
                     _kernels.popitem(last=False)
             else:
-                _kernels.move_to_end(self.key)
-            self._compiled = fn
+                _kernels.move_to_end(key)
+            self._by_layout[layout] = fn
         return fn
+
+
+def _compile_region(fn, args):
+    """Inductor's kernel for a region's generated torch function. The function is traced to an
+    FX graph and handed to inductor directly (`compile_fx`): the region is straight-line torch
+    code with fixed shapes, so dynamo's bytecode analysis and guards (what `torch.compile` adds)
+    only cost first-call time (about 10% of the elementwise-chain benchmark's). Where that path
+    fails (a torch without it, an untraceable call), `torch.compile` does it."""
+    import torch
+
+    if DIRECT_INDUCTOR[0] and not any(a.requires_grad for a in args):
+        try:
+            import torch.fx
+            from torch._inductor.compile_fx import compile_fx
+
+            with torch.no_grad():
+                return compile_fx(torch.fx.symbolic_trace(fn), list(args))
+        except Exception:  # noqa: BLE001 - the documented fallback below
+            pass
+    return torch.compile(fn, **COMPILE_OPTIONS)
 
 
 class InductorProgram:
@@ -147,7 +173,7 @@ class InductorProgram:
         parts = [self.source]
         for k in self.kernels:
             how = (
-                "torch.compile(dynamic=False) on first call"
+                "compiled by inductor on first call (per input layout)"
                 if k.compiles
                 else f"runs uncompiled: {k.elements} elements < {CPU_MIN_ELEMENTS} on CPU"
             )

@@ -8,9 +8,11 @@ import torch
 from thunderx.core import Tracer
 from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
+    aliases,
     array_funcs,
     assertions,
     autograd_function,
+    autograd_grad,
     compare,
     complex,
     conv,
@@ -19,23 +21,29 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     distributions,
     elementwise,
     extras,
+    fft,
     gather,
     indexing,
+    interpolate,
     linalg,
     linalg_functions,
     losses,
     margin_losses,
     misc_ops,
     nn,
+    norms,
     random,
     random_inplace,
     reductions,
     rnn,
+    scatter_reduce,
     shape_ops,
     sorting,
     special,
     tensor,
     unbound,
+    vision,
+    vision_ops,
 )
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call
@@ -169,7 +177,7 @@ def _install():
         "is_complex_dtype": lambda self: aval(self).dtype.is_complex,
         "real": lambda self: torch_table[torch.real](self),
         "imag": lambda self: torch_table[torch.imag](self),
-        "requires_grad": lambda self: False,
+        "requires_grad": autograd_grad.requires_grad,
         "is_leaf": lambda self: True,
         "layout": lambda self: torch.strided,
         "grad": lambda self: None,
@@ -189,3 +197,4 @@ def _len(x):
 
 _install()
 autograd_function.install()
+autograd_grad.install()

@@ -79,8 +79,13 @@ def _linalg_cross(a, b, *, dim=-1):
     return _cross(a, b, dim)
 
 
+@register(torch.diff, methods=("diff",))
 def _diff(x, n=1, dim=-1, prepend=None, append=None):
+    if x.ndim == 0:
+        raise RuntimeError("diff expects input to be at least one-dimensional")
     d = canon_dim(dim, x.ndim)
+    if n == 0:  # torch returns the input, prepend and append unused
+        return x
     parts = [p for p in (prepend, x, append) if p is not None]
     if len(parts) > 1:
         x = torch.cat([p if hasattr(p, "shape") else torch.tensor(p) for p in parts], d)
@@ -183,11 +188,11 @@ def _block_diag(*tensors):
 
 @register(torch.linalg.vander)
 def _vander(x, *, N=None):
-    if x.ndim < 1:
-        raise RuntimeError("linalg.vander: x must have at least one dimension")
+    if x.ndim == 0:  # torch treats a 0-d tensor as one element
+        x = x.reshape(1)
     n = x.shape[-1] if N is None else N
     if n <= 1:
-        raise RuntimeError("linalg.vander: N must be greater than 1")
+        raise RuntimeError("linalg.vander: N must be greater than 1.")
     if x.dtype == torch.bool:
         x = x.to(torch.int64)
     ones = torch.ones_like(x).unsqueeze(-1)
@@ -235,3 +240,35 @@ def _corrcoef(x):
     c = c / s.unsqueeze(1)
     c = c / s.unsqueeze(0)
     return torch.clamp(c, -1, 1)
+
+
+@register(torch.meshgrid, torch._VF.meshgrid)
+def _meshgrid(*tensors, indexing=None):
+    """torch.meshgrid: each 1-d (or 0-d) input broadcast along the others' dims ("ij"; "xy"
+    swaps the first two, torch's default with a warning is "ij")."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in (None, "ij", "xy"):
+        raise ValueError(f'torch.meshgrid: indexing must be "ij" or "xy", got {indexing!r}')
+    if any(t.ndim > 1 for t in tensors):
+        raise RuntimeError("torch.meshgrid: Expected 0D or 1D tensor in the tensor list")
+    ts = [t.reshape(-1) for t in tensors]
+    swap = indexing == "xy" and len(ts) >= 2
+    if swap:
+        ts[0], ts[1] = ts[1], ts[0]
+    shape = [t.shape[0] for t in ts]
+    n = len(ts)
+    out = [
+        t.reshape([-1 if j == i else 1 for j in range(n)]).expand(shape) for i, t in enumerate(ts)
+    ]
+    if swap:  # the "ij" grid of (t1, t0, ...) has the "xy" shape; its first two are swapped
+        out[0], out[1] = out[1], out[0]
+    return tuple(out)
+
+
+@register(torch.cartesian_prod)
+def _cartesian_prod(*tensors):
+    if len(tensors) == 1:
+        return tensors[0]
+    grids = _meshgrid(*tensors, indexing="ij")
+    return torch.stack([g.reshape(-1) for g in grids], 1)

@@ -9,16 +9,18 @@ context holding what `setup_context` (or a ctx-style `forward`) saved; `vmap` an
 As in torch, an enclosing derivative of the output also goes through `backward` (JAX's custom_vjp
 would differentiate the forward instead); `backward`'s own operations are differentiated.
 Forward mode (`jvp`, `jacfwd`) of such a call is refused with a clear error, as for any custom_vjp.
-Calls on plain tensors go to torch's own `apply`, untouched.
+Calls on plain tensors go to torch's own `apply`, untouched, and `Function.apply` is torch's own
+outside transforms: thunderx's is installed only while an outermost transform runs.
 """
 
 from __future__ import annotations
 
 import inspect
+import threading
 
 from torch.autograd.function import Function, _is_setup_context_defined
 
-from thunderx import tree
+from thunderx import core, tree
 from thunderx.core import Tracer, is_tensor_like
 
 _TORCH_APPLY = Function.apply.__func__
@@ -123,5 +125,27 @@ def apply(cls, *args, **kwargs):
     return f(*args)
 
 
+_lock = threading.Lock()
+_depth = 0
+
+
+def _enter() -> None:
+    global _depth
+    with _lock:
+        _depth += 1
+        if _depth == 1:
+            Function.apply = classmethod(apply)
+
+
+def _leave() -> None:
+    global _depth
+    with _lock:
+        _depth -= 1
+        if _depth == 0:
+            Function.apply = classmethod(_TORCH_APPLY)
+
+
 def install() -> None:
-    Function.apply = classmethod(apply)
+    """Route `Function.apply` to thunderx's from the outermost transform's start to its end
+    (as the unbound Tensor methods are), so torch's class is untouched outside transforms."""
+    core.outermost_hooks.append((_enter, _leave))

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from thunderx.lang._base import dtype, full_like, register
+from thunderx.lang._base import broadcast_shapes, broadcast_to, dtype, full_like, register, shape
 from thunderx.primitives import binary as B
 from thunderx.primitives import complex as X
 from thunderx.primitives import shape as S
@@ -54,9 +54,17 @@ def _is_complex_fn(x):
     return _is_complex(x)
 
 
+def _broadcast(a, b):
+    """torch.complex and torch.polar broadcast their two real operands (dtypes must agree)."""
+    shp = broadcast_shapes(shape(a), shape(b))
+    return broadcast_to(a, shp) if shape(a) != shp else a, (
+        broadcast_to(b, shp) if shape(b) != shp else b
+    )
+
+
 @register(torch.complex)
 def complex_(real, imag):
-    return X.complex_(real, imag)
+    return X.complex_(*_broadcast(real, imag))
 
 
 @register(torch.view_as_real)
@@ -110,4 +118,5 @@ def angle(x):
 
 @register(torch.polar)
 def polar(abs, angle):  # noqa: A002  (torch's argument names)
+    abs, angle = _broadcast(abs, angle)  # noqa: A001
     return X.complex_(B.mul(abs, U.cos(angle)), B.mul(abs, U.sin(angle)))

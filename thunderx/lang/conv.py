@@ -224,16 +224,3 @@ register(F.max_pool3d, torch.max_pool3d)(lambda x, *a, **k: _max_pool(3, x, *a, 
 register(F.avg_pool1d, torch.avg_pool1d)(lambda x, *a, **k: _avg_pool(1, x, *a, **k))
 register(F.avg_pool2d)(lambda x, *a, **k: _avg_pool(2, x, *a, **k))
 register(F.avg_pool3d)(lambda x, *a, **k: _avg_pool(3, x, *a, **k))
-
-
-@register(F.adaptive_avg_pool2d)
-def _adaptive_avg_pool2d(x, output_size):
-    oh, ow = _tuple(output_size, 2)
-    h, w = shape(x)[-2:]
-    oh, ow = oh or h, ow or w
-    if h % oh or w % ow:
-        raise unsupported("adaptive_avg_pool2d with a non-divisible output size")
-    lead = shape(x)[:-2]
-    r = S.reshape(x, lead + (oh, h // oh, ow, w // ow))
-    n = ndim(r)
-    return B.div(R.reduce_sum(r, (n - 3, n - 1)), float((h // oh) * (w // ow)))

@@ -73,8 +73,9 @@ def draw(kind: str, shape, dtype, device, name: str, generator=None):
 
 def _randomness_error(name: str) -> RandomnessError:
     return RandomnessError(
-        f"vmap: {name} called under vmap at {user_frame()}; random ops need "
-        "vmap(..., randomness='different') or randomness='same'"
+        f"vmap: {name} called random operation while in randomness error mode, at "
+        f"{user_frame()}; random ops need vmap(..., randomness='different') or "
+        "randomness='same'"
     )
 
 
@@ -252,6 +253,11 @@ def _normal(mean=0.0, std=1.0, size=None, *, generator=None, dtype=None, device=
         shape = torch.broadcast_shapes(*[tuple(get_aval(v).shape) for v in tensors])
         dt, dev = get_aval(tensors[0]).dtype, get_aval(tensors[0]).device
     z = draw("normal", shape, dt, dev, "torch.normal", generator)
+    # torch defines torch.normal's derivative in mean and std as zero (derivatives.yaml: it is
+    # not the reparameterized sample; torch.distributions' rsample computes mean + eps * std)
+    mean, std = (
+        torch.detach(v) if isinstance(v, (Tracer, torch.Tensor)) else v for v in (mean, std)
+    )
     return z * std + mean
 
 

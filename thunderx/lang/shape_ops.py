@@ -7,11 +7,13 @@ import torch
 
 from thunderx.errors import unsupported
 from thunderx.lang._base import (
+    aval,
     broadcast_shapes,
     canon_dim,
     canon_dims,
     convert,
     dtype,
+    is_tensor,
     ndim,
     register,
     shape,
@@ -242,10 +244,26 @@ def _split(x, split_size_or_sections, dim=0):
     return tuple(out)
 
 
+def _concrete_ints(t, what: str):
+    """An integer tensor argument that fixes output shapes, as Python ints: a concrete tensor, or
+    a traced one whose value the transform knows (reverse mode on concrete values)."""
+    from thunderx.core import Tracer
+    from thunderx.errors import concretization
+
+    value = t.to_concrete() if isinstance(t, Tracer) else t
+    if value is None:
+        raise concretization(f"{what}'s indices_or_sections (they fix the output shapes)", aval(t))
+    if value.dtype.is_floating_point or value.dtype.is_complex or value.ndim > 1:
+        raise TypeError(f"{what}: indices_or_sections must be a 0-d or 1-d integer tensor")
+    return value.tolist()
+
+
 @register(torch.tensor_split, methods=("tensor_split",))
 def _tensor_split(x, indices_or_sections, dim=0):
     d = canon_dim(dim, ndim(x))
     n = shape(x)[d]
+    if is_tensor(indices_or_sections):  # torch: 0-d is sections, 1-d indices
+        indices_or_sections = _concrete_ints(indices_or_sections, "tensor_split")
     if isinstance(indices_or_sections, int):
         k = indices_or_sections
         q, r = divmod(n, k)

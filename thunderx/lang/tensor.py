@@ -89,7 +89,9 @@ def _detach(x):
 
 @register(methods=("requires_grad_",))
 def _requires_grad_(x, requires_grad=True):
-    return x
+    from thunderx.lang.autograd_grad import requires_grad_
+
+    return requires_grad_(x, requires_grad)
 
 
 @register(methods=("cpu", "cuda"))
@@ -152,16 +154,55 @@ for _m, _what in (
     ("__float__", "float()"),
     ("__index__", "use as an index"),
     ("__array__", "numpy conversion"),
-    ("nonzero", "nonzero (data-dependent shape)"),
-    ("masked_select", "masked_select (data-dependent shape)"),
-    ("unique", "unique (data-dependent shape)"),
 ):
     register(methods=(_m,))(_concrete(_m, _what))
 
 
-@register(torch.nonzero, torch.masked_select, torch.unique, torch.argwhere)
-def _data_dependent(x, *a, **k):
-    raise concretization("a function with a data-dependent output shape", aval(x))
+def _integer_data_dependent(fn):
+    """Integer outputs of a data-dependent shape: computed from the value where the transform
+    knows it (reverse mode on concrete values); no derivative flows through indices."""
+
+    def impl(x, *a, **k):
+        value = x.to_concrete() if isinstance(x, Tracer) else x
+        if value is None:
+            raise concretization(f"{fn.__name__} (a data-dependent output shape)", aval(x))
+        return fn(value, *a, **k)
+
+    return impl
+
+
+register(torch.nonzero, methods=("nonzero",))(_integer_data_dependent(torch.nonzero))
+register(torch.argwhere, methods=("argwhere",))(_integer_data_dependent(torch.argwhere))
+
+
+@register(torch.masked_select, methods=("masked_select",))
+def _masked_select(x, mask):
+    """Boolean indexing of the broadcast operands: differentiable in x, with the mask's value
+    needed (concrete, or known to the transform) as it fixes the output's shape."""
+    shp = torch.broadcast_shapes(tuple(x.shape), tuple(mask.shape))
+    return x.expand(shp).reshape(-1)[mask.expand(shp).reshape(-1)]
+
+
+@register(torch.unique, methods=("unique",))
+def _unique(x, *a, **k):
+    """torch.unique on the value where the transform knows it. Its derivative is not defined
+    (torch raises when differentiating it), so a differentiated input is refused rather than
+    given a silently constant result; `x.detach().unique()` is the way to use it there."""
+    from thunderx.ad_util import Zero
+    from thunderx.transforms.jvp import JVPTracer
+
+    value = x.to_concrete() if isinstance(x, Tracer) else x
+    if value is None:
+        raise concretization("unique (a data-dependent output shape)", aval(x))
+    v = x
+    while isinstance(v, JVPTracer):
+        if type(v.tangent) is not Zero and (value.is_floating_point() or value.is_complex()):
+            raise NotImplementedError(
+                "the derivative of torch.unique is not defined (torch raises too): use "
+                "x.detach().unique() where its values are only counted or compared"
+            )
+        v = v.primal
+    return torch.unique(value, *a, **k)
 
 
 # ------------------------------------------------------------------------------------ creation

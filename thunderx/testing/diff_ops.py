@@ -209,6 +209,12 @@ def _table() -> dict[str, Op]:
     add("gather", lambda x, i: x[i], sh.index("getitem"))
     add("index_select", lambda x, i: torch.index_select(x, 0, i), sh.index("getitem"))
     add("index_add", lambda x, v, i: x.index_add(0, i, v), sh.index("index_add"))
+    for red in ("amax", "prod"):  # the scatter_reduce primitive (sum and mean are scatter_adds)
+        add(
+            f"index_reduce_{red}",
+            lambda x, v, i, red=red: x.index_reduce(0, i, v, red, include_self=red == "amax"),
+            sh.index("index_add"),
+        )
     add("take_along_dim", lambda x, i: torch.take_along_dim(x, i, 0), sh.index("take_along"))
     add("matmul", torch.matmul, sh.matmul)
     add("mm", torch.mm, sh.mm)
