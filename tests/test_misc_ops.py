@@ -25,7 +25,7 @@ def close(a, b, tol=1e-9):
 
 def autograd_grad(f, *xs, ct=None):
     """torch.autograd's vjp of f at xs with cotangent ct (ones by default)."""
-    xs = [x.clone().requires_grad_() for x in xs]
+    xs = [x.clone(memory_format=torch.contiguous_format).requires_grad_() for x in xs]
     out = f(*xs)
     ct = torch.ones_like(out) if ct is None else ct
     return torch.autograd.grad(out, xs, ct, allow_unused=True, materialize_grads=True)
@@ -227,3 +227,43 @@ def test_writes_through_as_strided_reach_the_base():
     for got, want in zip(tx.jit(f)(x), f(x)):
         close(got, want)
     check_all(lambda x: f(x)[0], x)
+
+
+# ------------------------------------------------------------------------------- segment_reduce
+
+
+@pytest.mark.parametrize("reduce", ["sum", "mean", "prod", "max", "min"])
+@pytest.mark.parametrize("initial", [None, 0.5])
+def test_segment_reduce_matches_torch(reduce, initial):
+    kw = {} if initial is None else {"initial": initial}
+    lengths = torch.tensor([2, 0, 3, 1])
+    offsets = torch.tensor([0, 2, 2, 5, 6])
+    for bounds in ({"lengths": lengths}, {"offsets": offsets}):
+        check_all(lambda d: torch.segment_reduce(d, reduce, **bounds, **kw), rand(6, 3))
+    # batched lengths: the segmented axis is lengths' last dim
+    lens = torch.tensor([[2, 0, 3], [1, 1, 3]])
+    batched = lambda d: torch.segment_reduce(d, reduce, lengths=lens, axis=1, **kw)  # noqa: E731
+    check_all(batched, rand(2, 5, 3))
+    # traced lengths (their values unknown while tracing)
+    g = lambda d, n: torch.segment_reduce(d, reduce, lengths=n, **kw)  # noqa: E731
+    x = rand(6, 3)
+    close(tx.jit(g)(x, lengths), g(x, lengths))
+
+
+@pytest.mark.parametrize("reduce", ["max", "min"])
+@pytest.mark.parametrize("initial", [None, 0.0])
+def test_segment_reduce_ties_share_the_derivative_evenly(reduce, initial):
+    # torch 2.13's backward splits a tie evenly only where the cotangent is positive (a negative
+    # one reaches every tied element whole: not a linear map), so torch is the oracle for
+    # positive cotangents, and linearity covers the rest.
+    kw = {} if initial is None else {"initial": initial}
+    lens = torch.tensor([[2, 0, 3], [1, 1, 3]])
+    data, ct = torch.round(rand(2, 5, 3) * 2) / 2, rand(2, 3, 3).abs() + 0.1
+    f = lambda d: torch.segment_reduce(d, reduce, lengths=lens, axis=1, **kw)  # noqa: E731
+    close(tx.jit(f)(data), f(data))
+    got = tx.grad(lambda d: (f(d) * ct).sum())(data)
+    for r in range(2):
+        for c in range(3):
+            col = lambda d: torch.segment_reduce(d, reduce, lengths=lens[r], **kw)  # noqa: E731
+            close(got[r, :, c], autograd_grad(col, data[r, :, c], ct=ct[r, :, c])[0])
+    close(tx.grad(lambda d: (f(d) * -ct).sum())(data), -got)

@@ -36,6 +36,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     random_inplace,
     reductions,
     rnn,
+    segment_reduce,
     scatter_reduce,
     shape_ops,
     sorting,
