@@ -267,3 +267,20 @@ def test_segment_reduce_ties_share_the_derivative_evenly(reduce, initial):
             col = lambda d: torch.segment_reduce(d, reduce, lengths=lens[r], **kw)  # noqa: E731
             close(got[r, :, c], autograd_grad(col, data[r, :, c], ct=ct[r, :, c])[0])
     close(tx.grad(lambda d: (f(d) * -ct).sum())(data), -got)
+
+
+# ------------------------------------------------------------------- householder_product, ormqr
+
+
+def test_householder_product_and_ormqr_match_torch():
+    a, c = rand(2, 6, 4), rand(2, 6, 3)
+    reflectors, tau = torch.geqrf(a)
+    for k in (4, 2):
+        check_all(lambda r, t: torch.linalg.householder_product(r, t[..., :k]), reflectors, tau)
+    for transpose in (False, True):
+        check_all(lambda r, t, c: torch.ormqr(r, t, c, True, transpose), reflectors, tau, c)
+        cr = rand(2, 3, 6)
+        check_all(lambda r, t, c: torch.ormqr(r, t, c, False, transpose), reflectors, tau, cr)
+    # Q from geqrf's reflectors is the Q of the QR decomposition
+    q = tx.jit(torch.linalg.householder_product)(reflectors, tau)
+    close(q.abs(), torch.linalg.qr(a).Q.abs(), 1e-8)

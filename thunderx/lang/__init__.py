@@ -23,6 +23,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     extras,
     fft,
     gather,
+    householder,
     indexing,
     interpolate,
     linalg,
