@@ -171,7 +171,7 @@ for _n in _BINARY_DOMAINS:
 
 # Complex-valued primitives: the generic derivative checks here work in real arithmetic; their
 # derivatives are checked against torch.func in tests/test_complex.py (jit and vmap run here).
-COMPLEX_PRIMS = {"real", "imag", "conj", "complex", "fft"}
+COMPLEX_PRIMS = {"real", "imag", "conj", "complex", "fft", "eig"}  # eig: test_misc_ops.py
 
 
 def _complex(d, shape):

@@ -284,3 +284,57 @@ def test_householder_product_and_ormqr_match_torch():
     # Q from geqrf's reflectors is the Q of the QR decomposition
     q = tx.jit(torch.linalg.householder_product)(reflectors, tau)
     close(q.abs(), torch.linalg.qr(a).Q.abs(), 1e-8)
+
+
+# ------------------------------------------------------------------------------- linalg.eig
+
+
+def _general(batch=()):
+    """Non-symmetric matrices with distinct (complex-pair) eigenvalues."""
+    return rand(*batch, 4, 4) + torch.diag(torch.arange(4, dtype=F64))
+
+
+def _eig_losses():
+    weights = torch.arange(4, dtype=F64)
+    return {
+        # real functions of the complex eigenvalues and of gauge-invariant |V|^2
+        "eigvals": lambda a: (
+            torch.linalg.eigvals(a).real ** 2 + 3 * torch.linalg.eigvals(a).imag ** 2
+        ).sum(),
+        "eig": lambda a: (
+            (torch.linalg.eig(a).eigenvectors.abs() ** 2 * weights).sum()
+            + torch.linalg.eig(a).eigenvalues.abs().sum()
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", ["eig", "eigvals"])
+def test_eig_values_vmap_and_gradient_match_torch(name):
+    a = _general()
+    fn = getattr(torch.linalg, name)
+    got, want = tx.jit(fn)(a), fn(a)
+    for g, w in zip(tx.tree.leaves(got), tx.tree.leaves(want)):
+        close(g, w)
+    b = _general((3,))
+    for g, w in zip(tx.tree.leaves(tx.vmap(fn)(b)), tx.tree.leaves(fn(b))):
+        close(g, w)
+    loss = _eig_losses()[name]
+    want_g = autograd_grad(loss, a)[0]
+    close(tx.grad(loss)(a), want_g, 1e-8)
+    close(tx.jit(tx.grad(loss))(a), want_g, 1e-8)
+    close(tx.vmap(tx.grad(loss))(b), torch.stack([autograd_grad(loss, m)[0] for m in b]), 1e-8)
+
+
+def test_conjugate_transposes_of_complex_tensors():
+    v = torch.randn(3, 4, 4, dtype=torch.complex128, generator=GEN)
+    for fn in (lambda m: m.mH, torch.adjoint, lambda m: m.adjoint(), lambda m: m.H):
+        close(tx.jit(fn)(v[0]), fn(v[0]))
+        close(tx.vmap(fn)(v), torch.stack([fn(m) for m in v]))
+
+    def write(x):
+        y = x * 1
+        y.mH.mul_(2)
+        return y
+
+    with pytest.raises(Exception, match="conjugated view"):
+        tx.jit(write)(v)

@@ -6,6 +6,8 @@ below its diagonal, a unit in the diagonal entry); Q = H_1 H_2 ... H_k."""
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 
 from thunderx.lang._base import aval, ndim, register, shape
@@ -55,3 +57,29 @@ def _ormqr(a, tau, other, left=True, transpose=False, *, out=None):
     if transpose:
         q = q.mH
     return q @ other if left else other @ q
+
+
+# ------------------------------------------------------------------------------------ linalg.eig
+
+
+@register(torch.linalg.eig)
+def _eig(a, *, out=None):
+    from thunderx.primitives import eig as E
+
+    if out is not None:
+        raise TypeError("linalg.eig: out= is not supported under tracing")
+    w, v = E.eig(a)
+    return _Eig(w, v)
+
+
+@register(torch.linalg.eigvals)
+def _eigvals(a, *, out=None):
+    from thunderx.primitives import eig as E
+
+    if out is not None:
+        raise TypeError("linalg.eigvals: out= is not supported under tracing")
+    return E.eig(a, compute_v=False)[0]
+
+
+# torch.return_types.linalg_eig's fields
+_Eig = NamedTuple("linalg_eig", [("eigenvalues", Any), ("eigenvectors", Any)])

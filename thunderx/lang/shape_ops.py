@@ -140,9 +140,20 @@ def full_transpose(x):
     return S.transpose(x, tuple(reversed(range(ndim(x)))))
 
 
+def conj_transpose(x):
+    """x.mH / adjoint: the matrix transpose, conjugated for complex x."""
+    y = matrix_transpose(x)
+    return torch.conj(y) if dtype(y).is_complex else y
+
+
+def _h(x):
+    y = _t(x)
+    return torch.conj(y) if dtype(y).is_complex else y
+
+
 @register(torch.adjoint, methods=("adjoint",))
 def _adjoint(x):
-    return matrix_transpose(x)
+    return conj_transpose(x)
 
 
 @register(torch.movedim, torch.moveaxis, methods=("movedim", "moveaxis"))
