@@ -13,6 +13,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     creation,
     custom,
     debug,
+    eig,
     fft,
     higher_order,
     indexing,

@@ -265,6 +265,14 @@ rem_p = def_binary(
     partials=(lambda t, x, y, out: t, lambda t, x, y, out: mul(t, neg(_trunc(div(x, y))))),
     inplace="fmod_",
 )
+# the next representable value after x towards y; torch's derivative: 1 in x, 0 in y
+nextafter_p = def_binary(
+    "nextafter",
+    _tensor_args(torch.nextafter),
+    _call("torch.nextafter", "nextafter"),
+    "nextafter",
+    partials=(lambda t, x, y, out: t, None),
+)
 eq_p = def_binary("eq", operator.eq, _fmt("=="), "eq", out_bool=True)
 ne_p = def_binary("ne", operator.ne, _fmt("!="), "ne", out_bool=True)
 lt_p = def_binary("lt", operator.lt, _fmt("<"), "lt", out_bool=True)

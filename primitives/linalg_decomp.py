@@ -408,7 +408,8 @@ def _lu_impl(x, *, check):
     if x.shape[-2] == 0:
         return [packed, pivots, torch.zeros(x.shape[:-1], dtype=torch.int64, device=x.device)]
     perm, _, _ = torch.lu_unpack(packed, pivots, unpack_data=False)
-    return [packed, pivots, perm.argmax(-2)]
+    # a permutation matrix of x's dtype: its real part for complex x (argmax takes no complex)
+    return [packed, pivots, (perm.real if perm.is_complex() else perm).argmax(-2)]
 
 
 def _lu_abstract_eval(x, *, check):

@@ -184,6 +184,25 @@ argmax_p = def_arg_reduction("argmax", torch.argmax)
 argmin_p = def_arg_reduction("argmin", torch.argmin)
 
 
+def _mode_batch(args, dims, *, axis):
+    x = S.moveaxis(args[0], dims[0], 0)
+    return mode_index_p.bind(x, axis=axis + 1), 0
+
+
+# the index torch.mode returns along `axis` (torch's kernel chooses among equal elements)
+mode_index_p = declare(
+    "mode_index",
+    impl=lambda x, *, axis: torch.mode(x, axis).indices,
+    abstract_eval=lambda x, *, axis: _reduced(x, (axis,), torch.int64),
+    batch=_mode_batch,
+    torch_codegen=lambda args, avals, *, axis: f"torch.mode({args[0]}, {axis}).indices",
+)
+
+
+def mode_index(x, axis: int):
+    return mode_index_p.bind(x, axis=axis)
+
+
 def argmax(x, axis: int, index_dtype=torch.int64):
     return argmax_p.bind(x, axis=axis, index_dtype=index_dtype)
 

@@ -145,6 +145,7 @@ _BINARY_DOMAINS = {
     "min": ("real", "real"),
     "atan2": ("nonzero", "nonzero"),
     "rem": ("small", "gt1"),
+    "nextafter": ("real", "real"),
 }
 
 
@@ -170,7 +171,7 @@ for _n in _BINARY_DOMAINS:
 
 # Complex-valued primitives: the generic derivative checks here work in real arithmetic; their
 # derivatives are checked against torch.func in tests/test_complex.py (jit and vmap run here).
-COMPLEX_PRIMS = {"real", "imag", "conj", "complex", "fft"}
+COMPLEX_PRIMS = {"real", "imag", "conj", "complex", "fft", "eig"}  # eig: test_misc_ops.py
 
 
 def _complex(d, shape):
@@ -245,6 +246,13 @@ def _(d):
 def _(d):
     shape = d.shape(min_rank=1)
     return Sample([d.tensor(shape)], {"axis": d.int(0, len(shape) - 1), "index_dtype": torch.int64})
+
+
+@sample("mode_index")
+def _(d):
+    shape = d.shape(min_rank=1)
+    # rounded values, so that some repeat and the mode is not just the smallest element
+    return Sample([torch.round(d.tensor(shape) * 2)], {"axis": d.int(0, len(shape) - 1)})
 
 
 @sample("cumsum")

@@ -57,6 +57,15 @@ def _(d):
     return Sample([a], {"compute_v": d.bool(), "lower": d.bool()}, prepare={0: _sym})
 
 
+@sample("eig")
+def _(d):
+    # distinct eigenvalues and well-conditioned eigenvectors (a general, non-symmetric matrix)
+    batch, n = _batch(d), d.int(1, 4)
+    p = torch.eye(n, dtype=F64) + 0.3 * d.tensor(batch + (n, n))
+    a = p @ torch.diag_embed(_spaced(d, batch, n, lo=-2.0)) @ torch.linalg.inv(p)
+    return Sample([a], {"compute_v": d.bool()})
+
+
 @sample("svd")
 def _(d):
     batch, m, n = _batch(d), d.int(1, 4), d.int(1, 4)

@@ -41,6 +41,7 @@ NOT_IN_TABLE = {
         p: "linear algebra decompositions (merged late): they need well-conditioned or "
         "symmetric inputs the op table does not draw yet; their own tests cover them"
         for p in ("cholesky", "eigh", "expm", "expm_frechet", "lu", "qr", "svd", "triangular_solve")
+        + ("eig",)
     },
     "conv_kernel_grad": "conv's weight cotangent: it appears only in conv's derivative, never in "
     "a forward program the table draws; its own rules: tests/test_conv.py",

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from thunderx.errors import unsupported
-from thunderx.lang._base import ndim, register, shape
+from thunderx.lang._base import aval, ndim, register, shape
 
 
 @register(torch.positive, methods=("positive",))
@@ -195,29 +195,25 @@ def _tensorsolve(a, b, dims=None):
 # --------------------------------------------------------------- index_put, put, pad, pairs
 
 
-def _linear_index(x_shape, indices):
-    """The flat positions `x[indices]` addresses (integer index tensors, broadcast together,
-    for the leading dims; the remaining dims whole)."""
-    if any(i is None or i.dtype == torch.bool for i in indices):
-        raise unsupported(
-            "index_put with None or boolean indices", "the positions a mask selects are data"
-        )
-    idx = torch.broadcast_tensors(*indices)
-    k = len(idx)
-    lin = torch.zeros_like(idx[0])
-    for d, i in enumerate(idx):
-        lin = lin * x_shape[d] + torch.where(i < 0, i + x_shape[d], i)
-    rest = math.prod(x_shape[k:])
-    if rest == 1:
-        return lin, shape(lin)
-    lin = lin.reshape(shape(lin) + (1,)) * rest + torch.arange(rest)
-    return lin, shape(idx[0]) + tuple(x_shape[k:])
+def _linear_index(x, indices):
+    """The flat positions `x[indices]` addresses, in the shape `x[indices]` has: torch's indexing
+    of an iota of x's elements. A boolean mask must be known while tracing (the caller handles a
+    lone traced mask)."""
+    if any(i is None for i in indices):
+        raise TypeError("index_put: indices must be tensors, got None (as torch requires)")
+    idx = tuple(indices)
+    iota = torch.arange(math.prod(shape(x)), device=aval(x).device).reshape(shape(x))
+    positions = iota[idx]
+    return positions.reshape(-1), shape(positions)
 
 
-@register(torch.index_put, methods=("index_put",))
+@register(torch.index_put, torch.Tensor.index_put, methods=("index_put",))
 def _index_put(x, indices, values, accumulate=False):
-    lin, addressed = _linear_index(shape(x), tuple(indices))
-    flat_lin = lin.reshape(-1)
+    from thunderx.lang.indexing import is_unknown_mask, masked_put
+
+    if len(indices) == 1 and is_unknown_mask(indices[0]):
+        return masked_put(x, indices[0], values, accumulate)
+    flat_lin, addressed = _linear_index(x, tuple(indices))
     flat_val = torch.broadcast_to(values, addressed).reshape(-1).to(x.dtype)
     flat = x.reshape(-1)
     if not accumulate:

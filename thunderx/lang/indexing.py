@@ -166,14 +166,19 @@ def _setitem(x, idx, v):
     from thunderx.lang.inplace import mutate
 
     mask = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
-    if isinstance(mask, Tracer) and dtype(mask) is torch.bool and mask.to_concrete() is None:
-        new = _masked_put(x, mask, v)
+    if is_unknown_mask(mask):
+        new = masked_put(x, mask, v)
     else:
         new = index_put(x, idx, v)
     mutate(x, new, "x[...] = value")
 
 
-def _masked_put(x, mask, v):
+def is_unknown_mask(i) -> bool:
+    """Whether index `i` is a boolean mask whose value is not known while tracing."""
+    return isinstance(i, Tracer) and dtype(i) is torch.bool and i.to_concrete() is None
+
+
+def masked_put(x, mask, v, accumulate: bool = False):
     """`x[mask] = v` for a mask unknown while tracing: every selected position (or row, when the
     mask covers the leading dims) takes the same value, so the result is a select and its shape
     does not depend on the mask. A `v` with one row per selected element would, and is refused."""
@@ -197,11 +202,6 @@ def _masked_put(x, mask, v):
             "use torch.where(mask, v, x) with v broadcastable to x",
         )
     m = S.reshape(mask, shape(mask) + (1,) * len(rows)) if rows else mask
+    if accumulate:  # index_put(accumulate=True): each selected position once
+        return (x + torch.where(m, v, torch.zeros_like(x))).to(dtype(x))
     return torch.where(m, v, x).to(dtype(x))
-
-
-@register(torch.Tensor.index_put, methods=("index_put",))
-def _index_put(x, indices, values, accumulate=False):
-    if accumulate:
-        raise unsupported("index_put(accumulate=True)")
-    return index_put(x, tuple(indices), values)

@@ -140,9 +140,20 @@ def full_transpose(x):
     return S.transpose(x, tuple(reversed(range(ndim(x)))))
 
 
+def conj_transpose(x):
+    """x.mH / adjoint: the matrix transpose, conjugated for complex x."""
+    y = matrix_transpose(x)
+    return torch.conj(y) if dtype(y).is_complex else y
+
+
+def _h(x):
+    y = _t(x)
+    return torch.conj(y) if dtype(y).is_complex else y
+
+
 @register(torch.adjoint, methods=("adjoint",))
 def _adjoint(x):
-    return matrix_transpose(x)
+    return conj_transpose(x)
 
 
 @register(torch.movedim, torch.moveaxis, methods=("movedim", "moveaxis"))
@@ -402,9 +413,9 @@ def _tile(x, dims):
 @register(torch.repeat_interleave, methods=("repeat_interleave",))
 def _repeat_interleave(x, repeats, dim=None, *, output_size=None):
     if not isinstance(repeats, int):
-        raise unsupported(
-            "repeat_interleave with tensor repeats", "the output shape is data-dependent"
-        )
+        from thunderx.lang.misc_ops import repeat_interleave_tensor
+
+        return repeat_interleave_tensor(x, repeats, dim, output_size)
     if dim is None:
         x = S.reshape(x, (_numel(x),))
         dim = 0

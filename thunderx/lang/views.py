@@ -215,6 +215,7 @@ def write(x, new, what: str):
         )
     if va.chain:
         _check_no_overlap(va.chain, st.value, what)
+        _check_no_conjugation(va.chain, st.value, what)
         base = place(st.value, _positions(st.value, va.chain), new)
     else:
         base = new
@@ -266,6 +267,23 @@ def place(x, positions, v):
     return S.reshape(U.select(B.gt(hit, 0.0), placed, S.reshape(x, (n,))), shape(x))
 
 
+def _check_no_conjugation(chain, base, what: str) -> None:
+    """A write through a conjugating view (mH, H, adjoint of a complex tensor) would need its
+    values conjugated back: refused rather than written unconjugated."""
+    from thunderx.lang import shape_ops
+
+    conjugating = (shape_ops.conj_transpose, shape_ops._h, shape_ops._adjoint)
+    if base.aval.dtype.is_complex and any(s.impl in conjugating for s in chain):
+        from thunderx.errors import user_frame
+        from thunderx.lang.inplace import MutationError
+
+        raise MutationError(
+            f"{what} at {user_frame()} writes through a conjugated view (mH, H or adjoint) of a "
+            "complex tensor, which thunderx does not support: write through .mT and conjugate "
+            "the values yourself"
+        )
+
+
 def _check_no_overlap(chain, base, what: str) -> None:
     if not any(s.may_overlap for s in chain):
         return
@@ -306,6 +324,7 @@ def _views():
     view += [(torch.moveaxis, "moveaxis"), (torch.narrow, "narrow"), (torch.select, "select")]
     view += [(torch.diagonal, "diagonal"), (torch.detach, "detach")]
     expand = [(None, "expand"), (None, "expand_as"), (torch.broadcast_to, "broadcast_to")]
+    expand += [(torch.as_strided, "as_strided")]  # its windows may overlap
     multi = [(torch.split, "split"), (torch.tensor_split, "tensor_split")]
     multi += [(torch.chunk, "chunk"), (torch.unbind, "unbind")]
     out = [(T.__getitem__, None, "getitem")]
@@ -314,8 +333,8 @@ def _views():
     props = {
         "T": (shape_ops.full_transpose, lambda m: m.T),
         "mT": (shape_ops.matrix_transpose, lambda m: m.mT),
-        "mH": (shape_ops.matrix_transpose, lambda m: m.mH),
-        "H": (shape_ops._t, lambda m: m.H),
+        "mH": (shape_ops.conj_transpose, lambda m: m.mH),
+        "H": (shape_ops._h, lambda m: m.H),
     }
     return out, props
 

@@ -130,6 +130,7 @@ _B = {  # binary, broadcasting
     "xlogy": lambda x, y: torch.xlogy(x, _pos(y)),
     "remainder": lambda x, y: torch.remainder(x, _pos(y)),
     "fmod": lambda x, y: torch.fmod(x, _pos(y)),
+    "nextafter": torch.nextafter,
     "where": lambda x, y: torch.where(x > 0, x, y),
     "clamp_tensor": lambda x, y: torch.clamp(x, min=y),
     "lerp": lambda x, y: torch.lerp(x, y, 0.3),

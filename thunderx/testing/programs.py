@@ -92,6 +92,7 @@ BINARY = {
     "hypot": lambda x, y: torch.hypot(x, y + 2),
     "pow": lambda x, y: (x * x + 1) ** torch.tanh(y),
     "fmod": lambda x, y: torch.fmod(x, y * y + 1),
+    "nextafter": torch.nextafter,
     "where_lt": lambda x, y: torch.where(x < y, x, y),
     "where_le": lambda x, y: torch.where(x <= y, y, x),
     "where_ge": lambda x, y: torch.where(x >= y, x * y, y),
@@ -110,6 +111,7 @@ REDUCE = {
     "logsumexp": lambda x, d, k: torch.logsumexp(x, d, keepdim=k),
     "max_at_argmax": lambda x, d, k: _at_index(x, x.argmax(d, keepdim=True), d, k),
     "min_at_argmin": lambda x, d, k: _at_index(x, x.argmin(d, keepdim=True), d, k),
+    "mode": lambda x, d, k: torch.round(x).mode(d, keepdim=k)[0],
 }
 # Shape-preserving scans along a dimension
 SCAN = {

@@ -41,6 +41,7 @@ NOT_GENERATED = {
     "programs do not stage; tests/test_composite.py checks it",
     "cholesky": _MATRIX_REASON,
     "eigh": _MATRIX_REASON,
+    "eig": _MATRIX_REASON,
     "expm": _MATRIX_REASON,
     "expm_frechet": _MATRIX_REASON,
     "lu": _MATRIX_REASON,
