@@ -77,4 +77,18 @@ NAMED = [
     ("lp_pool1d_inf", lambda x: F.lp_pool1d(x, float("inf"), 2), (r(2, 3, 8),)),
     ("F.leaky_relu_", lambda x: F.leaky_relu_(x * 1, 0.3), (r(3, 4),)),
     ("F.hardtanh_", lambda x: F.hardtanh_(x * 2), (r(3, 4),)),
+    ("frexp", torch.frexp, (r(3, 4) * 40,)),
+    ("nextafter", torch.nextafter, (r(3, 4), r(4))),
+    ("mode", lambda x: torch.mode(torch.round(x * 2), 1), (r(3, 6),)),
+    ("gradient", lambda x: torch.gradient(x, spacing=[0.5, 2.0], edge_order=2), (r(4, 5),)),
+    (
+        "gradient_coordinates",
+        lambda x, c: torch.gradient(x, spacing=(c,), dim=1),
+        (r(3, 5), torch.tensor([0.0, 0.3, 1.0, 1.2, 2.5], dtype=torch.float64)),
+    ),
+    (
+        "repeat_interleave_tensor",
+        lambda x: torch.repeat_interleave(x, torch.tensor([2, 0, 1]), dim=0),
+        (r(3, 2),),
+    ),
 ]
