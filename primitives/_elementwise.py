@@ -7,7 +7,7 @@ import torch
 from thunderx.avals import ShapedArray
 from thunderx.core import Tracer
 
-SCALARS = (bool, int, float)
+SCALARS = (bool, int, float, complex)
 
 
 def is_scalar(x) -> bool:

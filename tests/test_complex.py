@@ -122,3 +122,46 @@ def test_complex_and_polar_broadcast_their_operands():
         tx.vmap(torch.complex, in_axes=(None, 0))(re, bs),
         torch.stack([torch.complex(re, b) for b in bs]),
     )
+
+
+@pytest.mark.parametrize("name", ["cfloat", "cdouble", "chalf"])
+def test_complex_conversion_methods(name):
+    x = torch.randn(2, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    f = lambda a: getattr(a, name)()  # noqa: E731
+    unbound = lambda a: getattr(torch.Tensor, name)(a)  # noqa: E731 - looked up inside
+    for g in (f, unbound):
+        got, want = tx.jit(g)(x), g(x)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(tx.vmap(g)(x), torch.stack([g(r) for r in x]))
+    if name != "chalf":  # complex32 has no abs/pow kernels on CPU
+        loss = lambda a: (f(a) * (1 + 2j)).abs().pow(2).sum()  # noqa: E731
+        tol = 1e-5 if name == "cfloat" else 1e-7  # float64 grads of a complex64 computation
+        torch.testing.assert_close(tx.grad(loss)(x), tf.grad(loss)(x), rtol=tol, atol=tol)
+
+
+COMPLEX_SCALAR_CASES = {
+    "mul": lambda a: a * (1 + 2j),
+    "radd_imag": lambda a: 1j - a,
+    "div": lambda a: a / (2 - 1j),
+    "exp_of_imag": lambda a: (a * 1j).exp(),
+    "where_scalars": lambda a: torch.where(a.real > 0, 1j, 2j) * a,
+    "where_mixed": lambda a: torch.where(a.real > 0, a, 2j),
+    "nonfinite_literal": lambda a: a * complex(float("inf"), 1.0),
+    "after_reduction": lambda a: (a * 1j).sum() * 2j,
+}
+
+
+@pytest.mark.parametrize("name", COMPLEX_SCALAR_CASES)
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.complex128])
+def test_python_complex_scalars_are_literals(name, dt):
+    # torch promotes a real tensor with a Python complex to the matching complex dtype
+    f = COMPLEX_SCALAR_CASES[name]
+    a = torch.randn(3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)).to(dt)
+    want, got = f(a), tx.jit(f)(a)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, equal_nan=True)
+    torch.testing.assert_close(tx.vmap(f)(a[:, None]), tf.vmap(f)(a[:, None]), equal_nan=True)
+    if name != "nonfinite_literal":
+        loss = lambda v: f(v).abs().sum()  # noqa: E731
+        torch.testing.assert_close(tx.jit(tx.grad(loss))(a), tf.grad(loss)(a))

@@ -33,7 +33,7 @@ __all__ = [
     "while_loop",
 ]
 
-_SCALARS = (bool, int, float)
+_SCALARS = (bool, int, float, complex)
 
 
 # ------------------------------------------------------------------------------------ helpers

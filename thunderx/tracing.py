@@ -12,7 +12,7 @@ from thunderx.core import Trace, Tracer, abstract_eval, get_aval, new_trace, sta
 from thunderx.errors import ArgumentTypeError, user_frame
 from thunderx.ir import ClosedJaxpr, Eqn, Jaxpr, Literal, Var
 
-_SCALARS = (bool, int, float)
+_SCALARS = (bool, int, float, complex)
 
 
 class StagingTracer(Tracer):

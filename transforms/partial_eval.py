@@ -26,7 +26,7 @@ from thunderx.ir import Eqn, Jaxpr, Literal, Var, eval_jaxpr
 from thunderx.passes import call_primitives, dce, inline_calls
 from thunderx.tracing import StagingTrace, StagingTracer
 
-_SCALARS = (bool, int, float)
+_SCALARS = (bool, int, float, complex)
 
 
 def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: list[bool]):

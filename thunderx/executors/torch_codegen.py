@@ -61,6 +61,8 @@ def _literal(val) -> str:
             return "nan"
         if math.isinf(val):
             return "inf" if val > 0 else "-inf"
+    if isinstance(val, complex):  # repr gives "(nan+infj)" for non-finite parts
+        return f"complex({_literal(val.real)}, {_literal(val.imag)})"
     return repr(val)
 
 

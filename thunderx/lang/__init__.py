@@ -43,6 +43,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     shape_ops,
     sorting,
     special,
+    stft,
     tensor,
     unbound,
     vision,

@@ -19,7 +19,7 @@ torch_table: dict[Callable, Callable] = {}
 # Tensor method name -> decomposition, installed on Tracer
 method_table: dict[str, Callable] = {}
 
-SCALARS = (bool, int, float)
+SCALARS = (bool, int, float, complex)
 
 
 def register(*fns, methods: tuple = ()):
@@ -82,6 +82,10 @@ def convert(x, new_dtype: torch.dtype):
     if type(x) in SCALARS:
         if new_dtype is torch.bool:
             return bool(x)
+        if new_dtype.is_complex:
+            return complex(x)
+        if isinstance(x, complex):  # promotion never narrows a complex scalar
+            raise TypeError(f"a complex scalar {x!r} cannot be cast to {new_dtype}")
         return float(x) if is_float(new_dtype) else int(x)
     if dtype(x) == new_dtype:
         return x
@@ -177,7 +181,7 @@ def where(c, x, y):
     x = x if type(x) in SCALARS else broadcast_to(x, shp)
     y = y if type(y) in SCALARS else broadcast_to(y, shp)
     if type(x) in SCALARS and type(y) in SCALARS:
-        x = C.full(shp, x, torch.get_default_dtype() if isinstance(x, float) else torch.int64)
+        x = C.full(shp, x, result_dtype(aval(x), aval(y)))
     return U.select(c, x, y)
 
 

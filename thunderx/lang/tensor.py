@@ -60,6 +60,9 @@ for _name, _dt in (
     ("bool", torch.bool),
     ("short", torch.int16),
     ("byte", torch.uint8),
+    ("cfloat", torch.complex64),
+    ("cdouble", torch.complex128),
+    ("chalf", torch.complex32),
 ):
     register(methods=(_name,))((lambda dt: lambda x, memory_format=None: convert(x, dt))(_dt))
 
