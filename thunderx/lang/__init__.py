@@ -9,6 +9,7 @@ from thunderx.core import Tracer
 from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
     array_funcs,
+    attention,
     autograd_function,
     compare,
     complex,

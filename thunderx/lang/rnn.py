@@ -154,6 +154,29 @@ def _multi_head_attention_forward(
                 S.broadcast_to(kpm, (bsz * num_heads, tgt_len, src_len)),
             )
         )
+    if not need_weights:
+        # torch's own path: one scaled_dot_product_attention over (N, H, L, hd)
+        from thunderx.lang.attention import scaled_dot_product_attention
+
+        def split(t, n):
+            return S.reshape(t, (bsz, num_heads, n, hd))
+
+        causal = is_causal and key_padding_mask is None
+        if mask is not None and not causal:
+            m = S.broadcast_to(mask, (shape(mask)[0], tgt_len, src_len))
+            lead = (1, 1) if shape(m)[0] == 1 else (bsz, num_heads)
+            mask = S.reshape(m, lead + (tgt_len, src_len))
+        out = scaled_dot_product_attention(
+            split(q, tgt_len),
+            split(k, src_len),
+            split(v, src_len),
+            None if causal else mask,
+            dropout_p if training else 0.0,
+            is_causal=causal,
+        )
+        out = S.reshape(S.transpose(out, (2, 0, 1, 3)), (tgt_len * bsz, embed_dim))
+        out = S.reshape(linear(out, out_proj_weight, out_proj_bias), (tgt_len, bsz, embed_dim))
+        return (S.squeeze(out, (1,)) if unbatched else out), None
     scores = matmul(B.mul(q, 1.0 / math.sqrt(hd)), S.transpose(k, (0, 2, 1)))
     if mask is not None:
         scores = B.add(scores, S.broadcast_to(mask, shape(scores)))

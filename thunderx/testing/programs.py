@@ -170,8 +170,8 @@ NOT_GENERATED = {
     "scan": "control flow: torch.func cannot run torch's scan; see tests/test_control_flow.py",
     "while": "control flow: torch.func cannot run torch's while_loop; see test_control_flow.py",
     "checkpoint": "thunderx.checkpoint has no torch counterpart; see tests/test_control_flow.py",
-    "log_softmax_jvp": "log_softmax's tangent appears only in forward mode, which random "
-    "programs do not stage; tests/test_composite.py checks it",
+    "log_softmax_jvp": "a forward-mode-only tangent (not staged): tests/test_composite.py",
+    **dict.fromkeys(["sdpa", "sdpa_jvp", "sdpa_backward"], "4-D q/k/v: test_composite_attention"),
     "cholesky": _MATRIX_REASON,
     "eigh": _MATRIX_REASON,
     "expm": _MATRIX_REASON,
