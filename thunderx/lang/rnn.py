@@ -118,18 +118,26 @@ def _multi_head_attention_forward(
     tgt_len, bsz, embed_dim = shape(query)
     src_len = shape(key)[0]
     hd = embed_dim // num_heads
-    if use_separate_proj_weight:
-        w_q, w_k, w_v = q_proj_weight, k_proj_weight, v_proj_weight
+    if not use_separate_proj_weight and key is query and value is query:
+        # self-attention: one projection by the packed weight, as torch's _in_projection_packed
+        q, k, v = _chunk(linear(query, in_proj_weight, in_proj_bias), 3, -1)
     else:
-        w_q, w_k, w_v = _chunk(in_proj_weight, 3, 0)
-    b_q = b_k = b_v = None
-    if in_proj_bias is not None:
-        b_q, b_k, b_v = _chunk(in_proj_bias, 3, 0)
-    q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
+        if use_separate_proj_weight:
+            w_q, w_k, w_v = q_proj_weight, k_proj_weight, v_proj_weight
+        else:
+            w_q, w_k, w_v = _chunk(in_proj_weight, 3, 0)
+        b_q = b_k = b_v = None
+        if in_proj_bias is not None:
+            b_q, b_k, b_v = _chunk(in_proj_bias, 3, 0)
+        q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
 
     def heads(t, n):  # (n, N, E) -> (N * H, n, hd)
         return S.transpose(S.reshape(t, (n, bsz * num_heads, hd)), (1, 0, 2))
 
+    def split(t, n):  # (n, N, E) -> (N, H, n, hd), views of the projection in torch
+        return S.transpose(S.reshape(t, (n, bsz, num_heads, hd)), (1, 2, 0, 3))
+
+    q4, k4, v4 = split(q, tgt_len), split(k, src_len), split(v, src_len)
     q, k, v = heads(q, tgt_len), heads(k, src_len), heads(v, src_len)
     mask = None
     if attn_mask is not None:
@@ -158,18 +166,15 @@ def _multi_head_attention_forward(
         # torch's own path: one scaled_dot_product_attention over (N, H, L, hd)
         from thunderx.lang.attention import scaled_dot_product_attention
 
-        def split(t, n):
-            return S.reshape(t, (bsz, num_heads, n, hd))
-
         causal = is_causal and key_padding_mask is None
         if mask is not None and not causal:
             m = S.broadcast_to(mask, (shape(mask)[0], tgt_len, src_len))
             lead = (1, 1) if shape(m)[0] == 1 else (bsz, num_heads)
             mask = S.reshape(m, lead + (tgt_len, src_len))
         out = scaled_dot_product_attention(
-            split(q, tgt_len),
-            split(k, src_len),
-            split(v, src_len),
+            q4,
+            k4,
+            v4,
             None if causal else mask,
             dropout_p if training else 0.0,
             is_causal=causal,
