@@ -25,7 +25,7 @@ from thunderx.core import (
     torch_codegen_rules,
 )
 from thunderx.executors.base import Executor, register_executor
-from thunderx.executors.patterns import bias_patterns, relu_patterns
+from thunderx.executors.patterns import gemm_patterns, relu_patterns
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
@@ -174,8 +174,8 @@ def generate_source(
     live_views: dict[int, int] = {}  # root -> number of live vars on it
 
     relus, skipped = relu_patterns(jaxpr)
-    linears = bias_patterns(jaxpr, last_use)
-    skipped |= {j for fused in linears.values() for j in fused[1]}
+    linears = gemm_patterns(jaxpr, last_use)
+    skipped |= {j for fused in linears.values() for j in fused[2]}
     starts, waits = _split_phase_plan(jaxpr, namer, namespace)
     for i, e in enumerate(jaxpr.eqns):
         while starts and starts[0][0] < i:  # collectives whose operands exist by now
@@ -193,7 +193,8 @@ def generate_source(
             )
             expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
         elif i in linears:
-            expr = f"torch.nn.functional.linear({', '.join(namer(x) for x in linears[i][0])})"
+            operands, template, _ = linears[i]
+            expr = template.format(*(namer(x) for x in operands))
         elif e.prim is select_p:
             expr = _select_with_zero(e, args)
         elif i in waits:
