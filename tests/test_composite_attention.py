@@ -177,3 +177,32 @@ def test_transformer_encoder_layer_reaches_the_flash_kernels(is_causal):
     want = torch.func.grad(lambda p, x: loss(p, x, torch.func.functional_call))(params, x)
     for n in params:
         torch.testing.assert_close(got[n], want[n], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+@pytest.mark.parametrize("bias_kv, zero_attn", [(True, False), (False, True), (True, True)])
+def test_multihead_attention_with_key_bias_and_zero_attention_matches_torch(
+    need_weights, bias_kv, zero_attn
+):
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, add_bias_kv=bias_kv, add_zero_attn=zero_attn)
+    params = {n: p.detach() for n, p in mha.named_parameters()}
+    q, kv = torch.randn(4, 3, 8), torch.randn(5, 3, 8)
+    kpm = torch.zeros(3, 5, dtype=torch.bool)
+    kpm[1, 3:] = True
+    mask = torch.randn(4, 5)
+    kw = dict(key_padding_mask=kpm, attn_mask=mask, need_weights=need_weights)
+
+    def loss(p, q, kv, call):
+        out, w = call(mha, p, (q, kv, kv), kw)
+        return out.square().sum() + (w.sum() if need_weights else 0.0)
+
+    got = tx.grad(lambda p, q, kv: loss(p, q, kv, tx.functional_call), argnums=(0, 1))(
+        params, q, kv
+    )
+    want = torch.func.grad(
+        lambda p, q, kv: loss(p, q, kv, torch.func.functional_call), argnums=(0, 1)
+    )(params, q, kv)
+    for n in params:
+        torch.testing.assert_close(got[0][n], want[0][n], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)

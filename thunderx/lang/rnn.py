@@ -99,17 +99,21 @@ def _multi_head_attention_forward(
     import torch.nn.functional as F
 
     from thunderx.errors import unsupported
-    from thunderx.lang._base import dtype, ndim, shape
+    from thunderx.lang._base import aval, dtype, ndim, shape
     from thunderx.lang.linalg import matmul
     from thunderx.lang.nn import softmax
+    from thunderx.lang.shape_ops import _cat
     from thunderx.primitives import creation as C
     from thunderx.primitives import reductions as R
     from thunderx.primitives import shape as S
 
-    if bias_k is not None or bias_v is not None or add_zero_attn or static_k is not None:
+    if (bias_k is None) != (bias_v is None) or (static_k is None) != (static_v is None):
         raise unsupported(
-            "multi_head_attention_forward with bias_k/bias_v, add_zero_attn or static keys"
+            "multi_head_attention_forward with only one of bias_k/bias_v or "
+            "static_k/static_v (torch requires both or neither)"
         )
+    if bias_k is not None and (static_k is not None or static_v is not None):
+        raise unsupported("multi_head_attention_forward: bias_k/bias_v with static keys")
     unbatched = ndim(query) == 2
     if unbatched:
         query, key, value = (S.expand_dims(t, (1,)) for t in (query, key, value))
@@ -137,11 +141,33 @@ def _multi_head_attention_forward(
     def split(t, n):  # (n, N, E) -> (N, H, n, hd), views of the projection in torch
         return S.transpose(S.reshape(t, (n, bsz, num_heads, hd)), (1, 2, 0, 3))
 
+    def zeros(shp):
+        return C.full(shp, 0.0, dtype(q), aval(q).device)
+
+    appended = 0  # key positions appended to every sequence: bias_k, then a zero key
+    if bias_k is not None:
+        k = _cat([k, S.broadcast_to(bias_k, (1, bsz, embed_dim))], 0)
+        v = _cat([v, S.broadcast_to(bias_v, (1, bsz, embed_dim))], 0)
+        appended, src_len = 1, src_len + 1
     q4, k4, v4 = split(q, tgt_len), split(k, src_len), split(v, src_len)
-    q, k, v = heads(q, tgt_len), heads(k, src_len), heads(v, src_len)
+    q = heads(q, tgt_len)
+    if static_k is not None:
+        k, v = static_k, static_v  # (N * H, S, hd)
+        src_len = shape(k)[1]
+    else:
+        k, v = heads(k, src_len), heads(v, src_len)
+    if add_zero_attn:
+        k, v = (_cat([t, zeros((bsz * num_heads, 1, hd))], 1) for t in (k, v))
+        appended, src_len = appended + 1, src_len + 1
+    if static_k is not None or add_zero_attn:
+        k4, v4 = (S.reshape(t, (bsz, num_heads, src_len, hd)) for t in (k, v))
+
+    def pad_keys(m):  # the appended key positions are never masked
+        return _cat([m, zeros(shape(m)[:-1] + (appended,))], -1) if appended else m
+
     mask = None
     if attn_mask is not None:
-        mask = _additive(attn_mask, dtype(q))
+        mask = pad_keys(_additive(attn_mask, dtype(q)))
         if ndim(mask) == 2:
             mask = S.expand_dims(mask, (0,))
     elif is_causal:
@@ -149,7 +175,7 @@ def _multi_head_attention_forward(
         c = C.iota(torch.int64, (tgt_len, src_len), 1)
         mask = S.expand_dims(_additive(B.gt(c, r), dtype(q)), (0,))
     if key_padding_mask is not None:
-        kpm = _additive(key_padding_mask, dtype(q))  # (N, S)
+        kpm = pad_keys(_additive(key_padding_mask, dtype(q)))  # (N, S)
         kpm = S.reshape(
             S.broadcast_in_dim(kpm, (bsz, num_heads, 1, src_len), (0, 3)),
             (bsz * num_heads, 1, src_len),
