@@ -2,6 +2,7 @@
 pattern before (the plain jaxpr) and after (the optimized jaxpr or the generated code) and checks
 the jitted program against eager torch, bit for bit where the choice is exact."""
 
+import pytest
 import torch
 import torch.func as tf
 import torch.nn.functional as F
@@ -237,3 +238,15 @@ def test_an_sgd_step_runs_in_the_gemm_epilogue():
     assert "torch.addmm(" in src and "alpha=-0.01" in src, src
     for a, e in zip(f(w, x, g), step(w, x, g)):
         torch.testing.assert_close(a, e)
+
+
+def test_the_inductor_host_function_keeps_the_gemm_epilogues():
+    from thunderx.executors.inductor_exec import inductor_unavailable_reason
+
+    if inductor_unavailable_reason() is not None:
+        pytest.skip(inductor_unavailable_reason())
+    x, w, b = torch.randn(4, 5, 6), torch.randn(3, 6), torch.randn(3)
+    f = tx.jit(lambda x, w, b: F.linear(x.permute(1, 0, 2), w, b), executor="inductor")
+    src = f.lower(x, w, b).as_text()
+    assert "torch.nn.functional.linear(" in src and "tensordot" not in src, src
+    torch.testing.assert_close(f(x, w, b), F.linear(x.permute(1, 0, 2), w, b))
