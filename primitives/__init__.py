@@ -5,6 +5,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     collectives,
     complex,
     composite,
+    composite_attention,
     composite_losses,
     composite_norm,
     composite_vision,

@@ -56,12 +56,16 @@ def decomposition_jvp(decomposition, primals, tangents, params):
     """The jvp of a composite through its decomposition (run by the current trace)."""
     from thunderx.transforms.jvp import jvp_flat
 
+    multiple = []
+
     def flat(*xs):
-        return [decomposition(*xs, **params)]
+        out = decomposition(*xs, **params)
+        multiple.append(isinstance(out, list))
+        return out if multiple[0] else [out]
 
     ts = [None if type(t) is Zero else t for t in tangents]
-    (out,), (t_out,) = jvp_flat(flat, list(primals), ts)
-    return out, t_out
+    outs, t_outs = jvp_flat(flat, list(primals), ts)
+    return (outs, t_outs) if multiple[0] else (outs[0], t_outs[0])
 
 
 def decomposition_batch(prim, decomposition, args, dims, params):
@@ -72,10 +76,10 @@ def decomposition_batch(prim, decomposition, args, dims, params):
     with new_trace(BatchTrace, size) as trace:
         ins = [a if d is None else BatchTracer(trace, a, d) for a, d in zip(args, dims)]
         out = decomposition(*ins, **params)
-        val, bdim = trace.unpack(out)
-    if bdim is None:
-        val, bdim = S.broadcast_batch(val, size, 0), 0
-    return val, bdim
+        unpacked = [trace.unpack(o) for o in (out if prim.multiple_results else [out])]
+    vals = [S.broadcast_batch(v, size, 0) if d is None else v for v, d in unpacked]
+    dims = [0 if d is None else d for _, d in unpacked]
+    return (vals, dims) if prim.multiple_results else (vals[0], dims[0])
 
 
 def _elementwise_abstract_eval(name):

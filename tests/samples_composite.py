@@ -150,3 +150,45 @@ def _(d):
 @sample("col2im")
 def _(d):
     return _window_sample(d, True)
+
+
+def _attention_operands(d):
+    """q, k, v (B, H, L, E) / (B, H, S, E), an optional additive mask broadcastable to the
+    scores, and the params of the sdpa primitives."""
+    b, h, lq, lk, e = d.int(1, 2), d.int(1, 2), d.int(1, 4), d.int(1, 4), d.int(1, 3)
+    q, k, v = d.tensor((b, h, lq, e)), d.tensor((b, h, lk, e)), d.tensor((b, h, lk, e))
+    mask = []
+    if d.bool():
+        mshape = tuple(d.choice([1, n]) for n in (b, h, lq, lk))
+        mask = [d.tensor(mshape)]
+    return [q, k, v], mask, {"is_causal": d.bool(), "scale": d.choice([0.5, 1.0 / e**0.5])}
+
+
+@sample("sdpa")
+def _(d):
+    ops, mask, params = _attention_operands(d)
+    return Sample(ops + mask, params)
+
+
+def _saved(ops, mask, params):
+    import torch
+
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    out, lse = flash(
+        *ops, 0.0, params["is_causal"], attn_mask=(mask or [None])[0], scale=params["scale"]
+    )
+    return [out, lse]
+
+
+@sample("sdpa_jvp")
+def _(d):
+    ops, mask, params = _attention_operands(d)
+    tangents = [d.tensor(tuple(t.shape)) for t in ops]
+    return Sample(tangents + ops + _saved(ops, mask, params) + mask, params)
+
+
+@sample("sdpa_backward")
+def _(d):
+    ops, mask, params = _attention_operands(d)
+    saved = _saved(ops, mask, params)
+    return Sample([d.tensor(tuple(saved[0].shape))] + ops + saved + mask, params)

@@ -27,6 +27,8 @@ NOT_IN_TABLE = {
     "stop_gradient": "an identity with a zero derivative: tests/test_ad.py",
     "log_softmax_jvp": "log_softmax's tangent, only in forward mode (the table stages f and grad): "
     "tests/test_composite.py",
+    "sdpa_jvp": "attention's tangent, only in forward mode (the table stages f and grad): "
+    "tests/test_composite_attention.py",
     **{
         n: "complex values: derivatives vs torch.func in tests/test_complex.py"
         for n in ("real", "imag", "conj", "complex")

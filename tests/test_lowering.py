@@ -2,6 +2,7 @@
 pattern before (the plain jaxpr) and after (the optimized jaxpr or the generated code) and checks
 the jitted program against eager torch, bit for bit where the choice is exact."""
 
+import pytest
 import torch
 import torch.func as tf
 import torch.nn.functional as F
@@ -216,3 +217,54 @@ def test_ops_with_different_second_operands_stay_separate():
     x, ws = torch.randn(8), torch.randn(4, 3)
     assert _count(f, x, ws) == (4, 4)
     torch.testing.assert_close(tx.jit(f)(x, ws), f(x, ws))
+
+
+def test_a_matmul_with_a_broadcast_bias_lowers_to_linear():
+    # torch's addmm adds the bias in the matmul's epilogue: one kernel instead of two
+    x, w, b = torch.randn(4, 5, 6), torch.randn(3, 6), torch.randn(3)
+    f = tx.jit(lambda x, w, b: torch.nn.functional.linear(x.sin(), w, b))
+    src = f.lower(x, w, b).as_text()
+    assert "torch.nn.functional.linear(" in src and "tensordot" not in src, src
+    torch.testing.assert_close(f(x, w, b), torch.nn.functional.linear(x.sin(), w, b))
+
+
+def test_linear_operands_are_not_overwritten_before_the_fused_call_reads_them():
+    # h's last textual reader is `h * 2`, between the matmul and the bias add: it must not
+    # run in place on h, which the fused linear reads afterwards
+    def f(x, w, b):
+        h = x.sin()
+        y = h @ w.T
+        z = h * 2
+        return y + b, z
+
+    x, w, b = torch.randn(4, 6), torch.randn(3, 6), torch.randn(3)
+    got = tx.jit(f)(x, w, b)
+    src = tx.jit(f).lower(x, w, b).as_text()
+    assert "torch.addmm(" in src, src
+    for a, e in zip(got, f(x, w, b)):
+        torch.testing.assert_close(a, e)
+
+
+def test_an_sgd_step_runs_in_the_gemm_epilogue():
+    # w - lr * (x^T @ g): torch.addmm(w, x.T, g, alpha=-lr), one kernel and no gradient buffer
+    def step(w, x, g):
+        return w - 0.01 * (x.T @ g), x.sin()
+
+    w, x, g = torch.randn(5, 3), torch.randn(8, 5), torch.randn(8, 3)
+    f = tx.jit(step)
+    src = f.lower(w, x, g).as_text()
+    assert "torch.addmm(" in src and "alpha=-0.01" in src, src
+    for a, e in zip(f(w, x, g), step(w, x, g)):
+        torch.testing.assert_close(a, e)
+
+
+def test_the_inductor_host_function_keeps_the_gemm_epilogues():
+    from thunderx.executors.inductor_exec import inductor_unavailable_reason
+
+    if inductor_unavailable_reason() is not None:
+        pytest.skip(inductor_unavailable_reason())
+    x, w, b = torch.randn(4, 5, 6), torch.randn(3, 6), torch.randn(3)
+    f = tx.jit(lambda x, w, b: F.linear(x.permute(1, 0, 2), w, b), executor="inductor")
+    src = f.lower(x, w, b).as_text()
+    assert "torch.nn.functional.linear(" in src and "tensordot" not in src, src
+    torch.testing.assert_close(f(x, w, b), F.linear(x.permute(1, 0, 2), w, b))

@@ -180,6 +180,8 @@ _LINEAR_IN_GRAD = {
 }
 # Linear in the second operand only (the first is a coefficient matrix).
 _LINEAR_IN_SECOND = {"triangular_solve", "expm_frechet"}
+# Linear in its first three operands (the tangents of q, k and v).
+_LINEAR_IN_FIRST_THREE = {"sdpa_jvp"}
 
 
 @pytest.mark.parametrize("name", LINEAR)
@@ -192,7 +194,9 @@ def test_transpose_dot_product_identity(name, data):
         return  # a Python scalar operand makes it affine, or the linear operand is not a tensor
     if name in ("add", "sub") and len(pos) < 2:
         return
-    if name in _BILINEAR or name in _LINEAR_IN_GRAD:
+    if name in _LINEAR_IN_FIRST_THREE:
+        pos = pos[:3]
+    elif name in _BILINEAR or name in _LINEAR_IN_GRAD:
         pos = pos[:1]
     if name == "select":
         pos = [1, 2]

@@ -14,6 +14,7 @@ import shutil
 import threading
 
 from thunderx.executors.base import Executor, register_executor
+from thunderx.executors.patterns import gemm_patterns
 from thunderx.executors.regions import fusible, partition, refine, schedule
 from thunderx.executors.torch_codegen import (
     base_namespace,
@@ -148,9 +149,18 @@ class InductorProgram:
         params = [namer(v) for v in jaxpr.constvars + jaxpr.invars]
         lines = [f"def {name}({', '.join(params)}):"]
         self.kernels: list[RegionKernel] = []
+        index, gemms = _host_gemm_patterns(jaxpr, self.units)
         for u in self.units:
             if u.region is None:
-                lines.extend(eqn_source(u.eqns[0], namer, namespace, prelude))
+                i = index[id(u.eqns[0])]
+                if i not in gemms:
+                    lines.extend(eqn_source(u.eqns[0], namer, namespace, prelude))
+                    continue
+                if gemms[i] is None:  # absorbed by a fused call
+                    continue
+                operands, template, _ = gemms[i]
+                expr = template.format(*(namer(x) for x in operands))
+                lines.append(f"    {namer(u.eqns[0].outputs[0])} = {expr}")
                 continue
             if not u.outputs:
                 continue
@@ -182,6 +192,23 @@ class InductorProgram:
 
     def __repr__(self) -> str:
         return self.as_text()
+
+
+def _host_gemm_patterns(jaxpr: Jaxpr, units) -> tuple[dict, dict]:
+    """The torch executor's gemm patterns (addmm, F.linear) among the host function's own
+    equations: ({id(eqn): index} of every equation, {index of a fused update: pattern, index of
+    an equation it absorbs: None})."""
+    index = {id(e): i for i, e in enumerate(jaxpr.eqns)}
+    region = {index[id(e)]: u.region for u in units for e in u.eqns}
+    patterns = {
+        i: f
+        for i, f in gemm_patterns(jaxpr, {}).items()
+        if region.get(i) is None and all(region.get(j) is None for j in f[2])
+    }
+    table: dict = dict(patterns)
+    for f in patterns.values():
+        table.update(dict.fromkeys(f[2]))
+    return index, table
 
 
 class InductorExecutor(Executor):

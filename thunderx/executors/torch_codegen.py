@@ -25,8 +25,8 @@ from thunderx.core import (
     torch_codegen_rules,
 )
 from thunderx.executors.base import Executor, register_executor
+from thunderx.executors.patterns import gemm_patterns, relu_patterns
 from thunderx.ir import Jaxpr, Literal, Var
-from thunderx.primitives.binary import le_p
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
 
@@ -175,7 +175,9 @@ def generate_source(
     owned: set[int] = set()  # buffers allocated by this function, safe to overwrite
     live_views: dict[int, int] = {}  # root -> number of live vars on it
 
-    relus, skipped = _relu_patterns(jaxpr)
+    relus, skipped = relu_patterns(jaxpr)
+    linears = gemm_patterns(jaxpr, last_use)
+    skipped |= {j for fused in linears.values() for j in fused[2]}
     starts, waits = _split_phase_plan(jaxpr, namer, namespace)
     for i, e in enumerate(jaxpr.eqns):
         while starts and starts[0][0] < i:  # collectives whose operands exist by now
@@ -192,6 +194,9 @@ def generate_source(
                 x, out[0].aval, i, last_use, root, owned, live_views
             )
             expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
+        elif i in linears:
+            operands, template, _ = linears[i]
+            expr = template.format(*(namer(x) for x in operands))
         elif e.prim is select_p:
             expr = _select_with_zero(e, args)
         elif i in waits:
@@ -307,43 +312,6 @@ def _wait_buckets(wait, handles, layout) -> list:
     """The outputs of a collective started in buckets, in operand order."""
     results = [wait(h) for h in handles]
     return [results[b][j] for b, j in layout]
-
-
-def _relu_patterns(jaxpr):
-    """`select(le(x, 0), 0, x)` is `torch.relu(x)`: one kernel and one allocation instead of
-    two, and the same numbers (NaN stays NaN, -0.0 stays -0.0); the comparison is skipped when
-    nothing else reads it (a gradient reads it as its mask). `select(gt(x, 0), x, 0)` is not
-    relu: it maps NaN to 0."""
-    uses: dict[int, int] = {}
-    producer: dict[int, int] = {}
-    for i, e in enumerate(jaxpr.eqns):
-        for x in e.inputs:
-            if isinstance(x, Var):
-                uses[id(x)] = uses.get(id(x), 0) + 1
-        for v in e.outputs:
-            producer[id(v)] = i
-    for x in jaxpr.outvars:
-        if isinstance(x, Var):
-            uses[id(x)] = uses.get(id(x), 0) + 1
-    relus, skipped = set(), set()
-    for i, e in enumerate(jaxpr.eqns):
-        if e.prim is not select_p or not e.outputs[0].aval.dtype.is_floating_point:
-            continue
-        pred, zero, x = e.inputs
-        if not (isinstance(zero, Literal) and zero.val == 0 and isinstance(pred, Var)):
-            continue
-        p = producer.get(id(pred))
-        if p is None:
-            continue
-        cmp = jaxpr.eqns[p]
-        if cmp.prim is not le_p:
-            continue
-        a, b = cmp.inputs
-        if a is x and isinstance(b, Literal) and b.val == 0:
-            relus.add(i)
-            if uses.get(id(pred)) == 1:
-                skipped.add(p)
-    return relus, skipped
 
 
 # torch.where on CPU runs a scalar loop (~7 ns an element against ~0.1 for relu in torch

@@ -11,6 +11,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     aliases,
     array_funcs,
     assertions,
+    attention,
     autograd_function,
     autograd_grad,
     compare,

@@ -19,9 +19,7 @@ from thunderx.lang._base import (
     promote,
     register,
     shape,
-    where,
 )
-from thunderx.lang.linalg import matmul
 from thunderx.lang.reductions import vector_norm
 from thunderx.primitives import binary as B
 from thunderx.primitives import composite as K
@@ -374,32 +372,3 @@ def _one_hot(x, num_classes=-1):
         B.eq(S.broadcast_in_dim(x, shape(x) + (num_classes,), tuple(range(ndim(x)))), iota),
         torch.int64,
     )
-
-
-@register(F.scaled_dot_product_attention)
-def scaled_dot_product_attention(
-    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
-):
-    if dropout_p:
-        raise unsupported("scaled_dot_product_attention(dropout_p>0) under a transform")
-    q, k, v = query, key, value
-    lq, lk = shape(q)[-2], shape(k)[-2]
-    kt = S.moveaxis(k, ndim(k) - 1, ndim(k) - 2)
-    scores = matmul(q, kt)
-    if shape(q)[-1]:
-        # with head dim 0 the scores are empty sums, 0 (torch scales q and k before the product,
-        # so its 1 / sqrt(0) never multiplies them): uniform attention
-        scores = B.mul(scores, 1.0 / math.sqrt(shape(q)[-1]) if scale is None else scale)
-    if is_causal:
-        r = C.iota(torch.int64, (lq, lk), 0)
-        c = C.iota(torch.int64, (lq, lk), 1)
-        scores = where(S.broadcast_to(B.le(c, r), shape(scores)), scores, -math.inf)
-    if attn_mask is not None:
-        if dtype(attn_mask) is torch.bool:
-            scores = where(S.broadcast_to(attn_mask, shape(scores)), scores, -math.inf)
-        else:
-            (scores, m), _ = promote(scores, attn_mask)
-            scores = B.add(
-                scores, S.broadcast_to(m, shape(scores)) if shape(m) != shape(scores) else m
-            )
-    return matmul(softmax(scores, -1), v)

@@ -99,17 +99,21 @@ def _multi_head_attention_forward(
     import torch.nn.functional as F
 
     from thunderx.errors import unsupported
-    from thunderx.lang._base import dtype, ndim, shape
+    from thunderx.lang._base import aval, dtype, ndim, shape
     from thunderx.lang.linalg import matmul
     from thunderx.lang.nn import softmax
+    from thunderx.lang.shape_ops import _cat
     from thunderx.primitives import creation as C
     from thunderx.primitives import reductions as R
     from thunderx.primitives import shape as S
 
-    if bias_k is not None or bias_v is not None or add_zero_attn or static_k is not None:
+    if (bias_k is None) != (bias_v is None) or (static_k is None) != (static_v is None):
         raise unsupported(
-            "multi_head_attention_forward with bias_k/bias_v, add_zero_attn or static keys"
+            "multi_head_attention_forward with only one of bias_k/bias_v or "
+            "static_k/static_v (torch requires both or neither)"
         )
+    if bias_k is not None and (static_k is not None or static_v is not None):
+        raise unsupported("multi_head_attention_forward: bias_k/bias_v with static keys")
     unbatched = ndim(query) == 2
     if unbatched:
         query, key, value = (S.expand_dims(t, (1,)) for t in (query, key, value))
@@ -118,22 +122,52 @@ def _multi_head_attention_forward(
     tgt_len, bsz, embed_dim = shape(query)
     src_len = shape(key)[0]
     hd = embed_dim // num_heads
-    if use_separate_proj_weight:
-        w_q, w_k, w_v = q_proj_weight, k_proj_weight, v_proj_weight
+    if not use_separate_proj_weight and key is query and value is query:
+        # self-attention: one projection by the packed weight, as torch's _in_projection_packed
+        q, k, v = _chunk(linear(query, in_proj_weight, in_proj_bias), 3, -1)
     else:
-        w_q, w_k, w_v = _chunk(in_proj_weight, 3, 0)
-    b_q = b_k = b_v = None
-    if in_proj_bias is not None:
-        b_q, b_k, b_v = _chunk(in_proj_bias, 3, 0)
-    q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
+        if use_separate_proj_weight:
+            w_q, w_k, w_v = q_proj_weight, k_proj_weight, v_proj_weight
+        else:
+            w_q, w_k, w_v = _chunk(in_proj_weight, 3, 0)
+        b_q = b_k = b_v = None
+        if in_proj_bias is not None:
+            b_q, b_k, b_v = _chunk(in_proj_bias, 3, 0)
+        q, k, v = linear(query, w_q, b_q), linear(key, w_k, b_k), linear(value, w_v, b_v)
 
     def heads(t, n):  # (n, N, E) -> (N * H, n, hd)
         return S.transpose(S.reshape(t, (n, bsz * num_heads, hd)), (1, 0, 2))
 
-    q, k, v = heads(q, tgt_len), heads(k, src_len), heads(v, src_len)
+    def split(t, n):  # (n, N, E) -> (N, H, n, hd), views of the projection in torch
+        return S.transpose(S.reshape(t, (n, bsz, num_heads, hd)), (1, 2, 0, 3))
+
+    def zeros(shp):
+        return C.full(shp, 0.0, dtype(q), aval(q).device)
+
+    appended = 0  # key positions appended to every sequence: bias_k, then a zero key
+    if bias_k is not None:
+        k = _cat([k, S.broadcast_to(bias_k, (1, bsz, embed_dim))], 0)
+        v = _cat([v, S.broadcast_to(bias_v, (1, bsz, embed_dim))], 0)
+        appended, src_len = 1, src_len + 1
+    q4, k4, v4 = split(q, tgt_len), split(k, src_len), split(v, src_len)
+    q = heads(q, tgt_len)
+    if static_k is not None:
+        k, v = static_k, static_v  # (N * H, S, hd)
+        src_len = shape(k)[1]
+    else:
+        k, v = heads(k, src_len), heads(v, src_len)
+    if add_zero_attn:
+        k, v = (_cat([t, zeros((bsz * num_heads, 1, hd))], 1) for t in (k, v))
+        appended, src_len = appended + 1, src_len + 1
+    if static_k is not None or add_zero_attn:
+        k4, v4 = (S.reshape(t, (bsz, num_heads, src_len, hd)) for t in (k, v))
+
+    def pad_keys(m):  # the appended key positions are never masked
+        return _cat([m, zeros(shape(m)[:-1] + (appended,))], -1) if appended else m
+
     mask = None
     if attn_mask is not None:
-        mask = _additive(attn_mask, dtype(q))
+        mask = pad_keys(_additive(attn_mask, dtype(q)))
         if ndim(mask) == 2:
             mask = S.expand_dims(mask, (0,))
     elif is_causal:
@@ -141,7 +175,7 @@ def _multi_head_attention_forward(
         c = C.iota(torch.int64, (tgt_len, src_len), 1)
         mask = S.expand_dims(_additive(B.gt(c, r), dtype(q)), (0,))
     if key_padding_mask is not None:
-        kpm = _additive(key_padding_mask, dtype(q))  # (N, S)
+        kpm = pad_keys(_additive(key_padding_mask, dtype(q)))  # (N, S)
         kpm = S.reshape(
             S.broadcast_in_dim(kpm, (bsz, num_heads, 1, src_len), (0, 3)),
             (bsz * num_heads, 1, src_len),
@@ -154,6 +188,26 @@ def _multi_head_attention_forward(
                 S.broadcast_to(kpm, (bsz * num_heads, tgt_len, src_len)),
             )
         )
+    if not need_weights:
+        # torch's own path: one scaled_dot_product_attention over (N, H, L, hd)
+        from thunderx.lang.attention import scaled_dot_product_attention
+
+        causal = is_causal and key_padding_mask is None
+        if mask is not None and not causal:
+            m = S.broadcast_to(mask, (shape(mask)[0], tgt_len, src_len))
+            lead = (1, 1) if shape(m)[0] == 1 else (bsz, num_heads)
+            mask = S.reshape(m, lead + (tgt_len, src_len))
+        out = scaled_dot_product_attention(
+            q4,
+            k4,
+            v4,
+            None if causal else mask,
+            dropout_p if training else 0.0,
+            is_causal=causal,
+        )
+        out = S.reshape(S.transpose(out, (2, 0, 1, 3)), (tgt_len * bsz, embed_dim))
+        out = S.reshape(linear(out, out_proj_weight, out_proj_bias), (tgt_len, bsz, embed_dim))
+        return (S.squeeze(out, (1,)) if unbatched else out), None
     scores = matmul(B.mul(q, 1.0 / math.sqrt(hd)), S.transpose(k, (0, 2, 1)))
     if mask is not None:
         scores = B.add(scores, S.broadcast_to(mask, shape(scores)))

@@ -54,4 +54,5 @@ NOT_GENERATED = {
         "image ops need (N, C, *spatial) operands: torch's kernels vs their decomposition in "
         "tests/test_composite.py and tests/test_vision.py",
     ),
+    **dict.fromkeys(["sdpa", "sdpa_jvp", "sdpa_backward"], "4-D q/k/v: test_composite_attention"),
 }

@@ -1,0 +1,156 @@
+"""Equation patterns the torch executor emits as one torch call: `select(le(x, 0), 0, x)` as
+`relu`, `dot_general` plus a broadcast bias as `F.linear` (torch's addmm: the bias added in the
+matmul's epilogue, one kernel and one pass over the output instead of two)."""
+
+from __future__ import annotations
+
+from thunderx.ir import Literal, Var
+from thunderx.primitives.binary import add_p, le_p, mul_p, sub_p
+from thunderx.primitives.linalg import dot_general_p
+from thunderx.primitives.shape import broadcast_in_dim_p
+from thunderx.primitives.unary import select_p
+
+
+def _uses_and_producers(jaxpr):
+    uses: dict[int, int] = {}
+    producer: dict[int, int] = {}
+    for i, e in enumerate(jaxpr.eqns):
+        for x in e.inputs:
+            if isinstance(x, Var):
+                uses[id(x)] = uses.get(id(x), 0) + 1
+        for v in e.outputs:
+            producer[id(v)] = i
+    for x in jaxpr.outvars:
+        if isinstance(x, Var):
+            uses[id(x)] = uses.get(id(x), 0) + 1
+    return uses, producer
+
+
+def relu_patterns(jaxpr):
+    """`select(le(x, 0), 0, x)` is `torch.relu(x)`: one kernel and one allocation instead of
+    two, and the same numbers (NaN stays NaN, -0.0 stays -0.0); the comparison is skipped when
+    nothing else reads it (a gradient reads it as its mask). `select(gt(x, 0), x, 0)` is not
+    relu: it maps NaN to 0."""
+    uses, producer = _uses_and_producers(jaxpr)
+    relus, skipped = set(), set()
+    for i, e in enumerate(jaxpr.eqns):
+        if e.prim is not select_p or not e.outputs[0].aval.dtype.is_floating_point:
+            continue
+        pred, zero, x = e.inputs
+        if not (isinstance(zero, Literal) and zero.val == 0 and isinstance(pred, Var)):
+            continue
+        p = producer.get(id(pred))
+        if p is None:
+            continue
+        cmp = jaxpr.eqns[p]
+        if cmp.prim is not le_p:
+            continue
+        a, b = cmp.inputs
+        if a is x and isinstance(b, Literal) and b.val == 0:
+            relus.add(i)
+            if uses.get(id(pred)) == 1:
+                skipped.add(p)
+    return relus, skipped
+
+
+def gemm_patterns(jaxpr, last_use: dict) -> dict:
+    """Matmuls whose result feeds one update, as one call with the update in the gemm's
+    epilogue: `dot(x, w) + broadcast(b)` as `addmm(b, x, w)` (or `F.linear` for a batch of
+    rows), `a - dot(x, w) * c` (an SGD step) as `addmm(a, x, w, alpha=-c)`. Returns {index of
+    the update: (operand vars, source template of them as {0}, {1}, ..., skipped indices)}. Operands and products are of
+    one floating dtype and each product is read only by the pattern; the operands' last uses
+    move to the update (`last_use` is updated), so no buffer they hold is overwritten in place
+    before the fused call reads it."""
+    uses, producer = _uses_and_producers(jaxpr)
+    found = {}
+    for i, e in enumerate(jaxpr.eqns):
+        if e.prim is add_p and all(isinstance(x, Var) for x in e.inputs):
+            for prod, bias in (e.inputs, e.inputs[::-1]):
+                fused = _bias_add(jaxpr, prod, bias, uses, producer)
+                if fused is not None:
+                    break
+        elif e.prim is sub_p and isinstance(e.inputs[0], Var):
+            fused = _scaled_subtract(jaxpr, e, uses, producer)
+        else:
+            continue
+        if fused is None or len({v.aval.dtype for v in fused[0]}) != 1:
+            continue
+        found[i] = fused
+        for x in fused[0]:
+            last_use[id(x)] = max(last_use.get(id(x), i), i)
+    return found
+
+
+# (contracting dims of x, of w) of a 2-D product -> how addmm reads x ({1}) and w ({2})
+_MM_OPERANDS = {
+    ((1,), (0,)): "{1}, {2}",
+    ((1,), (1,)): "{1}, {2}.T",
+    ((0,), (0,)): "{1}.T, {2}",
+    ((0,), (1,)): "{1}.T, {2}.T",
+}
+
+
+def _product(jaxpr, v, uses, producer):
+    """The dot_general producing `v`, read only here, with floating Var operands."""
+    p = producer.get(id(v))
+    if p is None or uses.get(id(v)) != 1 or jaxpr.eqns[p].prim is not dot_general_p:
+        return None
+    dot = jaxpr.eqns[p]
+    if not all(isinstance(x, Var) for x in dot.inputs):
+        return None
+    if not dot.outputs[0].aval.dtype.is_floating_point or dot.params["dimension_numbers"][1] != (
+        (),
+        (),
+    ):
+        return None
+    return p, dot
+
+
+def _bias_add(jaxpr, prod, bias, uses, producer):
+    found = _product(jaxpr, prod, uses, producer)
+    q = producer.get(id(bias))
+    if found is None or q is None or jaxpr.eqns[q].prim is not broadcast_in_dim_p:
+        return None
+    p, dot = found
+    bcast = jaxpr.eqns[q]
+    x, w = dot.inputs
+    b = bcast.inputs[0]
+    out = dot.outputs[0].aval
+    n = len(out.shape)
+    if not isinstance(b, Var) or b.aval.shape != out.shape[-1:] or len(w.aval.shape) != 2:
+        return None
+    if bcast.params["broadcast_dimensions"] != (n - 1,):
+        return None
+    contracting = dot.params["dimension_numbers"][0]
+    skipped = {p} | ({q} if uses.get(id(bias)) == 1 else set())
+    nx = len(x.aval.shape)
+    if nx == 2 and contracting in _MM_OPERANDS:
+        return (b, x, w), "torch.addmm({0}, " + _MM_OPERANDS[contracting] + ")", skipped
+    if nx >= 1 and contracting in (((nx - 1,), (1,)), ((nx - 1,), (0,))):
+        weight = "{1}" if contracting[1] == (1,) else "{1}.T"
+        return (x, w, b), "torch.nn.functional.linear({0}, " + weight + ", {2})", skipped
+    return None
+
+
+def _scaled_subtract(jaxpr, e, uses, producer):
+    a, scaled = e.inputs
+    m = producer.get(id(scaled)) if isinstance(scaled, Var) else None
+    if m is None or uses.get(id(scaled)) != 1 or jaxpr.eqns[m].prim is not mul_p:
+        return None
+    mul = jaxpr.eqns[m]
+    for prod, c in (mul.inputs, mul.inputs[::-1]):
+        if not (isinstance(c, Literal) and isinstance(c.val, float) and isinstance(prod, Var)):
+            continue
+        found = _product(jaxpr, prod, uses, producer)
+        if found is None:
+            continue
+        p, dot = found
+        x, w = dot.inputs
+        contracting = dot.params["dimension_numbers"][0]
+        if len(x.aval.shape) != 2 or len(w.aval.shape) != 2 or contracting not in _MM_OPERANDS:
+            continue
+        if a.aval.shape != dot.outputs[0].aval.shape:
+            continue
+        src = "torch.addmm({0}, " + _MM_OPERANDS[contracting] + f", alpha={-c.val!r})"
+        return (a, x, w), src, {p, m}
+    return None

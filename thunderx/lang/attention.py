@@ -1,0 +1,112 @@
+"""F.scaled_dot_product_attention: torch's CPU flash kernel as a composite
+(primitives/composite_attention.py) where it applies, torch's math path written with
+primitives elsewhere (dropout, half precision, differing head sizes, broadcast batch dims)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from thunderx.lang._base import aval, dtype, ndim, promote, register, shape, where
+from thunderx.lang.linalg import matmul
+from thunderx.lang.nn import softmax
+from thunderx.primitives import binary as B
+from thunderx.primitives import composite_attention as KA
+from thunderx.primitives import creation as C
+from thunderx.primitives import shape as S
+from thunderx.primitives import unary as U
+
+
+@register(F.scaled_dot_product_attention)
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
+    if enable_gqa and shape(query)[-3:-2] != shape(key)[-3:-2]:
+        from thunderx.errors import unsupported
+
+        raise unsupported("scaled_dot_product_attention(enable_gqa=True) with grouped heads")
+    e = shape(query)[-1]
+    if scale is None:
+        # with head dim 0 the scores are empty sums, 0: any scale gives uniform attention
+        scale = 1.0 / math.sqrt(e) if e else 1.0
+    if not dropout_p and _flash_applies(query, key, value, attn_mask):
+        return _flash(query, key, value, attn_mask, bool(is_causal), float(scale))
+    return math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
+
+
+def math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
+    """torch's math path (`_scaled_dot_product_attention_math`) in primitives."""
+    lq, lk = shape(q)[-2], shape(k)[-2]
+    scores = B.mul(matmul(q, S.moveaxis(k, ndim(k) - 1, ndim(k) - 2)), scale)
+    if is_causal:
+        r = C.iota(torch.int64, (lq, lk), 0)
+        c = C.iota(torch.int64, (lq, lk), 1)
+        scores = where(S.broadcast_to(B.le(c, r), shape(scores)), scores, -math.inf)
+    if attn_mask is not None:
+        if dtype(attn_mask) is torch.bool:
+            scores = where(S.broadcast_to(attn_mask, shape(scores)), scores, -math.inf)
+        else:
+            (scores, m), _ = promote(scores, attn_mask)
+            scores = B.add(
+                scores, S.broadcast_to(m, shape(scores)) if shape(m) != shape(scores) else m
+            )
+    weights = softmax(scores, -1)
+    if dropout_p:
+        weights = F.dropout(weights, p=dropout_p)  # under the randomness rules of lang/random.py
+    return matmul(weights, v)
+
+
+def _flash_applies(q, k, v, mask) -> bool:
+    """The CPU flash kernel's conditions: one floating dtype it computes in (float32/64), equal
+    head sizes, the same batch dims on q, k and v, non-empty sequences, a mask of q's dtype or
+    bool that broadcasts to the scores without growing their batch dims."""
+    dt = dtype(q)
+    if dt not in (torch.float32, torch.float64) or dtype(k) != dt or dtype(v) != dt:
+        return False
+    if ndim(q) < 2 or ndim(k) != ndim(q) or ndim(v) != ndim(q):
+        return False
+    (*lead, lq, e), (*klead, lk, ke), (*vlead, lv, ve) = shape(q), shape(k), shape(v)
+    if klead != lead or vlead != lead or ke != e or ve != e or lk != lv:
+        return False
+    if 0 in (lq, lk, e) or any(aval(x).device.type != "cpu" for x in (q, k, v)):
+        return False
+    if mask is not None:
+        if dtype(mask) not in (torch.bool, dt) or ndim(mask) > ndim(q):
+            return False
+        full = tuple(lead) + (lq, lk)
+        ms = shape(mask)
+        if any(m not in (1, f) for m, f in zip(ms, full[len(full) - len(ms) :])):
+            return False
+    return True
+
+
+def _flash(q, k, v, mask, is_causal, scale):
+    lead = shape(q)[:-2]
+    # fold the batch dims into the kernel's (B, H)
+    if len(lead) == 2:
+        bh = lead
+    elif len(lead) == 1:
+        bh = (lead[0], 1)
+    else:
+        bh = (1, math.prod(lead))
+    q4, k4, v4 = (S.reshape(t, bh + shape(t)[-2:]) for t in (q, k, v))
+    m4 = None
+    if mask is not None:
+        if dtype(mask) is torch.bool:
+            a = aval(mask)
+            mask = U.select(mask, C.full(a.shape, 0.0, dtype(q), a.device), -math.inf)
+        ms = shape(mask)
+        mlead = (1,) * (len(lead) - len(ms) + 2) + ms[:-2]
+        if len(lead) == 2:
+            m4 = S.reshape(mask, mlead + ms[-2:])
+        elif len(lead) == 1:
+            m4 = S.reshape(mask, mlead + (1,) + ms[-2:])
+        elif all(m == 1 for m in mlead):
+            m4 = S.reshape(mask, (1, 1) + ms[-2:])
+        else:
+            full = S.broadcast_to(mask, tuple(lead) + ms[-2:])
+            m4 = S.reshape(full, bh + ms[-2:])
+    out, _ = KA.sdpa(q4, k4, v4, m4, is_causal=is_causal, scale=scale)
+    return S.reshape(out, shape(q))
