@@ -265,14 +265,21 @@ rem_p = def_binary(
     partials=(lambda t, x, y, out: t, lambda t, x, y, out: mul(t, neg(_trunc(div(x, y))))),
     inplace="fmod_",
 )
-# the next representable value after x towards y; torch's derivative: 1 in x, 0 in y
+# the next representable value after x towards y; torch's derivative: 1 in x where x != y (0
+# where they are equal and the value is y itself), 0 in y
 nextafter_p = def_binary(
     "nextafter",
     _tensor_args(torch.nextafter),
     _call("torch.nextafter", "nextafter"),
     "nextafter",
-    partials=(lambda t, x, y, out: t, None),
+    partials=(lambda t, x, y, out: _moved(t, x, y), None),
 )
+
+
+def _moved(t, x, y):
+    from thunderx.primitives import unary
+
+    return unary.select(ne(x, y), t, 0.0)
 eq_p = def_binary("eq", operator.eq, _fmt("=="), "eq", out_bool=True)
 ne_p = def_binary("ne", operator.ne, _fmt("!="), "ne", out_bool=True)
 lt_p = def_binary("lt", operator.lt, _fmt("<"), "lt", out_bool=True)

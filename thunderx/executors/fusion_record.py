@@ -294,6 +294,7 @@ REFERENCE_OPS = {
     "maximum": _binary(torch.maximum),
     "minimum": _binary(torch.minimum),
     "atan2": _binary(torch.atan2),
+    "nextafter": _binary(torch.nextafter),
     "fmod": _binary(torch.fmod),
     "eq": _binary(torch.eq),
     "ne": _binary(torch.ne),
