@@ -165,3 +165,14 @@ def test_python_complex_scalars_are_literals(name, dt):
     if name != "nonfinite_literal":
         loss = lambda v: f(v).abs().sum()  # noqa: E731
         torch.testing.assert_close(tx.jit(tx.grad(loss))(a), tf.grad(loss)(a))
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float64, torch.complex64, torch.int64])
+def test_jit_takes_python_complex_arguments(dt):
+    # a dynamic, weakly typed argument (as a Python float is), with torch's promotion
+    x = (torch.arange(3) + 1).to(dt)
+    f = tx.jit(lambda a, s: a * s)
+    for s in (1j, 2.5 - 0.5j, complex(float("nan"), 1.0)):
+        got, want = f(x, s), x * s
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, equal_nan=True)

@@ -253,3 +253,20 @@ def test_generated_code_calls_torch_fft():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.testing.assert_close(tx.jit(f)(_x(2, 30)), f(_x(2, 30)))
+
+
+def test_second_order_and_jacobians_through_stft_and_istft():
+    x, w = _x(20), _window(8)
+
+    def f(a, win):
+        s = torch.stft(a, 8, hop_length=2, window=win, return_complex=True)
+        back = torch.istft(s * (1 + 0.1j), 8, hop_length=2, window=win)
+        return (s.abs() ** 2).sum() + back.pow(3).sum()
+
+    torch.testing.assert_close(tx.hessian(f)(x, w), tf.hessian(f)(x, w))
+    torch.testing.assert_close(
+        tx.jit(tx.hessian(f, argnums=1))(x, w), tf.hessian(f, argnums=1)(x, w)
+    )
+    g = lambda a: torch.stft(a, 8, window=w, return_complex=True).abs()  # noqa: E731
+    torch.testing.assert_close(tx.jacrev(g)(x), tf.jacrev(g)(x))
+    torch.testing.assert_close(tx.jacfwd(g)(x), tf.jacfwd(g)(x))

@@ -22,7 +22,7 @@ from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.passes import closure_convert, optimize
 from thunderx.tracing import trace_flat
 
-_SCALARS = (bool, int, float)
+_SCALARS = (bool, int, float, complex)
 _SCALAR_KEYS = frozenset(_SCALARS)
 
 
@@ -145,7 +145,11 @@ def _leaf_key(x):
 
 
 def _scalar_leaf(x):
-    return torch.tensor(x, dtype=torch.float64) if type(x) is float else torch.tensor(x)
+    if type(x) is float:
+        return torch.tensor(x, dtype=torch.float64)
+    if type(x) is complex:
+        return torch.tensor(x, dtype=torch.complex128)
+    return torch.tensor(x)
 
 
 def _weak(aval):
