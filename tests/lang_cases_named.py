@@ -111,4 +111,11 @@ NAMED = [
         lambda x, w: F.conv_transpose3d(x, w, stride=2, output_padding=1),
         (r(1, 2, 3, 4, 3), r(2, 2, 2, 2, 2)),
     ),
+    (
+        "adaptive_max_pool2d_ties",
+        lambda x: F.adaptive_max_pool2d(torch.round(x * 2), (3, 4), return_indices=True),
+        (r(2, 3, 5, 7),),
+    ),
+    ("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x, 3), (r(2, 3, 7),)),
+    ("adaptive_max_pool3d", lambda x: F.adaptive_max_pool3d(x, (2, 3, 2)), (r(1, 2, 4, 5, 3),)),
 ]

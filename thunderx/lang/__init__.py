@@ -8,6 +8,7 @@ import torch
 from thunderx.core import Tracer
 from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
+    adaptive_max,
     aliases,
     array_funcs,
     assertions,
