@@ -118,4 +118,9 @@ NAMED = [
     ),
     ("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x, 3), (r(2, 3, 7),)),
     ("adaptive_max_pool3d", lambda x: F.adaptive_max_pool3d(x, (2, 3, 2)), (r(1, 2, 4, 5, 3),)),
+    (
+        "max_unpool2d",
+        lambda x, i: F.max_unpool2d(x, i, 2, output_size=(5, 6)),
+        F.max_pool2d(r(2, 3, 5, 6), 2, return_indices=True),
+    ),
 ]

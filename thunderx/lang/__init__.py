@@ -32,6 +32,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     linalg_functions,
     losses,
     margin_losses,
+    max_unpool,
     misc_ops,
     nn,
     norms,
