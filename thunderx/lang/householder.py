@@ -2,7 +2,10 @@
 and torch.ormqr as matmuls, so every transform differentiates and batches them through matmul.
 
 Reflector i is H_i = I - tau_i v_i v_i^H, with v_i = (0, ..., 0, 1, A[i+1:, i]) (column i of A
-below its diagonal, a unit in the diagonal entry); Q = H_1 H_2 ... H_k."""
+below its diagonal, a unit in the diagonal entry); Q = H_1 H_2 ... H_k.
+
+Also here, the other op_db linear algebra built on them or beside them: torch.linalg.eig/eigvals
+(the eig primitive, primitives/eig.py) and the randomized torch.svd_lowrank / pca_lowrank."""
 
 from __future__ import annotations
 
