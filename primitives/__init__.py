@@ -5,6 +5,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     collectives,
     complex,
     composite,
+    composite_channel_norm,
     composite_losses,
     composite_norm,
     cond,

@@ -24,6 +24,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     losses,
     margin_losses,
     nn,
+    norms,
     random,
     random_inplace,
     reductions,

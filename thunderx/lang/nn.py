@@ -275,46 +275,6 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     return _affine(out, weight, None)
 
 
-@register(F.group_norm)
-def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
-    shp = shape(x)
-    n, c = shp[0], shp[1]
-    if c % num_groups:
-        raise ValueError(f"group_norm: {c} channels are not divisible into {num_groups} groups")
-    g = S.reshape(x, (n, num_groups, math.prod(shp[1:]) // num_groups))
-    normed = S.reshape(layer_norm(g, (shape(g)[-1],), eps=eps), shp)
-    if weight is not None:
-        normed = B.mul(normed, S.broadcast_in_dim(weight, shp, (1,)))
-    if bias is not None:
-        normed = B.add(normed, S.broadcast_in_dim(bias, shp, (1,)))
-    return normed
-
-
-@register(F.batch_norm)
-def _batch_norm(
-    x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5
-):
-    shp = shape(x)
-    dims = tuple(d for d in range(len(shp)) if d != 1)
-    if training:
-        n = float(math.prod(shp[d] for d in dims))
-        mean = B.div(R.reduce_sum(x, dims), n)
-        xc = B.sub(x, S.broadcast_in_dim(mean, shp, (1,)))
-        var = B.div(R.reduce_sum(B.mul(xc, xc), dims), n)
-    else:
-        if running_mean is None:
-            raise ValueError("batch_norm in eval mode needs running statistics")
-        mean, var = running_mean, running_var
-        xc = B.sub(x, S.broadcast_in_dim(convert(mean, dtype(x)), shp, (1,)))
-        var = convert(var, dtype(x))
-    out = B.mul(xc, S.broadcast_in_dim(U.rsqrt(B.add(var, eps)), shp, (1,)))
-    if weight is not None:
-        out = B.mul(out, S.broadcast_in_dim(weight, shp, (1,)))
-    if bias is not None:
-        out = B.add(out, S.broadcast_in_dim(bias, shp, (1,)))
-    return out
-
-
 @register(F.normalize)
 def normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
     norm = vector_norm(x, p, dim, keepdim=True)

@@ -1,0 +1,162 @@
+"""CNN composites (primitives/composite_channel_norm.py, thunderx/lang/norms.py): batch_norm,
+group_norm and instance_norm run as torch's kernels with torch's fused backward kernels, and
+agree with torch eager, torch.autograd and torch.func."""
+
+from functools import partial
+
+import pytest
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+
+import thunderx as tx
+from thunderx.testing import check_grads, check_vmap
+
+_NORMS = {
+    "batch_norm": (
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=1e-3),
+        "torch.ops.aten.native_batch_norm_backward(",
+    ),
+    "group_norm": (
+        lambda x, w, b: F.group_norm(x, 2, w, b, eps=1e-3),
+        "torch.ops.aten.native_group_norm_backward(",
+    ),
+    "instance_norm": (
+        lambda x, w, b: F.instance_norm(x, weight=w, bias=b, eps=1e-3),
+        "torch.ops.aten.native_batch_norm_backward(",
+    ),
+}
+
+
+def _inputs(dtype=torch.float32, shape=(3, 4, 5, 2)):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g, dtype=dtype) * 3 + 1
+    w = torch.randn(shape[1], generator=g, dtype=dtype)
+    b = torch.randn(shape[1], generator=g, dtype=dtype)
+    return x, w, b
+
+
+@pytest.mark.parametrize("name", sorted(_NORMS))
+def test_generated_code_calls_the_kernels_and_matches_torch(name):
+    f, backward = _NORMS[name]
+    x, w, b = _inputs()
+    ct = torch.randn(x.shape, generator=torch.Generator().manual_seed(1))
+
+    def loss(x, w, b):
+        return (f(x, w, b) * ct).sum()
+
+    grad = tx.jit(tx.grad(loss, argnums=(0, 1, 2)))
+    src = grad.lower(x, w, b).as_text()
+    assert backward in src, src
+    forward = "torch.native_group_norm(" if name == "group_norm" else "torch.native_batch_norm("
+    assert forward in tx.jit(f).lower(x, w, b).as_text()
+    torch.testing.assert_close(tx.jit(f)(x, w, b), f(x, w, b))
+    xs = [t.clone().requires_grad_() for t in (x, w, b)]
+    want = torch.autograd.grad(loss(*xs), xs)
+    for got, w_ in zip(grad(x, w, b), want):
+        torch.testing.assert_close(got, w_)
+
+
+@pytest.mark.parametrize("name", ["batch_norm", "group_norm"])
+def test_reverse_mode_without_affine_has_torch_autograds_bits(name):
+    f = _NORMS[name][0]
+    x, _, _ = _inputs()
+    g = torch.randn(x.shape, generator=torch.Generator().manual_seed(2))
+    xp = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(f(xp, None, None), xp, g)
+    _, vjp_fn = tx.vjp(lambda x: f(x, None, None), x)
+    assert torch.equal(vjp_fn(g)[0], want)
+
+
+@pytest.mark.parametrize("name", sorted(_NORMS))
+def test_rules_hessian_and_vmap_against_torch_func(name):
+    f = _NORMS[name][0]
+    x, w, b = _inputs(torch.float64, (2, 4, 3))
+    weights = torch.linspace(-1, 1, x.numel(), dtype=x.dtype).reshape(x.shape)
+
+    def scalar(x, w):
+        return (f(x, w, b).tanh() * weights).sum()
+
+    # jvp vs finite differences, vjp vs the transposed jvp, to third order
+    check_grads(scalar, (x, w), order=3)
+    torch.testing.assert_close(tx.hessian(scalar)(x, w), tf.hessian(scalar)(x, w))
+    # vmap vs a loop, and per-example gradients vs torch.func
+    xs = torch.randn((5,) + x.shape, dtype=x.dtype, generator=torch.Generator().manual_seed(3))
+    check_vmap(lambda x: f(x, w, b), (xs,))
+    check_vmap(lambda x: tx.grad(scalar)(x, w), (xs,))
+    per_example = tx.jit(tx.vmap(tx.grad(scalar, argnums=1), (0, None)))
+    want = tf.vmap(tf.grad(scalar, argnums=1), (0, None))(xs, w)
+    torch.testing.assert_close(per_example(xs, w), want)
+
+
+def test_vmap_folds_the_batch_into_the_kernels_own_dims():
+    x, w, b = _inputs(shape=(3, 4, 5))
+    xs = torch.stack([x, x * 2 + 1, x - 3])
+
+    def f(x):
+        return F.batch_norm(x, None, None, w, b, training=True) + F.group_norm(x, 2)
+
+    src = tx.jit(tx.vmap(f)).lower(xs).as_text()
+    assert "torch.native_batch_norm(" in src and "torch.native_group_norm(" in src, src
+    torch.testing.assert_close(tx.vmap(f)(xs), torch.stack([f(v) for v in xs]))
+
+
+def test_aten_spellings_return_torchs_statistics():
+    x, w, b = _inputs(torch.float64)
+    rm, rv = torch.zeros(4, dtype=x.dtype), torch.ones(4, dtype=x.dtype)
+    for training in (True, False):
+        call = partial(torch.native_batch_norm, training=training, momentum=0.1, eps=1e-5)
+        got = tx.jit(lambda x: call(x, w, b, rm.clone(), rv.clone()))(x)
+        want = call(x, w, b, rm.clone(), rv.clone())
+        for a, e in zip(got, want):
+            torch.testing.assert_close(a, e)
+    got = tx.jit(lambda x: torch.native_group_norm(x, w, b, 3, 4, 10, 2, 1e-5))(x)
+    for a, e in zip(got, torch.native_group_norm(x, w, b, 3, 4, 10, 2, 1e-5)):
+        torch.testing.assert_close(a, e)
+
+    # the group statistics are differentiable outputs in torch too
+    def stats(x):
+        _, mean, rstd = torch.native_group_norm(x, None, None, 3, 4, 10, 2, 1e-5)
+        return (mean * 2 + rstd).sum()
+
+    torch.testing.assert_close(tx.grad(stats)(x), tf.grad(stats)(x))
+
+
+def test_eval_mode_uses_the_running_statistics():
+    x, w, b = _inputs(torch.float64)
+    rm = torch.randn(4, dtype=x.dtype)
+    rv = torch.rand(4, dtype=x.dtype) + 0.5
+
+    def f(x, w):
+        return F.batch_norm(x, rm, rv, w, b, training=False).sin().sum()
+
+    torch.testing.assert_close(tx.grad(f, argnums=(0, 1))(x, w), tf.grad(f, argnums=(0, 1))(x, w))
+    g = lambda x: F.instance_norm(x, rm, rv, w, b, use_input_stats=False)  # noqa: E731
+    torch.testing.assert_close(tx.jit(g)(x), g(x))
+
+
+def test_decompositions_equal_the_kernels_under_the_nvfuser_expansion():
+    from thunderx import core
+    from thunderx.primitives import composite_channel_norm as KC
+
+    x, _, _ = _inputs(torch.float64)
+    g = torch.randn(x.shape, dtype=x.dtype)
+    for prim, args, params in [
+        (KC.batch_norm_p, (x,), {"eps": 1e-5}),
+        (KC.batch_norm_backward_p, (g, x), {"eps": 1e-5}),
+        (KC.group_norm_p, (x,), {"groups": 2, "eps": 1e-5}),
+        (KC.group_norm_backward_p, (g, x), {"groups": 4, "eps": 1e-5}),
+    ]:
+        want = prim.bind(*args, **params)
+        got = core.decomposition_rules[prim](*args, **params)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_bad_inputs_are_clear_errors():
+    x = torch.randn(2, 6, 3)
+    with pytest.raises(ValueError, match="divisible"):
+        tx.jit(lambda x: F.group_norm(x, 4))(x)
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        tx.jit(lambda x: F.batch_norm(x, None, None, training=True))(torch.randn(1, 3))
+    with pytest.raises(ValueError, match="running"):
+        tx.jit(lambda x: F.instance_norm(x, use_input_stats=False))(x)
