@@ -160,3 +160,46 @@ def test_bad_inputs_are_clear_errors():
         tx.jit(lambda x: F.batch_norm(x, None, None, training=True))(torch.randn(1, 3))
     with pytest.raises(ValueError, match="running"):
         tx.jit(lambda x: F.instance_norm(x, use_input_stats=False))(x)
+
+
+# ------------------------------------------------------------------------------ max pooling
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_max_pool3d_with_indices_matches_torch(ceil_mode):
+    x = torch.randn(2, 3, 5, 6, 7, dtype=torch.float64)
+    kw = dict(kernel_size=(2, 3, 2), stride=(2, 2, 3), padding=(1, 0, 1), ceil_mode=ceil_mode)
+
+    def f(x):
+        return F.max_pool3d_with_indices(x, **kw)
+
+    out, idx = tx.jit(f)(x)
+    want_out, want_idx = f(x)
+    assert torch.equal(out, want_out) and torch.equal(idx, want_idx)
+    g = torch.randn(want_out.shape, dtype=x.dtype)
+    xp = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(f(xp)[0], xp, g)
+    assert torch.equal(tx.vjp(lambda x: f(x)[0], x)[1](g)[0], want)
+    check_vmap(lambda x: f(x)[0], (torch.randn(3, 2, 3, 5, 6, 7, dtype=x.dtype),))
+
+
+@pytest.mark.parametrize("nsp", [2, 3])
+def test_max_pool_with_indices_backward_ops_match_torchs_kernels(nsp):
+    pool = F.max_pool2d_with_indices if nsp == 2 else F.max_pool3d_with_indices
+    op = getattr(torch.ops.aten, f"max_pool{nsp}d_with_indices_backward")
+    x = torch.randn((2, 3) + (5,) * nsp, dtype=torch.float64)
+    k, s, p, d = [2] * nsp, [1] * nsp, [1] * nsp, [2] * nsp  # overlapping, dilated windows
+    out, idx = pool(x, k, s, p, d, return_indices=True)
+    g = torch.randn(out.shape, dtype=x.dtype)
+
+    def back(g):
+        return op(g, x, k, s, p, d, False, idx)
+
+    torch.testing.assert_close(tx.jit(back)(g), back(g))
+    # linear in the gradient: its vjp is the gather at the indices, as torch's
+    ct = torch.randn(x.shape, dtype=x.dtype)
+    gp = g.clone().requires_grad_()
+    (want,) = torch.autograd.grad(back(gp), gp, ct)
+    torch.testing.assert_close(tx.vjp(back, g)[1](ct)[0], want)
+    check_grads(back, (g,), order=1)
+    check_vmap(back, (torch.randn((4,) + g.shape, dtype=x.dtype),))

@@ -25,6 +25,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     margin_losses,
     nn,
     norms,
+    pool_grads,
     random,
     random_inplace,
     reductions,
