@@ -8,6 +8,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     composite_channel_norm,
     composite_losses,
     composite_norm,
+    composite_pool,
     cond,
     conv,
     creation,

@@ -203,3 +203,34 @@ def test_max_pool_with_indices_backward_ops_match_torchs_kernels(nsp):
     torch.testing.assert_close(tx.vjp(back, g)[1](ct)[0], want)
     check_grads(back, (g,), order=1)
     check_vmap(back, (torch.randn((4,) + g.shape, dtype=x.dtype),))
+
+
+@pytest.mark.parametrize("nsp", [1, 2, 3])
+def test_max_pool_reverse_mode_is_torchs_backward_kernel(nsp):
+    pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[nsp]
+    kernel = (
+        "max_pool3d_with_indices_backward(" if nsp == 3 else "max_pool2d_with_indices_backward("
+    )
+
+    def f(x):
+        return pool(x, 3, 2, 1, 2, True)  # overlapping, padded, dilated windows, ceil mode
+
+    x = torch.randn((2, 3) + (7,) * nsp)
+    g = torch.randn(f(x).shape)
+    vjp = tx.jit(lambda x, g: tx.vjp(f, x)[1](g)[0])
+    assert f"torch.ops.aten.{kernel}" in vjp.lower(x, g).as_text()
+    xp = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(f(xp), xp, g)
+    assert torch.equal(vjp(x, g), want)
+    # forward mode gathers at the maxima, as torch.func's jvp
+    t = torch.randn(x.shape)
+    torch.testing.assert_close(tx.jvp(f, (x,), (t,))[1], tf.jvp(f, (x,), (t,))[1])
+
+    # per-example gradients (the kernel's leading dims take the batch) against torch.func
+    def loss(x, w):
+        return (f(x * w).tanh() ** 2).sum()
+
+    xs, w = torch.randn((4, 3) + (7,) * nsp, dtype=torch.float64), torch.tensor(1.5).double()
+    got = tx.jit(tx.vmap(tx.grad(loss), (0, None)))(xs, w)
+    torch.testing.assert_close(got, tf.vmap(tf.grad(loss), (0, None))(xs, w))
+    check_grads(lambda x: loss(x, w), (xs[0],), order=2)

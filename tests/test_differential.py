@@ -27,6 +27,8 @@ NOT_IN_TABLE = {
     "stop_gradient": "an identity with a zero derivative: tests/test_ad.py",
     "log_softmax_jvp": "log_softmax's tangent, only in forward mode (the table stages f and grad): "
     "tests/test_composite.py",
+    "max_pool_gather": "max_pool's tangent, only in forward mode (the table stages f and grad): "
+    "tests/test_composite.py and tests/test_composite_cnn.py",
     **{
         n: "complex values: derivatives vs torch.func in tests/test_complex.py"
         for n in ("real", "imag", "conj", "complex")

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from thunderx.testing.program_norms import NORM_STEPS
+from thunderx.testing.program_composites import FORWARD_ONLY, NORM_STEPS
 
 _BESSEL = ("i0", "i0e", "i1", "i1e", "erfcx")
 UNARY = {
@@ -170,8 +170,7 @@ NOT_GENERATED = {
     "scan": "control flow: torch.func cannot run torch's scan; see tests/test_control_flow.py",
     "while": "control flow: torch.func cannot run torch's while_loop; see test_control_flow.py",
     "checkpoint": "thunderx.checkpoint has no torch counterpart; see tests/test_control_flow.py",
-    "log_softmax_jvp": "log_softmax's tangent appears only in forward mode, which random "
-    "programs do not stage; tests/test_composite.py checks it",
+    **FORWARD_ONLY,  # log_softmax_jvp, max_pool_gather
     "cholesky": _MATRIX_REASON,
     "eigh": _MATRIX_REASON,
     "expm": _MATRIX_REASON,
