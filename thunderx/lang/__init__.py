@@ -36,6 +36,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     misc_ops,
     nn,
     norms,
+    pool_grads,
     random,
     random_dropout,
     random_inplace,
