@@ -142,11 +142,14 @@ def _gn_sizes(shape, groups):
     return n, c, math.prod(shape[2:]), groups
 
 
+# torch's group_norm kernels need contiguous operands (a vmapped one may not be)
 def _gn_impl(x, *, groups, eps):
+    x = x.contiguous()
     return torch.native_group_norm(x, None, None, *_gn_sizes(x.shape, groups), eps)[0]
 
 
 def _gn_backward_impl(g, x, *, groups, eps):
+    g, x = g.contiguous(), x.contiguous()
     sizes = _gn_sizes(x.shape, groups)
     _, mean, rstd = torch.native_group_norm(x, None, None, *sizes, eps)
     return torch.ops.aten.native_group_norm_backward(
@@ -173,11 +176,11 @@ def _bn_backward_codegen(args, avals, *, eps):
 
 def _gn_codegen(args, avals, *, groups, eps):
     sizes = ", ".join(map(str, _gn_sizes(avals[0].shape, groups)))
-    return f"torch.native_group_norm({args[0]}, None, None, {sizes}, {eps!r})[0]"
+    return f"torch.native_group_norm({args[0]}.contiguous(), None, None, {sizes}, {eps!r})[0]"
 
 
 def _gn_backward_codegen(args, avals, *, groups, eps):
-    g, x = args
+    g, x = (f"{a}.contiguous()" for a in args)
     sizes = ", ".join(map(str, _gn_sizes(avals[1].shape, groups)))
     stats = f"(_gn_stats := torch.native_group_norm({x}, None, None, {sizes}, {eps!r}))"
     return (
