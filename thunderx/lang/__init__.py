@@ -17,6 +17,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     compare,
     complex,
     conv,
+    conv_transpose,
     copies,
     decompositions,
     distributions,
@@ -49,6 +50,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     unbound,
     vision,
     vision_ops,
+    vision_pool,
 )
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call

@@ -1,0 +1,136 @@
+"""conv_transpose, adaptive max pooling, max_unpool, fractional max pooling and embedding_bag under
+jit, grad and vmap (float64): values against torch eager, gradients against torch.autograd, vmap
+against a Python loop."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunderx as tx
+
+F64 = torch.float64
+GEN = torch.Generator().manual_seed(11)
+
+
+def rand(*shape):
+    return torch.randn(*shape, dtype=F64, generator=GEN)
+
+
+def conv_t(nsp, **kw):
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[nsp]
+    return lambda x, w, b: fn(x, w, b, **kw)
+
+
+def adaptive_max(nsp, size):
+    fn = getattr(F, f"adaptive_max_pool{nsp}d")
+    return lambda x: fn(x, size, return_indices=True)
+
+
+def ties(*shape):
+    # few distinct values: windows hold ties, where torch picks the first maximum
+    return torch.randint(0, 3, shape, generator=GEN).to(F64)
+
+
+def unpool(nsp, kernel, stride, padding):
+    pool = getattr(F, f"max_pool{nsp}d")
+    unp = getattr(F, f"max_unpool{nsp}d")
+
+    def make(x0):
+        _, idx = pool(x0, kernel, stride, padding, return_indices=True)
+        return lambda y: unp(y, idx, kernel, stride, padding, output_size=x0.shape[-nsp:])
+
+    return make
+
+
+CASES = [
+    (
+        "conv_t1d",
+        conv_t(1, stride=2, padding=1, output_padding=1),
+        (rand(2, 4, 5), rand(4, 3, 3), rand(3)),
+    ),
+    (
+        "conv_t2d_groups_dilation",
+        conv_t(2, stride=(2, 1), padding=(0, 2), output_padding=(1, 0), groups=2, dilation=(1, 2)),
+        (rand(2, 4, 4, 5), rand(4, 3, 3, 2), rand(6)),
+    ),
+    (
+        "conv_t2d_unbatched",
+        conv_t(2, stride=3, padding=1),
+        (rand(2, 3, 4), rand(2, 2, 2, 3), rand(2)),
+    ),
+    (
+        "conv_t3d",
+        conv_t(3, stride=(1, 2, 2), padding=1, output_padding=(0, 1, 0)),
+        (rand(1, 2, 3, 3, 4), rand(2, 3, 2, 3, 2), rand(3)),
+    ),
+    ("adaptive_max1d", adaptive_max(1, 3), (rand(2, 3, 7),)),
+    ("adaptive_max2d_nondiv", adaptive_max(2, (3, 4)), (rand(2, 2, 7, 5),)),
+    ("adaptive_max2d_ties", adaptive_max(2, (2, 3)), (ties(2, 2, 5, 7),)),
+    ("adaptive_max3d", adaptive_max(3, (2, None, 3)), (rand(1, 2, 5, 3, 4),)),
+    ("adaptive_max2d_grow", adaptive_max(2, (6, 4)), (rand(2, 4, 3),)),
+]
+
+
+def _values(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _float_sum(out):
+    return sum(
+        (o * torch.linspace(0.5, 2.0, o.numel(), dtype=o.dtype).reshape(o.shape)).sum()
+        for o in _values(out)
+        if o.dtype.is_floating_point
+    )
+
+
+def check(fn, args):
+    want = _values(fn(*args))
+    got = _values(tx.jit(fn)(*args))
+    for w, g in zip(want, got, strict=True):
+        assert w.dtype == g.dtype and w.shape == g.shape
+        torch.testing.assert_close(g, w, atol=1e-12, rtol=1e-12)
+    # gradients: thunderx.grad of a weighted sum against torch.autograd
+    floats = [i for i, a in enumerate(args) if a.dtype.is_floating_point]
+    leaves = [a.detach().clone().requires_grad_(True) for a in args]
+    tg = torch.autograd.grad(_float_sum(fn(*leaves)), [leaves[i] for i in floats])
+    xg = tx.grad(lambda *a: _float_sum(fn(*a)), argnums=tuple(floats))(*args)
+    for w, g in zip(tg, xg, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-10, rtol=1e-10)
+    # vmap over a batch of the first argument against a loop
+    batch = torch.stack([args[0], args[0] * 0.5 + 1, -args[0]])
+    got_v = _values(tx.vmap(lambda a0: fn(a0, *args[1:]))(batch))
+    loop = [_values(fn(b, *args[1:])) for b in batch]
+    for k, g in enumerate(got_v):
+        torch.testing.assert_close(g, torch.stack([lp[k] for lp in loop]), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name,fn,args", CASES, ids=[c[0] for c in CASES])
+def test_against_torch(name, fn, args):
+    check(fn, args)
+
+
+@pytest.mark.parametrize(
+    "nsp,shape,kernel,stride,padding",
+    [
+        (1, (2, 3, 9), 3, 2, 1),
+        (2, (1, 2, 5, 6), 3, 2, 1),  # overlapping windows: repeated indices, last write wins
+        (2, (2, 2, 6, 6), 2, 2, 0),
+        (3, (1, 2, 4, 5, 4), 2, 1, 0),
+    ],
+)
+def test_max_unpool(nsp, shape, kernel, stride, padding):
+    x0 = rand(*shape)
+    fn = unpool(nsp, kernel, stride, padding)(x0)
+    y = getattr(F, f"max_pool{nsp}d")(x0, kernel, stride, padding)
+    check(fn, (y,))
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(ValueError, match="output_padding"):
+        tx.jit(lambda x, w: F.conv_transpose1d(x, w, stride=1, output_padding=1))(
+            rand(1, 2, 4), rand(2, 2, 3)
+        )
+    with pytest.raises(ValueError, match="indices"):
+        tx.jit(lambda x: F.max_unpool1d(x, torch.zeros(1, 2, 3, dtype=torch.long), 2))(
+            rand(1, 2, 4)
+        )
