@@ -134,3 +134,44 @@ def test_errors_name_the_argument():
         tx.jit(lambda x: F.max_unpool1d(x, torch.zeros(1, 2, 3, dtype=torch.long), 2))(
             rand(1, 2, 4)
         )
+
+
+def bag(**kw):
+    def fn(weight, psw=None):
+        extra = {"per_sample_weights": psw} if psw is not None else {}
+        return F.embedding_bag(
+            kw["idx"], weight, **{k: v for k, v in kw.items() if k != "idx"}, **extra
+        )
+
+    return fn
+
+
+IDX1 = torch.tensor([4, 1, 4, 0, 2, 4, 3, 1])
+OFFS = torch.tensor([0, 3, 3, 6])
+BAG_CASES = [
+    ("sum_offsets", bag(idx=IDX1, offsets=OFFS, mode="sum"), (rand(5, 3),)),
+    ("mean_offsets_empty_bag", bag(idx=IDX1, offsets=OFFS, mode="mean"), (rand(5, 3),)),
+    ("max_offsets", bag(idx=IDX1, offsets=OFFS, mode="max"), (rand(5, 3),)),
+    ("max_ties", bag(idx=IDX1, offsets=OFFS, mode="max"), (ties(5, 3),)),
+    ("sum_weights", bag(idx=IDX1, offsets=OFFS, mode="sum"), (rand(5, 3), rand(8))),
+    ("mean_2d", bag(idx=IDX1.reshape(2, 4), mode="mean"), (rand(5, 3),)),
+    ("max_2d_padding", bag(idx=IDX1.reshape(4, 2), mode="max", padding_idx=4), (rand(5, 3),)),
+    ("mean_padding_neg", bag(idx=IDX1, offsets=OFFS, mode="mean", padding_idx=-1), (rand(5, 3),)),
+    (
+        "sum_last_offset",
+        bag(idx=IDX1, offsets=torch.tensor([0, 2, 5, 8]), mode="sum", include_last_offset=True),
+        (rand(5, 3),),
+    ),
+]
+
+
+@pytest.mark.parametrize("name,fn,args", BAG_CASES, ids=[c[0] for c in BAG_CASES])
+def test_embedding_bag(name, fn, args):
+    check(fn, args)
+
+
+def test_embedding_bag_refuses_freq_scaling():
+    with pytest.raises(tx.errors.UnsupportedOperationError, match="scale_grad_by_freq"):
+        tx.jit(lambda w: F.embedding_bag(IDX1.reshape(2, 4), w, scale_grad_by_freq=True))(
+            rand(5, 3)
+        )

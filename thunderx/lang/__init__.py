@@ -22,6 +22,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     decompositions,
     distributions,
     elementwise,
+    embedding_bag,
     extras,
     fft,
     gather,
