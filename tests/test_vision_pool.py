@@ -175,3 +175,49 @@ def test_embedding_bag_refuses_freq_scaling():
         tx.jit(lambda w: F.embedding_bag(IDX1.reshape(2, 4), w, scale_grad_by_freq=True))(
             rand(5, 3)
         )
+
+
+def fractional(nsp, kernel, samples, **kw):
+    fn = getattr(F, f"fractional_max_pool{nsp}d")
+    return lambda x: fn(x, kernel, return_indices=True, _random_samples=samples, **kw)
+
+
+def uniform(*shape):
+    return torch.rand(*shape, dtype=F64, generator=GEN)
+
+
+FRACTIONAL_CASES = [
+    ("2d_size", fractional(2, 3, uniform(2, 3, 2), output_size=(3, 4)), (rand(2, 3, 9, 10),)),
+    (
+        "2d_ratio",
+        fractional(2, (2, 3), uniform(1, 2, 2), output_ratio=(0.5, 0.5)),
+        (rand(1, 2, 8, 9),),
+    ),
+    ("2d_ties", fractional(2, 2, uniform(2, 2, 2), output_size=3), (ties(2, 2, 6, 6),)),
+    ("2d_unbatched", fractional(2, 2, uniform(1, 3, 2), output_size=(4, 2)), (rand(3, 7, 5),)),
+    (
+        "3d",
+        fractional(3, (2, 1, 3), uniform(2, 2, 3), output_size=(2, 3, 3)),
+        (rand(2, 2, 5, 6, 7),),
+    ),
+]
+
+
+@pytest.mark.parametrize("name,fn,args", FRACTIONAL_CASES, ids=[c[0] for c in FRACTIONAL_CASES])
+def test_fractional_max_pool(name, fn, args):
+    check(fn, args)
+
+
+def test_fractional_max_pool_vmap_over_samples():
+    # the random samples themselves batched: each row has its own windows
+    x = rand(2, 3, 9, 9)
+    samples = uniform(4, 2, 3, 2)
+
+    def fn(s):
+        return F.fractional_max_pool2d(x, 3, output_size=4, return_indices=True, _random_samples=s)
+
+    got = tx.vmap(fn)(samples)
+    for k in range(4):
+        want = fn(samples[k])
+        torch.testing.assert_close(got[0][k], want[0], atol=0, rtol=0)
+        assert torch.equal(got[1][k], want[1])

@@ -37,7 +37,6 @@ def _window_max(x, nsp: int, tables):
     # flat position of each window tap: (*lead_or_1, out_1..out_n, k_1*...*k_n)
     pos = None
     for d, t in enumerate(tables):
-        t = torch.as_tensor(t) if not isinstance(t, torch.Tensor) else t
         tl = t.dim() - 2  # leading dims of the table (0 for static tables)
         o, k = t.shape[-2], t.shape[-1]
         view = [1] * nsp * 2
@@ -50,7 +49,7 @@ def _window_max(x, nsp: int, tables):
     pos = pos.reshape(tuple(pos.shape[:lead]) + outs + (math.prod(ks),))
     pos = pos.expand(lead_shape + outs + (math.prod(ks),))
     flat_x = x.reshape(lead_shape + (math.prod(sp),))
-    taps = torch.gather(flat_x, -1, pos.reshape(lead_shape + (-1,)))
+    taps = torch.gather(flat_x, -1, pos.reshape(lead_shape + (math.prod(outs) * math.prod(ks),)))
     taps = taps.reshape(lead_shape + outs + (math.prod(ks),))
     which = torch.argmax(taps, -1, keepdim=True)
     idx = torch.gather(pos, -1, which)
@@ -142,3 +141,75 @@ def _max_unpool(nsp: int):
 register(F.max_unpool1d)(_max_unpool(1))
 register(F.max_unpool2d)(_max_unpool(2))
 register(F.max_unpool3d)(_max_unpool(3))
+
+
+def _fractional_starts(u, n_in: int, n_out: int, k: int):
+    """ATen's generate_intervals for samples u (any shape): the (..., n_out) window starts."""
+    last = torch.full(tuple(u.shape) + (1,), n_in - k, dtype=torch.int64, device=u.device)
+    if n_out == 1:
+        return last
+    alpha = torch.tensor(n_in - k, dtype=u.dtype) / (n_out - 1)  # in the samples' dtype, as ATen
+    i = torch.arange(n_out - 1, dtype=u.dtype, device=u.device)
+    u = u.unsqueeze(-1)
+    starts = torch.trunc((i + u) * alpha) - torch.trunc(u * alpha)
+    return torch.cat([starts.to(torch.int64), last], -1)
+
+
+def _fractional_max(nsp: int):
+    fn = f"fractional_max_pool{nsp}d"
+
+    def impl(
+        x,
+        kernel_size,
+        output_size=None,
+        output_ratio=None,
+        return_indices=False,
+        _random_samples=None,
+    ):
+        if ndim(x) not in (nsp + 1, nsp + 2):
+            raise ValueError(f"{fn}: input must have {nsp + 1} or {nsp + 2} dims")
+        kernel = _sizes(kernel_size, nsp, "kernel_size", fn)
+        sp = shape(x)[-nsp:]
+        if output_size is None:
+            if output_ratio is None:
+                raise ValueError(f"{fn} requires specifying either an output_size or output_ratio")
+            ratio = _sizes(output_ratio, nsp, "output_ratio", fn)
+            output_size = tuple(int(n * r) for n, r in zip(sp, ratio))
+        outs = _sizes(output_size, nsp, "output_size", fn)
+        for n, o, k in zip(sp, outs, kernel):
+            if o + k - 1 > n:
+                raise ValueError(
+                    f"{fn}: output_size {outs} + kernel_size {kernel} - 1 exceeds input {sp}"
+                )
+        unbatched = ndim(x) == nsp + 1
+        n_batch = 1 if unbatched else shape(x)[0]
+        channels = shape(x)[-nsp - 1]
+        samples = _random_samples
+        if samples is None:
+            samples = torch.rand(n_batch, channels, nsp, dtype=x.dtype, device=x.device)
+        if tuple(shape(samples)) != (n_batch, channels, nsp):
+            raise ValueError(
+                f"{fn}: _random_samples must have shape {(n_batch, channels, nsp)}, "
+                f"got {tuple(shape(samples))}"
+            )
+        if unbatched:
+            samples = samples[0]
+        # ATen reads the samples as (W, H) in 2-D and (T, H, W) in 3-D
+        order = (1, 0) if nsp == 2 else tuple(range(nsp))
+        tables = []
+        for d in range(nsp):
+            starts = _fractional_starts(samples[..., order[d]], sp[d], outs[d], kernel[d])
+            tables.append(starts.unsqueeze(-1) + torch.arange(kernel[d], device=x.device))
+        values, idx = _window_max(x, nsp, tables)
+        return (values, idx) if return_indices else values
+
+    impl.__name__ = fn
+    return impl
+
+
+for _n in (2, 3):
+    _f = _fractional_max(_n)
+    register(getattr(F, f"fractional_max_pool{_n}d"))(_f)
+    register(getattr(F, f"fractional_max_pool{_n}d_with_indices"))(
+        lambda x, *a, _f=_f, **k: _f(x, *a, **{**k, "return_indices": True})
+    )
