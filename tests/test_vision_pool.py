@@ -221,3 +221,39 @@ def test_fractional_max_pool_vmap_over_samples():
         want = fn(samples[k])
         torch.testing.assert_close(got[0][k], want[0], atol=0, rtol=0)
         assert torch.equal(got[1][k], want[1])
+
+
+def log_probs(*shape):
+    return torch.randn(*shape, dtype=F64, generator=GEN).log_softmax(-1)
+
+
+def ctc(targets, in_len, tg_len, **kw):
+    return lambda lp: F.ctc_loss(lp, targets, in_len, tg_len, **kw)
+
+
+TG = torch.tensor([[1, 2, 2, 3], [4, 4, 1, 0], [2, 0, 0, 0]])  # repeats need a blank between
+CTC_CASES = [
+    ("mean", ctc(TG, torch.tensor([9, 7, 5]), torch.tensor([4, 3, 1])), (log_probs(9, 3, 5),)),
+    ("none_lists", ctc(TG, [9, 9, 4], [4, 2, 0], reduction="none"), (log_probs(9, 3, 5),)),
+    (
+        "sum_concatenated",
+        ctc(torch.tensor([1, 2, 2, 3, 4]), [8, 6], [3, 2], reduction="sum"),
+        (log_probs(8, 2, 5),),
+    ),
+    (
+        "zero_infinity",  # the second sequence cannot fit 4 labels with a repeat in 4 steps
+        ctc(TG[:2], [6, 4], [3, 4], reduction="none", zero_infinity=True),
+        (log_probs(6, 2, 5),),
+    ),
+    ("blank_last", ctc(TG[:2], [7, 7], [4, 2], blank=4 + 1), (log_probs(7, 2, 6),)),
+    (
+        "unbatched",
+        ctc(torch.tensor([1, 3, 3]), torch.tensor(8), torch.tensor(3)),
+        (log_probs(8, 4),),
+    ),
+]
+
+
+@pytest.mark.parametrize("name,fn,args", CTC_CASES, ids=[c[0] for c in CTC_CASES])
+def test_ctc_loss(name, fn, args):
+    check(fn, args)

@@ -19,6 +19,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     conv,
     conv_transpose,
     copies,
+    ctc_loss,
     decompositions,
     distributions,
     elementwise,
