@@ -280,6 +280,8 @@ def _moved(t, x, y):
     from thunderx.primitives import unary
 
     return unary.select(ne(x, y), t, 0.0)
+
+
 eq_p = def_binary("eq", operator.eq, _fmt("=="), "eq", out_bool=True)
 ne_p = def_binary("ne", operator.ne, _fmt("!="), "ne", out_bool=True)
 lt_p = def_binary("lt", operator.lt, _fmt("<"), "lt", out_bool=True)

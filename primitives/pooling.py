@@ -53,10 +53,11 @@ def _pool_impl(x, *, kernel, stride, padding, dilation, ceil_mode, indices: bool
 
 def _max_pool_jvp(primals, tangents, **params):
     (x,), (t,) = primals, tangents
+    from thunderx.primitives.composite_pool import max_pool_gather
+
     idx = max_pool_argmax_p.bind(x, **params)
-    return gather_window(x, idx, len(params["kernel"])), gather_window(
-        t, idx, len(params["kernel"])
-    )
+    # its transpose is torch's max_pool backward kernel (composite_pool.py)
+    return gather_window(x, idx, len(params["kernel"])), max_pool_gather(t, x, idx, **params)
 
 
 def gather_window(x, idx, nsp):

@@ -91,4 +91,36 @@ NAMED = [
         lambda x: torch.repeat_interleave(x, torch.tensor([2, 0, 1]), dim=0),
         (r(3, 2),),
     ),
+    (
+        "conv_transpose1d",
+        lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=1, output_padding=1),
+        (r(2, 4, 7), r(4, 3, 3)),
+    ),
+    (
+        "conv_transpose1d_groups_dilation",
+        lambda x, w: F.conv_transpose1d(x, w, stride=3, padding=2, groups=2, dilation=2),
+        (r(2, 4, 7), r(4, 3, 3, seed=1)),
+    ),
+    (
+        "conv_transpose2d_padding_beyond_kernel",
+        lambda x, w: F.conv_transpose2d(x, w, padding=3),
+        (r(2, 4, 5, 6), r(4, 2, 3, 2)),
+    ),
+    (
+        "conv_transpose3d",
+        lambda x, w: F.conv_transpose3d(x, w, stride=2, output_padding=1),
+        (r(1, 2, 3, 4, 3), r(2, 2, 2, 2, 2)),
+    ),
+    (
+        "adaptive_max_pool2d_ties",
+        lambda x: F.adaptive_max_pool2d(torch.round(x * 2), (3, 4), return_indices=True),
+        (r(2, 3, 5, 7),),
+    ),
+    ("adaptive_max_pool1d", lambda x: F.adaptive_max_pool1d(x, 3), (r(2, 3, 7),)),
+    ("adaptive_max_pool3d", lambda x: F.adaptive_max_pool3d(x, (2, 3, 2)), (r(1, 2, 4, 5, 3),)),
+    (
+        "max_unpool2d",
+        lambda x, i: F.max_unpool2d(x, i, 2, output_size=(5, 6)),
+        F.max_pool2d(r(2, 3, 5, 6), 2, return_indices=True),
+    ),
 ]

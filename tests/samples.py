@@ -570,3 +570,23 @@ for _name in ("cond", "scan", "while", "checkpoint"):
 
 # Samples of the linear algebra, sorting and composite primitives register themselves into SAMPLES.
 from . import samples_composite, samples_linalg  # noqa: E402, F401
+
+
+def _pool_derivative_sample(d, scatter):
+    from thunderx.primitives.pooling import max_pool_argmax_p
+
+    sample = _pool_sample(d)
+    (x,) = sample.args
+    idx = max_pool_argmax_p.bind(x, **sample.params)
+    first = d.tensor(tuple(idx.shape)) if scatter else d.tensor(tuple(x.shape))
+    return Sample([first, x, idx], sample.params)
+
+
+@sample("max_pool_gather")
+def _(d):
+    return _pool_derivative_sample(d, False)
+
+
+@sample("max_pool_scatter")
+def _(d):
+    return _pool_derivative_sample(d, True)

@@ -192,3 +192,37 @@ def _(d):
     ops, mask, params = _attention_operands(d)
     saved = _saved(ops, mask, params)
     return Sample([d.tensor(tuple(saved[0].shape))] + ops + saved + mask, params)
+
+
+def _channel_shape(d):
+    # (N, C, ...) with more than one value per channel (torch's training-mode requirement)
+    shape = d.shape(min_rank=2, min_side=2)
+    return shape
+
+
+@sample("batch_norm")
+def _(d):
+    return Sample([d.tensor(_channel_shape(d))], {"eps": 1e-5})
+
+
+@sample("batch_norm_backward")
+def _(d):
+    shape = _channel_shape(d)
+    return Sample([d.tensor(shape), d.tensor(shape)], {"eps": 1e-5})
+
+
+def _groups(d, shape):
+    return d.choice([g for g in range(1, shape[1] + 1) if shape[1] % g == 0])
+
+
+@sample("group_norm")
+def _(d):
+    shape = _channel_shape(d)
+    return Sample([d.tensor(shape)], {"groups": _groups(d, shape), "eps": 1e-5})
+
+
+@sample("group_norm_backward")
+def _(d):
+    shape = _channel_shape(d)
+    params = {"groups": _groups(d, shape), "eps": 1e-5}
+    return Sample([d.tensor(shape), d.tensor(shape)], params)

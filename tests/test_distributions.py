@@ -190,3 +190,25 @@ def test_min_max_with_dim_of_bool():
         got = tx.vmap(fn)(x)
         for k in (0, 1):
             assert torch.equal(got[k], torch.stack([fn(a)[k] for a in x]))
+
+
+def test_normal_rsample_under_jit_and_vmap_different():
+    # the noise is drawn out of place (torch's own torch.jit workaround), so jit draws anew per
+    # call and vmap(randomness="different") draws per example
+    f = tx.jit(lambda m: D.Normal(m, S).rsample((4000,)))
+    a, b = f(MU), f(MU)
+    assert not torch.equal(a, b)
+    close_stats = lambda x: torch.testing.assert_close(  # noqa: E731
+        x.mean(0), MU, rtol=0, atol=0.12
+    )
+    close_stats(a)
+    torch.testing.assert_close(((a - MU) / S).std(0), torch.ones(5, dtype=F64), rtol=0, atol=0.06)
+    out = tx.vmap(lambda m: D.Normal(m, S).rsample(), randomness="different")(BATCH)
+    eps = (out - BATCH) / S
+    assert not torch.allclose(eps[0], eps[1])
+    g = tx.jit(tx.grad(lambda m: D.Normal(m, S).rsample((3,)).sum()))(MU)
+    close(g, torch.full((5,), 3.0, dtype=F64))
+    mvn = tx.jit(lambda m: D.MultivariateNormal(m, scale_tril=tril(m)).rsample((2,)))
+    assert mvn(MU).shape == (2, 5) and not torch.equal(mvn(MU), mvn(MU))
+    with pytest.raises(RandomnessError):
+        tx.vmap(lambda m: D.MultivariateNormal(m, 2 * EYE).rsample())(BATCH)

@@ -338,3 +338,30 @@ def test_conjugate_transposes_of_complex_tensors():
 
     with pytest.raises(Exception, match="conjugated view"):
         tx.jit(write)(v)
+
+
+# ------------------------------------------------------------------- svd_lowrank, pca_lowrank
+
+
+@pytest.mark.parametrize("name", ["svd_lowrank", "pca_lowrank"])
+@pytest.mark.parametrize("rows, cols", [(7, 4), (4, 6)])
+def test_lowrank_matches_torch_with_the_same_draw(name, rows, cols):
+    fn = getattr(torch, name)
+    a = rand(rows, cols)
+
+    def seeded(f, *args):
+        torch.manual_seed(11)
+        return f(*args)
+
+    f = lambda a: fn(a, q=3, niter=1)  # noqa: E731
+    for got, want in zip(seeded(tx.jit(f), a), seeded(f, a)):
+        close(got, want, 1e-8)
+    loss = lambda a: f(a)[1].sum() + (f(a)[0] @ f(a)[2].mT).pow(2).sum()  # noqa: E731
+    close(seeded(tx.grad(loss), a), seeded(lambda x: autograd_grad(loss, x)[0], a), 1e-7)
+    b = torch.stack([a, 2 * a + 1])
+    got = seeded(tx.vmap(lambda m: f(m)[1], randomness="same"), b)
+    close(got, torch.stack([seeded(lambda m: f(m)[1], m) for m in b]), 1e-8)
+    with pytest.raises(Exception, match="random"):
+        tx.vmap(lambda m: f(m)[1])(b)
+    # under jit the test matrix is drawn by each call, not baked in while tracing
+    assert "random_normal" in str(tx.make_jaxpr(f)(a))

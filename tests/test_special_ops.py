@@ -120,3 +120,13 @@ def test_xlog1py_at_zero_x_and_entr_edges_match_torch():
 def test_mvlgamma_rejects_bad_p():
     with pytest.raises(ValueError, match="p must be"):
         tx.jit(lambda x: torch.mvlgamma(x, 0))(probs(3) + 2)
+
+
+def test_exp2_is_exact_at_integers_and_has_torch_derivative():
+    k = torch.arange(-1074, 1024, dtype=F64)
+    assert torch.equal(tx.jit(torch.exp2)(k), torch.exp2(k))
+    x = reals(9)
+    close(tx.jit(torch.special.exp2)(x), torch.exp2(x), 1e-15)
+    g, gg = _torch_grads(torch.exp2, x)
+    close(tx.grad(lambda t: torch.exp2(t).sum())(x), g, 1e-12)
+    close(tx.vmap(torch.exp2)(torch.stack([x, -x])), torch.exp2(torch.stack([x, -x])), 1e-15)

@@ -8,6 +8,7 @@ import torch
 from thunderx.core import Tracer
 from thunderx.errors import unsupported
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
+    adaptive_max,
     aliases,
     array_funcs,
     assertions,
@@ -34,9 +35,11 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     linalg_functions,
     losses,
     margin_losses,
+    max_unpool,
     misc_ops,
     nn,
     norms,
+    pool_grads,
     random,
     random_dropout,
     random_inplace,

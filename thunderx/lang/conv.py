@@ -224,3 +224,60 @@ register(F.max_pool3d, torch.max_pool3d)(lambda x, *a, **k: _max_pool(3, x, *a, 
 register(F.avg_pool1d, torch.avg_pool1d)(lambda x, *a, **k: _avg_pool(1, x, *a, **k))
 register(F.avg_pool2d)(lambda x, *a, **k: _avg_pool(2, x, *a, **k))
 register(F.avg_pool3d)(lambda x, *a, **k: _avg_pool(3, x, *a, **k))
+
+
+def _conv_transpose(
+    nsp, x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1
+):
+    """conv_transpose as the convolution whose transpose it is: the input dilated by the stride,
+    padded by dilation * (k - 1) - padding (plus output_padding at the end), convolved with the
+    kernel flipped and its in/out channels swapped per group. Pads below zero are a slice."""
+    from thunderx.primitives import slicing as L
+
+    unbatched = ndim(x) == nsp + 1
+    if unbatched:
+        x = S.expand_dims(x, (0,))
+    stride, dilation = _tuple(stride, nsp), _tuple(dilation, nsp)
+    padding, output_padding = _tuple(padding, nsp), _tuple(output_padding, nsp)
+    for op, s, d in zip(output_padding, stride, dilation):
+        if op >= max(s, d):
+            raise RuntimeError(
+                "output padding must be smaller than either stride or dilation, got "
+                f"output_padding={output_padding}, stride={stride}, dilation={dilation}"
+            )
+    c_in, c_out_g = shape(weight)[0], shape(weight)[1]
+    ksize = shape(weight)[2:]
+    if shape(x)[1] != c_in:
+        raise RuntimeError(
+            f"conv_transpose{nsp}d: expected input with {c_in} channels, got {shape(x)[1]}"
+        )
+    w = S.reshape(weight, (groups, c_in // groups, c_out_g) + ksize)
+    w = S.transpose(w, (0, 2, 1) + tuple(range(3, 3 + nsp)))
+    w = S.reshape(w, (groups * c_out_g, c_in // groups) + ksize)
+    from thunderx.primitives.slicing import rev
+
+    w = rev(w, tuple(range(2, 2 + nsp)))
+    pads, trims = [], []
+    for k, d, p, op in zip(ksize, dilation, padding, output_padding):
+        lo = d * (k - 1) - p
+        hi = lo + op
+        pads.append((max(lo, 0), max(hi, 0)))
+        trims.append((max(-lo, 0), max(-hi, 0)))
+    if dtype(x) != dtype(w):
+        raise RuntimeError(
+            f"conv_transpose{nsp}d: input type ({dtype(x)}) and weight type ({dtype(w)}) differ"
+        )
+    out = CV.conv(x, w, (1,) * nsp, pads, stride, dilation, groups)
+    if any(a or b for a, b in trims):
+        shp = shape(out)
+        start = (0, 0) + tuple(a for a, _ in trims)
+        limit = shp[:2] + tuple(n - b for n, (_, b) in zip(shp[2:], trims))
+        out = L.slice_(out, start, limit)
+    if bias is not None:
+        out = B.add(out, S.broadcast_in_dim(bias, shape(out), (1,)))
+    return S.squeeze(out, (0,)) if unbatched else out
+
+
+register(F.conv_transpose1d, torch.conv_transpose1d)(lambda *a, **k: _conv_transpose(1, *a, **k))
+register(F.conv_transpose2d, torch.conv_transpose2d)(lambda *a, **k: _conv_transpose(2, *a, **k))
+register(F.conv_transpose3d, torch.conv_transpose3d)(lambda *a, **k: _conv_transpose(3, *a, **k))

@@ -144,7 +144,8 @@ def _sign(x):
 
 @register(torch.exp2, torch.special.exp2, methods=("exp2",))
 def _exp2(x):
-    return U.exp(B.mul(float_operand(x), math.log(2.0)))
+    # pow(2, x), as torch's kernel: exact powers of two at integers, unlike exp(x log 2)
+    return B.pow(2.0, float_operand(x))
 
 
 @register(torch.log2, methods=("log2",))

@@ -2,7 +2,10 @@
 and torch.ormqr as matmuls, so every transform differentiates and batches them through matmul.
 
 Reflector i is H_i = I - tau_i v_i v_i^H, with v_i = (0, ..., 0, 1, A[i+1:, i]) (column i of A
-below its diagonal, a unit in the diagonal entry); Q = H_1 H_2 ... H_k."""
+below its diagonal, a unit in the diagonal entry); Q = H_1 H_2 ... H_k.
+
+Also here, the other op_db linear algebra built on them or beside them: torch.linalg.eig/eigvals
+(the eig primitive, primitives/eig.py) and the randomized torch.svd_lowrank / pca_lowrank."""
 
 from __future__ import annotations
 
@@ -83,3 +86,69 @@ def _eigvals(a, *, out=None):
 
 # torch.return_types.linalg_eig's fields
 _Eig = NamedTuple("linalg_eig", [("eigenvalues", Any), ("eigenvectors", Any)])
+
+
+# ---------------------------------------------------------------------- svd_lowrank, pca_lowrank
+
+
+def _approximate_basis(a, q, niter, m):
+    from thunderx.lang.random import draw
+
+    """An orthonormal basis of a's range from a Gaussian test matrix and `niter` power
+    iterations (torch._lowrank.get_approximate_basis; the same draw, so the same numbers)."""
+    floating = (torch.float16, torch.float32, torch.float64)
+    dt = a.dtype if a.dtype.is_complex or a.dtype in floating else torch.float32
+    # through the random layer: a decomposition runs with the randomness mode popped, so a plain
+    # torch.randn here would be drawn once while tracing and baked in as a constant
+    r = draw("normal", (shape(a)[-1], q), dt, aval(a).device, "torch.svd_lowrank")
+
+    def times(x, y):  # (a - m) @ y
+        return x @ y if m is None else x @ y - (m if x is a else m.mH) @ y
+
+    q_ = torch.linalg.qr(times(a, r)).Q
+    for _ in range(niter):
+        q_ = torch.linalg.qr(times(a.mH, q_)).Q
+        q_ = torch.linalg.qr(times(a, q_)).Q
+    return q_
+
+
+def _svd_lowrank_of(a, q, niter, m=None):
+    """Halko et al.'s algorithm 5.1, as torch._lowrank._svd_lowrank."""
+    q = 6 if q is None else q
+    niter = 2 if niter is None else niter
+    rows, cols = shape(a)[-2:]
+    if m is not None:
+        m = m.broadcast_to(shape(a))
+    if rows < cols:
+        a = a.mH
+        m = None if m is None else m.mH
+    basis = _approximate_basis(a, q, niter, m)
+    b = basis.mH @ a
+    if m is not None:
+        b = b - basis.mH @ m
+    u, s, vh = torch.linalg.svd(b, full_matrices=False)
+    u, v = basis @ u, vh.mH
+    return (v, s, u) if rows < cols else (u, s, v)
+
+
+@register(torch.svd_lowrank)
+def _svd_lowrank(a, q=6, niter=2, M=None):
+    """torch's randomized SVD run on traced values: its Gaussian test matrix is a random draw
+    (vmap's randomness rules apply)."""
+    return _svd_lowrank_of(a, q, niter, M)
+
+
+@register(torch.pca_lowrank)
+def _pca_lowrank(a, q=None, center=True, niter=2):
+    m, n = shape(a)[-2:]
+    if q is None:
+        q = min(6, m, n)
+    elif not 0 <= q <= min(m, n):
+        raise ValueError(
+            f"q(={q}) must be non-negative integer and not greater than min(m, n)={min(m, n)}"
+        )
+    if niter < 0:
+        raise ValueError(f"niter(={niter}) must be non-negative integer")
+    if center:
+        a = a - a.mean(dim=(-2,), keepdim=True)
+    return _svd_lowrank_of(a, q, niter)

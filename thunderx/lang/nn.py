@@ -273,21 +273,6 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
     return _affine(out, weight, None)
 
 
-@register(F.group_norm)
-def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
-    shp = shape(x)
-    n, c = shp[0], shp[1]
-    if c % num_groups:
-        raise ValueError(f"group_norm: {c} channels are not divisible into {num_groups} groups")
-    g = S.reshape(x, (n, num_groups, math.prod(shp[1:]) // num_groups))
-    normed = S.reshape(layer_norm(g, (shape(g)[-1],), eps=eps), shp)
-    if weight is not None:
-        normed = B.mul(normed, S.broadcast_in_dim(weight, shp, (1,)))
-    if bias is not None:
-        normed = B.add(normed, S.broadcast_in_dim(bias, shp, (1,)))
-    return normed
-
-
 @register(F.normalize)
 def normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
     norm = vector_norm(x, p, dim, keepdim=True)

@@ -1,6 +1,9 @@
-"""Batch and instance normalization, and torch's native normalization ops (native_batch_norm,
-_native_batch_norm_legit, _batch_norm_with_update, native_group_norm, native_layer_norm), as
-decompositions onto primitives.
+"""Channel normalizations: batch_norm, instance_norm, group_norm and their aten spellings
+(native_batch_norm, _native_batch_norm_legit, _batch_norm_with_update, native_group_norm).
+
+Normalizing with batch statistics runs as torch's kernels (composite_channel_norm.py) with
+their fused backward kernels as derivatives; the affine part and normalizing with given running
+statistics are elementwise primitives.
 
 Running statistics in training mode are torch's in-place update of the caller's buffers:
 `running = (1 - momentum) * running + momentum * batch_stat` (the variance unbiased). Where the
@@ -19,12 +22,14 @@ from thunderx.core import Tracer
 from thunderx.errors import user_frame
 from thunderx.lang._base import aval, convert, dtype, ndim, register, shape
 from thunderx.lang.inplace import MutationError
-from thunderx.lang.nn import group_norm, layer_norm
+from thunderx.lang.nn import layer_norm
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite_channel_norm as KC
 from thunderx.primitives import creation as C
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
+from thunderx.primitives.higher_order import stop_gradient
 
 
 def _update_running(buf, stat, momentum, what):
@@ -48,109 +53,137 @@ def _update_running(buf, stat, momentum, what):
         buf.mul_(1.0 - momentum).add_(value.detach().to(buf.dtype), alpha=momentum)
 
 
-def _stats(x, dims):
-    n = float(math.prod(shape(x)[d] for d in dims))
-    mean = B.div(R.reduce_sum(x, dims, keepdims=True), n)
-    xc = B.sub(x, S.broadcast_to(mean, shape(x)))
-    var = B.div(R.reduce_sum(B.mul(xc, xc), dims, keepdims=True), n)
-    return mean, var, xc, n
+def _per_channel(v, x):
+    """A (C,) vector broadcast along dim 1 of x."""
+    return S.broadcast_in_dim(convert(v, dtype(x)), shape(x), (1,))
 
 
-def _channel(v, shp):
-    return S.broadcast_in_dim(v, shp, (1,))
-
-
-def _batch_norm_core(x, weight, bias, running_mean, running_var, training, momentum, eps, what):
-    """(out, batch mean, 1/sqrt(var + eps)) with the stats of shape (C,) (training), or
-    (out, None, None) in eval mode."""
-    shp = shape(x)
-    if len(shp) < 2:
-        raise ValueError(f"{what}: expected an input of at least 2 dims, got {tuple(shp)}")
-    dims = tuple(d for d in range(len(shp)) if d != 1)
-    if training:
-        mean, var, xc, n = _stats(x, dims)
-        mean, var = S.reshape(mean, (shp[1],)), S.reshape(var, (shp[1],))
-        invstd = U.rsqrt(B.add(var, eps))
-        if running_mean is not None or running_var is not None:
-            unbiased = B.mul(var, n / max(n - 1.0, 1.0))
-            _update_running(running_mean, mean, momentum, what)
-            _update_running(running_var, unbiased, momentum, what)
-        out = B.mul(xc, _channel(invstd, shp))
-        saved = (mean, invstd)
-    else:
-        if running_mean is None or running_var is None:
-            raise ValueError(f"{what} in eval mode needs running statistics")
-        rm, rv = convert(running_mean, dtype(x)), convert(running_var, dtype(x))
-        out = B.mul(B.sub(x, _channel(rm, shp)), _channel(U.rsqrt(B.add(rv, eps)), shp))
-        saved = (None, None)
+def _affine(out, weight, bias):
     if weight is not None:
-        out = B.mul(out, _channel(weight, shp))
+        out = B.mul(out, _per_channel(weight, out))
     if bias is not None:
-        out = B.add(out, _channel(bias, shp))
-    return out, *saved
+        out = B.add(out, _per_channel(bias, out))
+    return out
 
 
 def _empty(x):
-    a = aval(x)
-    return C.full((0,), 0.0, a.dtype, a.device)
+    # nothing to normalize: torch returns an empty tensor of the input's shape
+    return B.mul(x, 1.0)
+
+
+def _check_channels(name, x, *vectors):
+    if ndim(x) < 2:
+        raise ValueError(f"{name}: expected an (N, C, ...) input, got shape {shape(x)}")
+    for what, v in vectors:
+        if v is not None and shape(v) != (shape(x)[1],):
+            raise ValueError(
+                f"{name}: {what} of shape {shape(v)} does not match {shape(x)[1]} channels"
+            )
+
+
+def _batch_stats(x, eps):
+    """The per-channel mean and 1/sqrt(var + eps) that torch saves (not differentiated)."""
+    dims = tuple(d for d in range(ndim(x)) if d != 1)
+    n = float(math.prod(shape(x)[d] for d in dims))
+    mean = B.div(R.reduce_sum(x, dims), n)
+    xc = B.sub(x, S.broadcast_in_dim(mean, shape(x), (1,)))
+    var = B.div(R.reduce_sum(B.mul(xc, xc), dims), n)
+    return stop_gradient(mean), stop_gradient(U.rsqrt(B.add(var, eps)))
+
+
+def _eval_norm(name, x, running_mean, running_var, eps):
+    if running_mean is None or running_var is None:
+        raise ValueError(f"{name}: normalizing without batch statistics needs running_mean/var")
+    xc = B.sub(x, _per_channel(running_mean, x))
+    return B.mul(xc, U.rsqrt(B.add(_per_channel(running_var, x), eps)))
+
+
+def _training_norm(name, x, eps):
+    if 0 in shape(x):
+        return _empty(x)
+    if math.prod(shape(x)) // shape(x)[1] < 2:
+        raise ValueError(
+            f"{name}: expected more than 1 value per channel when training, got input of "
+            f"shape {shape(x)}"
+        )
+    return KC.batch_norm(x, eps)
 
 
 @register(F.batch_norm)
-def _batch_norm(
+def batch_norm(
     x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5
 ):
-    if 0 in shape(x):
-        return B.mul(x, 1.0)
-    return _batch_norm_core(
-        x, weight, bias, running_mean, running_var, training, momentum, eps, "batch_norm"
-    )[0]
-
-
-@register(torch.native_batch_norm)
-def _native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    out, mean, invstd = _batch_norm_core(
-        x, weight, bias, running_mean, running_var, training, momentum, eps, "native_batch_norm"
+    if ndim(x) < 2 and 0 in shape(x):
+        return _empty(x)
+    _check_channels(
+        "batch_norm", x, ("weight", weight), ("bias", bias), ("running_mean", running_mean)
     )
-    if mean is None:
-        return out, _empty(x), _empty(x)
-    return out, mean, invstd
+    if training or running_mean is None:
+        out = _training_norm("batch_norm", x, eps)
+        if training and 0 not in shape(x):
+            _running_update("batch_norm", x, running_mean, running_var, momentum)
+    else:
+        out = _eval_norm("batch_norm", x, running_mean, running_var, eps)
+    return _affine(out, weight, bias)
 
 
-@register(torch._native_batch_norm_legit)
-def _native_batch_norm_legit(x, weight, bias, *args):
-    if len(args) == 5:  # (running_mean, running_var, training, momentum, eps)
-        return _native_batch_norm(x, weight, bias, *args)
-    training, momentum, eps = args  # the overload without running statistics
-    return _native_batch_norm(x, weight, bias, None, None, training, momentum, eps)
+def _native_batch_norm(
+    name, x, weight, bias, running_mean, running_var, training, eps, momentum=0.1
+):
+    _check_channels(name, x, ("weight", weight), ("bias", bias), ("running_mean", running_mean))
+    if training:
+        out = _affine(_training_norm(name, x, eps), weight, bias)
+        _running_update(name, x, running_mean, running_var, momentum)
+        mean, invstd = _batch_stats(x, eps)
+        return out, mean, invstd
+    out = _affine(_eval_norm(name, x, running_mean, running_var, eps), weight, bias)
+    # torch saves no statistics in evaluation mode
+    nothing = C.full((0,), 0.0, dtype(x), aval(x).device)
+    return out, nothing, nothing
 
 
-@register(torch.ops.aten._batch_norm_with_update.default, torch.ops.aten._batch_norm_with_update)
-def _batch_norm_with_update(x, weight, bias, running_mean, running_var, momentum, eps):
+@register(torch.native_batch_norm, torch.ops.aten.native_batch_norm)
+def native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _native_batch_norm(
+        "native_batch_norm", x, weight, bias, running_mean, running_var, training, eps, momentum
+    )
+
+
+@register(torch._native_batch_norm_legit, torch.ops.aten._native_batch_norm_legit)
+def native_batch_norm_legit(x, weight, bias, *args):
+    # (running_mean, running_var, training, momentum, eps) or, without running statistics,
+    # (training, momentum, eps)
+    if len(args) == 5:
+        running_mean, running_var, training, momentum, eps = args
+    elif len(args) == 3:
+        running_mean = running_var = None
+        training, momentum, eps = args
+    else:
+        raise TypeError(f"_native_batch_norm_legit: unexpected arguments {args!r}")
+    return _native_batch_norm(
+        "_native_batch_norm_legit",
+        x,
+        weight,
+        bias,
+        running_mean,
+        running_var,
+        training,
+        eps,
+        momentum,
+    )
+
+
+@register(torch.ops.aten._batch_norm_with_update, torch.ops.aten._batch_norm_with_update.default)
+def batch_norm_with_update(x, weight, bias, running_mean, running_var, momentum, eps):
     out, mean, invstd = _native_batch_norm(
-        x, weight, bias, running_mean, running_var, True, momentum, eps
+        "_batch_norm_with_update", x, weight, bias, running_mean, running_var, True, eps, momentum
     )
-    reserve = C.full((0,), 0, torch.uint8, aval(x).device)
-    return out, mean, invstd, reserve
-
-
-@register(torch.native_group_norm)
-def _native_group_norm(x, weight, bias, n, c, hxw, group, eps):
-    g = S.reshape(x, (n, group, (c // group) * hxw))
-    mean, var, _, _ = _stats(g, (2,))
-    out = group_norm(x, group, weight, bias, eps)
-    return out, S.reshape(mean, (n, group)), S.reshape(U.rsqrt(B.add(var, eps)), (n, group))
-
-
-@register(torch.native_layer_norm)
-def _native_layer_norm(x, normalized_shape, weight, bias, eps):
-    k = len(tuple(normalized_shape))
-    dims = tuple(range(ndim(x) - k, ndim(x)))
-    mean, var, _, _ = _stats(x, dims)
-    return layer_norm(x, normalized_shape, weight, bias, eps), mean, U.rsqrt(B.add(var, eps))
+    # the reserve buffer (cuDNN's workspace) is empty on CPU
+    return out, mean, invstd, C.full((0,), 0, torch.uint8, aval(x).device)
 
 
 @register(F.instance_norm)
-def _instance_norm(
+def instance_norm(
     x,
     running_mean=None,
     running_var=None,
@@ -160,24 +193,89 @@ def _instance_norm(
     momentum=0.1,
     eps=1e-5,
 ):
-    shp = shape(x)
+    _check_channels("instance_norm", x, ("weight", weight), ("bias", bias))
     if not use_input_stats:
-        return _batch_norm_core(
-            x, weight, bias, running_mean, running_var, False, momentum, eps, "instance_norm"
-        )[0]
-    dims = tuple(range(2, len(shp)))
-    mean, var, xc, n = _stats(x, dims)
+        return _affine(_eval_norm("instance_norm", x, running_mean, running_var, eps), weight, bias)
+    if 0 in shape(x):
+        return _affine(_empty(x), weight, bias)
+    # torch's instance_norm: batch_norm of the input seen as one sample of N * C channels
+    shp = shape(x)
+    merged = S.reshape(x, (1, shp[0] * shp[1]) + shp[2:])
     if running_mean is not None or running_var is not None:
-        # torch averages the per-instance statistics over the batch
-        flat = (shp[0], shp[1])
-        m = B.div(R.reduce_sum(S.reshape(mean, flat), (0,)), float(shp[0]))
-        v = B.mul(S.reshape(var, flat), n / max(n - 1.0, 1.0))
-        v = B.div(R.reduce_sum(v, (0,)), float(shp[0]))
-        _update_running(running_mean, m, momentum, "instance_norm")
-        _update_running(running_var, v, momentum, "instance_norm")
-    out = B.mul(xc, S.broadcast_to(U.rsqrt(B.add(var, eps)), shp))
-    if weight is not None:
-        out = B.mul(out, _channel(weight, shp))
-    if bias is not None:
-        out = B.add(out, _channel(bias, shp))
-    return out
+        _instance_running_update(merged, shp, running_mean, running_var, momentum)
+    out = S.reshape(_training_norm("instance_norm", merged, eps), shp)
+    return _affine(out, weight, bias)
+
+
+def _group_stats(x, groups, eps):
+    """The (N, groups) mean and rstd of native_group_norm, differentiable as torch's are."""
+    g = S.reshape(x, (shape(x)[0], groups, math.prod(shape(x)[1:]) // groups))
+    n = float(shape(g)[2])
+    mean = B.div(R.reduce_sum(g, (2,)), n)
+    xc = B.sub(g, S.broadcast_in_dim(mean, shape(g), (0, 1)))
+    var = B.div(R.reduce_sum(B.mul(xc, xc), (2,)), n)
+    return mean, U.rsqrt(B.add(var, eps))
+
+
+def _group_norm(name, x, groups, weight, bias, eps):
+    _check_channels(name, x, ("weight", weight), ("bias", bias))
+    if groups < 1 or shape(x)[1] % groups:
+        raise ValueError(f"{name}: {shape(x)[1]} channels are not divisible into {groups} groups")
+    out = _empty(x) if 0 in shape(x) else KC.group_norm(x, groups, eps)
+    return _affine(out, weight, bias)
+
+
+@register(F.group_norm)
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    return _group_norm("group_norm", x, int(num_groups), weight, bias, eps)
+
+
+@register(torch.native_group_norm, torch.ops.aten.native_group_norm)
+def native_group_norm(x, weight, bias, n, c, hxw, group, eps):
+    shp = shape(x)
+    if (shp[0], shp[1], math.prod(shp[2:])) != (n, c, hxw):
+        raise ValueError(f"native_group_norm: N={n}, C={c}, HxW={hxw} do not match {shp}")
+    out = _group_norm("native_group_norm", x, int(group), weight, bias, eps)
+    if 0 in shp:
+        nothing = C.full((n, group), 0.0, dtype(x), aval(x).device)
+        return out, nothing, nothing
+    mean, rstd = _group_stats(x, int(group), eps)
+    return out, mean, rstd
+
+
+def _running_update(name, x, running_mean, running_var, momentum):
+    """The batch statistics written into the running buffers (training mode)."""
+    if running_mean is None and running_var is None:
+        return
+    dims = tuple(d for d in range(ndim(x)) if d != 1)
+    n = float(math.prod(shape(x)[d] for d in dims))
+    mean = B.div(R.reduce_sum(x, dims), n)
+    xc = B.sub(x, S.broadcast_in_dim(mean, shape(x), (1,)))
+    var = B.div(R.reduce_sum(B.mul(xc, xc), dims), max(n - 1.0, 1.0))
+    _update_running(running_mean, mean, momentum, name)
+    _update_running(running_var, var, momentum, name)
+
+
+@register(torch.native_layer_norm)
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    k = len(tuple(normalized_shape))
+    dims = tuple(range(ndim(x) - k, ndim(x)))
+    n = float(math.prod(shape(x)[d] for d in dims))
+    mean = B.div(R.reduce_sum(x, dims, keepdims=True), n)
+    xc = B.sub(x, S.broadcast_to(mean, shape(x)))
+    var = B.div(R.reduce_sum(B.mul(xc, xc), dims, keepdims=True), n)
+    return layer_norm(x, normalized_shape, weight, bias, eps), mean, U.rsqrt(B.add(var, eps))
+
+
+def _instance_running_update(merged, shp, running_mean, running_var, momentum):
+    """torch updates instance_norm's running statistics with the per-instance statistics
+    averaged over the batch."""
+    dims = tuple(range(2, len(shp)))
+    n = float(math.prod(shp[2:]))
+    mean = B.div(R.reduce_sum(merged, (0,) + dims), n)
+    xc = B.sub(merged, S.broadcast_in_dim(mean, shape(merged), (1,)))
+    var = B.div(R.reduce_sum(B.mul(xc, xc), (0,) + dims), max(n - 1.0, 1.0))
+    m = B.div(R.reduce_sum(S.reshape(mean, shp[:2]), (0,)), float(shp[0]))
+    v = B.div(R.reduce_sum(S.reshape(var, shp[:2]), (0,)), float(shp[0]))
+    _update_running(running_mean, m, momentum, "instance_norm")
+    _update_running(running_var, v, momentum, "instance_norm")

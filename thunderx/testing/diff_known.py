@@ -25,6 +25,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("smooth_l1_loss", "*", "unresolved"): "batched-rule-at-nan",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
+    ("instance_norm", "*", "kink"): "layer-norm-constant-row",
     ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with std>", "*", "unresolved"): "reduction-over-no-elements",
@@ -51,6 +52,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ),
     ("var", "*", "unresolved"): ("scalar", 0, "hessian"),
     ("layer_norm", "*", "kink"): ("big", 0, "hessian"),
+    ("instance_norm", "*", "kink"): ("zero", 19, "hessian"),
     ("<with fmin>", "*", "kink"): ("zero", 0, "jvp", ("polygamma", "logit", "rms_norm", "fmin")),
     ("<with logsumexp>", "*", "unresolved"): (
         "empty",

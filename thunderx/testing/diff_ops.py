@@ -235,6 +235,13 @@ def _table() -> dict[str, Op]:
         sh.pool,
     )
     add("layer_norm", lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), sh.layer_norm)
+    add(
+        "batch_norm",
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+        sh.channels,
+    )
+    add("group_norm", lambda x, w, b: F.group_norm(x, 1, w, b), sh.channels)
+    add("instance_norm", lambda x, w, b: F.instance_norm(x, weight=w, bias=b), sh.channels)
     add("rms_norm", lambda x: F.rms_norm(x, x.shape[-1:]), sh.lastdim())
     add("normalize", lambda x: F.normalize(x, dim=-1), sh.lastdim())
     add(

@@ -4,6 +4,7 @@ shape."""
 
 from __future__ import annotations
 
+import math
 import random  # noqa: F401  (rules take a random.Random)
 from typing import Callable
 
@@ -223,6 +224,13 @@ def layer_norm(rng, base):
     if not base or base[-1] == 0:
         return None
     return [base, base[-1:], base[-1:]], None, {}
+
+
+def channels(rng, base):
+    """(N, C, ...) with more than one value per channel, and (C,) weight and bias."""
+    if len(base) < 2 or 0 in base or math.prod(base) // base[1] < 2:
+        return None
+    return [base, base[1:2], base[1:2]], None, {}
 
 
 def target(rng, base):

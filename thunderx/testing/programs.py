@@ -9,9 +9,6 @@ Every primitive is reached by some step (directly, or through the derivative or 
 the transforms apply to it), or is listed in NOT_GENERATED with the reason; the steps include
 views of intermediates that die afterwards and chains of in-place updates, where the torch
 executor reuses buffers. `single_step_programs()` lists one program per step variant.
-
->>> @given(random_programs())
-... def test(prog): check_grads(lambda *xs: run_program(prog, *xs).sum(), prog.example_inputs())
 """
 
 from __future__ import annotations
@@ -23,10 +20,12 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
+from thunderx.testing.program_composites import NORM_STEPS
 from thunderx.testing.programs_not_generated import NOT_GENERATED  # noqa: F401 (re-exported)
 
 _BESSEL = ("i0", "i0e", "i1", "i1e", "erfcx")
 UNARY = {
+    **NORM_STEPS,  # batch_norm, group_norm, instance_norm
     "sin": torch.sin,
     "cos": torch.cos,
     "tanh": torch.tanh,

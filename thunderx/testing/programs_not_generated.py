@@ -1,6 +1,8 @@
 """Primitives the random programs (thunderx/testing/programs.py) do not reach, each with the
 reason and where it is tested instead (tests/test_properties.py checks the list is exact)."""
 
+from thunderx.testing.program_composites import FORWARD_ONLY
+
 _MATRIX_REASON = (
     "a matrix decomposition: its derivative needs well-conditioned square inputs (distinct "
     "eigen/singular values) that random programs do not guarantee; see tests/test_linalg.py"
@@ -37,8 +39,7 @@ NOT_GENERATED = {
     "scan": "control flow: torch.func cannot run torch's scan; see tests/test_control_flow.py",
     "while": "control flow: torch.func cannot run torch's while_loop; see test_control_flow.py",
     "checkpoint": "thunderx.checkpoint has no torch counterpart; see tests/test_control_flow.py",
-    "log_softmax_jvp": "log_softmax's tangent appears only in forward mode, which random "
-    "programs do not stage; tests/test_composite.py checks it",
+    **FORWARD_ONLY,  # log_softmax_jvp, max_pool_gather
     "cholesky": _MATRIX_REASON,
     "eigh": _MATRIX_REASON,
     "eig": _MATRIX_REASON,

@@ -1,0 +1,285 @@
+"""batch_norm and group_norm (training statistics, without the affine part) as composite
+operations: torch's native_batch_norm / native_group_norm forward, and their backward kernels
+(native_batch_norm_backward, native_group_norm_backward) as both the jvp and the transpose: a
+normalization's Jacobian rstd * (I - 1 1^T / n - y y^T / n) is symmetric within each group.
+The backward kernels' derivative in x comes from their decompositions, so hessians work.
+
+batch_norm normalizes each channel (dim 1) over every other dim; group_norm normalizes each
+(sample, group of channels) over the group's channels and the spatial dims. Under vmap the batch
+dim joins the kernel's own: the channels for batch_norm, the samples for group_norm."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from thunderx.ad_util import Zero, is_undefined
+from thunderx.avals import is_float
+from thunderx.core import get_aval
+from thunderx.primitives import binary as B
+from thunderx.primitives import reductions as R
+from thunderx.primitives import shape as S
+from thunderx.primitives import unary as U
+from thunderx.primitives.composite import declare_composite
+
+
+def batch_norm(x, eps: float):
+    """F.batch_norm(x, None, None, training=True, eps=eps): per-channel batch statistics."""
+    return batch_norm_p.bind(x, eps=float(eps))
+
+
+def batch_norm_backward(g, x, eps: float):
+    """The cotangent (and tangent) of batch_norm at x, as torch's native_batch_norm_backward."""
+    return batch_norm_backward_p.bind(g, x, eps=float(eps))
+
+
+def group_norm(x, groups: int, eps: float):
+    """F.group_norm(x, groups, eps=eps) without weight and bias."""
+    return group_norm_p.bind(x, groups=int(groups), eps=float(eps))
+
+
+def group_norm_backward(g, x, groups: int, eps: float):
+    """The cotangent (and tangent) of group_norm at x, as torch's native_group_norm_backward."""
+    return group_norm_backward_p.bind(g, x, groups=int(groups), eps=float(eps))
+
+
+# ------------------------------------------------------------------------------ shape checks
+
+
+def _check(name, x, groups=None):
+    if not is_float(x.dtype):
+        raise TypeError(f"{name} needs a floating operand, got {x.str_short()}")
+    if x.ndim < 2 or 0 in x.shape:
+        raise TypeError(f"{name} needs a non-empty (N, C, ...) operand, got {x.str_short()}")
+    if groups is None:
+        if math.prod(x.shape) // x.shape[1] < 2:
+            raise ValueError(
+                f"{name}: expected more than 1 value per channel when training, got {x.str_short()}"
+            )
+    elif groups < 1 or x.shape[1] % groups:
+        raise TypeError(f"{name}: {x.shape[1]} channels are not divisible into {groups} groups")
+
+
+def _checker(name, has_grad):
+    def abstract_eval(*avals, eps, groups=None):
+        x = avals[-1]
+        _check(name, x, groups)
+        if has_grad and (avals[0].shape != x.shape or avals[0].dtype != x.dtype):
+            raise TypeError(f"{name}: gradient {avals[0].str_short()} vs input {x.str_short()}")
+        return x.strip_weak()
+
+    return abstract_eval
+
+
+# ---------------------------------------------------------------- decompositions (primitives)
+
+
+def _normalize(v, dims, eps):
+    """(v - mean) * rstd and rstd over `dims` of v, both shaped like v, and the count."""
+    shp = S._shape(v)
+    n = float(math.prod(shp[d] for d in dims))
+    mean = B.div(R.reduce_sum(v, dims, keepdims=True), n)
+    xc = B.sub(v, S.broadcast_to(mean, shp))
+    var = B.div(R.reduce_sum(B.mul(xc, xc), dims, keepdims=True), n)
+    rstd = S.broadcast_to(U.rsqrt(B.add(var, eps)), shp)
+    return B.mul(xc, rstd), rstd, n
+
+
+def _norm_backward(g, v, dims, eps):
+    y, rstd, n = _normalize(v, dims, eps)
+    shp = S._shape(v)
+
+    def mean(t):
+        return S.broadcast_to(B.div(R.reduce_sum(t, dims, keepdims=True), n), shp)
+
+    return B.mul(rstd, B.sub(B.sub(g, mean(g)), B.mul(y, mean(B.mul(g, y)))))
+
+
+def _bn_dims(x):
+    return tuple(d for d in range(len(S._shape(x))) if d != 1)
+
+
+def _grouped(x, groups):
+    shp = S._shape(x)
+    return S.reshape(x, (shp[0], groups, math.prod(shp[1:]) // groups))
+
+
+def _bn_decomposition(x, *, eps):
+    return _normalize(x, _bn_dims(x), eps)[0]
+
+
+def _bn_backward_decomposition(g, x, *, eps):
+    return _norm_backward(g, x, _bn_dims(x), eps)
+
+
+def _gn_decomposition(x, *, groups, eps):
+    return S.reshape(_normalize(_grouped(x, groups), (2,), eps)[0], S._shape(x))
+
+
+def _gn_backward_decomposition(g, x, *, groups, eps):
+    out = _norm_backward(_grouped(g, groups), _grouped(x, groups), (2,), eps)
+    return S.reshape(out, S._shape(x))
+
+
+# ------------------------------------------------------------------------------ torch kernels
+
+
+def _bn_impl(x, *, eps):
+    return torch.native_batch_norm(x, None, None, None, None, True, 0.0, eps)[0]
+
+
+def _bn_backward_impl(g, x, *, eps):
+    # the statistics as torch's forward computes them (so the numbers are torch's)
+    _, mean, invstd = torch.native_batch_norm(x, None, None, None, None, True, 0.0, eps)
+    return torch.ops.aten.native_batch_norm_backward(
+        g, x, None, None, None, mean, invstd, True, eps, [True, False, False]
+    )[0]
+
+
+def _gn_sizes(shape, groups):
+    n, c = shape[0], shape[1]
+    return n, c, math.prod(shape[2:]), groups
+
+
+def _gn_impl(x, *, groups, eps):
+    return torch.native_group_norm(x, None, None, *_gn_sizes(x.shape, groups), eps)[0]
+
+
+def _gn_backward_impl(g, x, *, groups, eps):
+    sizes = _gn_sizes(x.shape, groups)
+    _, mean, rstd = torch.native_group_norm(x, None, None, *sizes, eps)
+    return torch.ops.aten.native_group_norm_backward(
+        g, x, mean, rstd, None, *sizes, [True, False, False]
+    )[0]
+
+
+# generated names never start with an underscore: the statistics are named by an assignment
+# expression so that they are computed once
+def _bn_codegen(args, avals, *, eps):
+    return f"torch.native_batch_norm({args[0]}, None, None, None, None, True, 0.0, {eps!r})[0]"
+
+
+def _bn_backward_codegen(args, avals, *, eps):
+    g, x = args
+    stats = (
+        f"(_bn_stats := torch.native_batch_norm({x}, None, None, None, None, True, 0.0, {eps!r}))"
+    )
+    return (
+        f"torch.ops.aten.native_batch_norm_backward({g}, {x}, None, None, None, {stats}[1], "
+        f"_bn_stats[2], True, {eps!r}, [True, False, False])[0]"
+    )
+
+
+def _gn_codegen(args, avals, *, groups, eps):
+    sizes = ", ".join(map(str, _gn_sizes(avals[0].shape, groups)))
+    return f"torch.native_group_norm({args[0]}, None, None, {sizes}, {eps!r})[0]"
+
+
+def _gn_backward_codegen(args, avals, *, groups, eps):
+    g, x = args
+    sizes = ", ".join(map(str, _gn_sizes(avals[1].shape, groups)))
+    stats = f"(_gn_stats := torch.native_group_norm({x}, None, None, {sizes}, {eps!r}))"
+    return (
+        f"torch.ops.aten.native_group_norm_backward({g}, {x}, {stats}[1], _gn_stats[2], None, "
+        f"{sizes}, [True, False, False])[0]"
+    )
+
+
+# ------------------------------------------------------------------------ derivative rules
+
+
+def _jvp(get_prim, get_backward):
+    def jvp(primals, tangents, **params):
+        (x,), (t,) = primals, tangents
+        y = get_prim().bind(x, **params)
+        if type(t) is Zero:
+            return y, Zero(get_aval(y))
+        return y, get_backward().bind(t, x, **params)
+
+    return jvp
+
+
+def _transpose(get_backward):
+    def transpose(ct, g, x, **params):
+        if is_undefined(x):
+            raise TypeError(f"{get_backward().name} is linear in its gradient only")
+        return [get_backward().bind(ct, x, **params), None]
+
+    return transpose
+
+
+def _bn_batch(get_prim):
+    # each vmapped example has its own statistics per channel: the batch dim joins the channels
+    def batch(args, dims, **params):
+        size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
+        moved = [
+            S.broadcast_batch(a, size, 1) if d is None else S.moveaxis(a, d, 1)
+            for a, d in zip(args, dims)
+        ]
+        shp = S._shape(moved[-1])  # (N, B, C, ...)
+        merged = (shp[0], shp[1] * shp[2]) + tuple(shp[3:])
+        out = get_prim().bind(*[S.reshape(a, merged) for a in moved], **params)
+        return S.reshape(out, shp), 1
+
+    return batch
+
+
+def _gn_batch(get_prim):
+    # each vmapped example is more samples: the batch dim joins the kernel's samples
+    def batch(args, dims, **params):
+        size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
+        moved = [
+            S.broadcast_batch(a, size, 0) if d is None else S.moveaxis(a, d, 0)
+            for a, d in zip(args, dims)
+        ]
+        shp = S._shape(moved[-1])  # (B, N, C, ...)
+        merged = (shp[0] * shp[1],) + tuple(shp[2:])
+        out = get_prim().bind(*[S.reshape(a, merged) for a in moved], **params)
+        return S.reshape(out, shp), 0
+
+    return batch
+
+
+batch_norm_p = declare_composite(
+    "batch_norm",
+    decomposition=_bn_decomposition,
+    impl=_bn_impl,
+    abstract_eval=_checker("batch_norm", False),
+    jvp=_jvp(lambda: batch_norm_p, lambda: batch_norm_backward_p),
+    batch=_bn_batch(lambda: batch_norm_p),
+    torch_codegen=_bn_codegen,
+)
+batch_norm_backward_p = declare_composite(
+    "batch_norm_backward",
+    decomposition=_bn_backward_decomposition,
+    impl=_bn_backward_impl,
+    abstract_eval=_checker("batch_norm_backward", True),
+    linear=True,
+    nonlinear=(1,),
+    differentiate_decomposition=True,
+    transpose=_transpose(lambda: batch_norm_backward_p),
+    batch=_bn_batch(lambda: batch_norm_backward_p),
+    torch_codegen=_bn_backward_codegen,
+)
+group_norm_p = declare_composite(
+    "group_norm",
+    decomposition=_gn_decomposition,
+    impl=_gn_impl,
+    abstract_eval=_checker("group_norm", False),
+    jvp=_jvp(lambda: group_norm_p, lambda: group_norm_backward_p),
+    batch=_gn_batch(lambda: group_norm_p),
+    torch_codegen=_gn_codegen,
+)
+group_norm_backward_p = declare_composite(
+    "group_norm_backward",
+    decomposition=_gn_backward_decomposition,
+    impl=_gn_backward_impl,
+    abstract_eval=_checker("group_norm_backward", True),
+    linear=True,
+    nonlinear=(1,),
+    differentiate_decomposition=True,
+    transpose=_transpose(lambda: group_norm_backward_p),
+    batch=_gn_batch(lambda: group_norm_backward_p),
+    torch_codegen=_gn_backward_codegen,
+)

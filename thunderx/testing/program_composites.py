@@ -1,0 +1,37 @@
+"""Composite operations in the random programs (thunderx.testing.programs): steps that reach the
+channel normalizations (shape-preserving, defined for every input shape, with eps = 1 so that
+their derivatives stay well conditioned for finite differences), and the composites no step can
+reach, with the reason."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _group_norm(x):
+    # the whole tensor as one group of one sample
+    return F.group_norm(x.reshape(1, 1, -1), 1, eps=1.0).reshape(x.shape)
+
+
+def _batch_norm(x):
+    # x and sin(x) as two samples: each element is a channel with two values
+    both = torch.stack([x, x.sin()]).reshape(2, -1)
+    return F.batch_norm(both, None, None, training=True, eps=1.0)[0].reshape(x.shape)
+
+
+def _instance_norm(x):
+    both = torch.stack([x, x.cos()]).reshape(1, 2, -1)
+    return F.instance_norm(both, eps=1.0)[0, 1].reshape(x.shape) if x.numel() > 1 else x
+
+
+NORM_STEPS = {"group_norm": _group_norm, "batch_norm": _batch_norm, "instance_norm": _instance_norm}
+
+# tangents that appear only in forward mode, which random programs do not stage (grad transposes
+# them away)
+FORWARD_ONLY = {
+    "log_softmax_jvp": "log_softmax's tangent appears only in forward mode, which random "
+    "programs do not stage; tests/test_composite.py checks it",
+    "max_pool_gather": "max_pool's tangent appears only in forward mode, which random programs "
+    "do not stage; tests/test_composite.py and tests/test_composite_cnn.py check it",
+}
