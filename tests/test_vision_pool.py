@@ -170,11 +170,23 @@ def test_embedding_bag(name, fn, args):
     check(fn, args)
 
 
-def test_embedding_bag_refuses_freq_scaling():
-    with pytest.raises(tx.errors.UnsupportedOperationError, match="scale_grad_by_freq"):
-        tx.jit(lambda w: F.embedding_bag(IDX1.reshape(2, 4), w, scale_grad_by_freq=True))(
-            rand(5, 3)
-        )
+@pytest.mark.parametrize(
+    "idx,kw",
+    [
+        (IDX1.reshape(2, 4), {"mode": "sum"}),  # torch divides row 2 by 2 and row 4 by 1 here
+        (IDX1, {"offsets": OFFS, "mode": "mean", "padding_idx": 1}),
+        (torch.tensor([3, 3, 1, 0, 3]), {"offsets": torch.tensor([0, 2]), "mode": "sum"}),
+    ],
+)
+def test_embedding_bag_freq_scaling_matches_torch(idx, kw):
+    check(lambda w: F.embedding_bag(idx, w, scale_grad_by_freq=True, **kw), (rand(5, 3),))
+
+
+def test_embedding_bag_freq_scaling_refuses_max():
+    with pytest.raises(ValueError, match="max mode"):
+        tx.jit(
+            lambda w: F.embedding_bag(IDX1.reshape(2, 4), w, mode="max", scale_grad_by_freq=True)
+        )(rand(5, 3))
 
 
 def fractional(nsp, kernel, samples, **kw):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from thunderx.errors import unsupported
 from thunderx.lang._base import aval, dtype, ndim, register, shape
 
 
@@ -32,12 +31,9 @@ def embedding_bag(
         raise NotImplementedError(
             f"embedding_bag: per_sample_weights is only supported for mode='sum' (got {mode!r})"
         )
-    if scale_grad_by_freq:
-        # torch 2.13's CPU backward divides rows by counts that do not match their frequency
-        # (rows [4,1,4,0,2,4,3,1] give scales 1, 1/2... on the wrong rows): no rule to copy
-        raise unsupported(
-            "F.embedding_bag(scale_grad_by_freq=True)",
-            "torch's gradient for it does not follow index frequencies; use F.embedding",
+    if scale_grad_by_freq and mode == "max":
+        raise ValueError(
+            "embedding_bag: max mode does not support scaling the gradient by frequency"
         )
     if ndim(weight) != 2:
         raise ValueError(f"embedding_bag: weight must be 2-D, got shape {shape(weight)}")
@@ -73,9 +69,9 @@ def embedding_bag(
         if not -n <= padding_idx < n:
             raise ValueError(f"embedding_bag: padding_idx {padding_idx} out of range for {n} rows")
         valid = valid & (flat != padding_idx % n)
-    rows = F.embedding(
-        flat, weight, max_norm=max_norm, norm_type=norm_type, scale_grad_by_freq=scale_grad_by_freq
-    )
+    rows = F.embedding(flat, weight, max_norm=max_norm, norm_type=norm_type)
+    if scale_grad_by_freq:
+        rows = _scale_grad_as_torch(rows, flat, n, dev)
     if per_sample_weights is not None:
         rows = rows * per_sample_weights.reshape(-1).unsqueeze(1)
     mask = valid.unsqueeze(1).expand(shape(rows))
@@ -103,3 +99,18 @@ def embedding_bag(
     empty = first == total
     picked = torch.gather(rows, 0, first.clamp(max=max(total - 1, 0)))
     return torch.where(empty, torch.zeros_like(picked), picked)
+
+
+def _scale_grad_as_torch(rows, flat, n: int, dev):
+    """The derivative torch 2.13's CPU kernel gives with scale_grad_by_freq: the gradient of row r
+    is divided by the count of sorted(indices)[k], where r is the k-th distinct index (for
+    indices [4, 1, 4, 0, 2, 4, 3, 1] row 2 is divided by 2 and row 4 by 1, not by their own
+    counts; checked against torch.autograd on random bags, padding_idx and per-sample weights).
+    The value is unchanged: rows + 0 * (rows - rows)."""
+    ones = torch.ones(shape(flat), dtype=rows.dtype, device=dev)
+    count = torch.zeros(n, dtype=rows.dtype, device=dev).index_add(0, flat, ones)
+    rank = (torch.cumsum((count > 0).to(torch.int64), 0) - 1).clamp(min=0)
+    ordered = torch.sort(flat).values
+    divisor = torch.gather(count, 0, torch.gather(ordered, 0, torch.gather(rank, 0, flat)))
+    plain = rows.detach()
+    return plain + (rows - plain) / divisor.unsqueeze(1)
