@@ -269,3 +269,26 @@ CTC_CASES = [
 @pytest.mark.parametrize("name,fn,args", CTC_CASES, ids=[c[0] for c in CTC_CASES])
 def test_ctc_loss(name, fn, args):
     check(fn, args)
+
+
+def test_forward_mode_and_second_order():
+    x, w = rand(2, 4, 5), rand(4, 3, 3)
+    tx_, tw = rand(2, 4, 5), rand(4, 3, 3)
+
+    def f(x, w):
+        return F.conv_transpose1d(x, w, stride=2, padding=1, output_padding=1)
+
+    got = tx.jvp(f, (x, w), (tx_, tw))[1]
+    torch.testing.assert_close(got, torch.func.jvp(f, (x, w), (tx_, tw))[1])
+
+    def g(x):
+        return F.adaptive_max_pool2d(x, (3, 2)).sin().sum()
+
+    x2 = rand(1, 2, 5, 4)
+    torch.testing.assert_close(tx.hessian(g)(x2), torch.func.hessian(g)(x2))
+
+    def c(lp):
+        return F.ctc_loss(lp, torch.tensor([[1, 2, 2], [3, 1, 0]]), [6, 5], [3, 2])
+
+    lp = log_probs(6, 2, 5)  # torch has no forward AD for ctc_loss: compare with autograd
+    torch.testing.assert_close(tx.jacfwd(c)(lp), torch.autograd.functional.jacobian(c, lp))
