@@ -292,3 +292,11 @@ def test_forward_mode_and_second_order():
 
     lp = log_probs(6, 2, 5)  # torch has no forward AD for ctc_loss: compare with autograd
     torch.testing.assert_close(tx.jacfwd(c)(lp), torch.autograd.functional.jacobian(c, lp))
+
+
+def test_ctc_loss_errors_name_the_argument():
+    lp = log_probs(4, 2, 5)
+    with pytest.raises(ValueError, match="input_lengths"):
+        tx.jit(lambda lp: F.ctc_loss(lp, TG[:2], [5, 4], [2, 2]))(lp)
+    with pytest.raises(ValueError, match="target_lengths"):
+        tx.jit(lambda lp: F.ctc_loss(lp, TG[:2], [4, 4], [5, 2]))(lp)

@@ -58,6 +58,14 @@ def ctc_loss(
     if not 0 <= blank < classes:
         raise ValueError(f"ctc_loss: blank {blank} must be in [0, {classes})")
     dev = aval(log_probs).device
+    if isinstance(input_lengths, (list, tuple)) and any(n > steps for n in input_lengths):
+        raise ValueError(f"ctc_loss: input_lengths {input_lengths} exceed the {steps} steps")
+    if (
+        isinstance(target_lengths, (list, tuple))
+        and ndim(targets) == 2
+        and any(n > shape(targets)[1] for n in target_lengths)
+    ):
+        raise ValueError(f"ctc_loss: target_lengths {target_lengths} exceed targets' width")
     in_len = _lengths(input_lengths, batch, dev, "input_lengths")
     tg_len = _lengths(target_lengths, batch, dev, "target_lengths")
     if ndim(targets) == 2:
