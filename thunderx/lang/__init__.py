@@ -18,10 +18,13 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     compare,
     complex,
     conv,
+    conv_transpose,
     copies,
+    ctc_loss,
     decompositions,
     distributions,
     elementwise,
+    embedding_bag,
     extras,
     fft,
     gather,
@@ -52,6 +55,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     unbound,
     vision,
     vision_ops,
+    vision_pool,
 )
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call
