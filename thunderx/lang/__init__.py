@@ -35,7 +35,6 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     linalg_functions,
     losses,
     margin_losses,
-    max_unpool,
     misc_ops,
     nn,
     norms,

@@ -1,4 +1,4 @@
-"""Adaptive max pooling, max_unpool, fractional max pooling and embedding_bag, decomposed onto
+"""max_unpool and fractional max pooling (adaptive max pooling: lang/adaptive_max.py), decomposed onto
 gathers, scatters and reductions.
 
 Pooling windows are static index tables built from the shapes (adaptive: torch's
@@ -55,43 +55,6 @@ def _window_max(x, nsp: int, tables):
     idx = torch.gather(pos, -1, which)
     values = torch.gather(taps, -1, which).squeeze(-1)
     return values, idx.squeeze(-1)
-
-
-def _adaptive_table(n_in: int, n_out: int) -> torch.Tensor:
-    starts = [(i * n_in) // n_out for i in range(n_out)]
-    ends = [-((-(i + 1) * n_in) // n_out) for i in range(n_out)]
-    k = max((e - s for s, e in zip(starts, ends)), default=1)
-    return torch.tensor(
-        [[min(s + j, e - 1) for j in range(k)] for s, e in zip(starts, ends)], dtype=torch.int64
-    ).reshape(n_out, k)
-
-
-def _adaptive_max(nsp: int):
-    fn = f"adaptive_max_pool{nsp}d"
-
-    def impl(x, output_size, return_indices=False):
-        if ndim(x) not in (nsp + 1, nsp + 2):
-            raise ValueError(f"{fn}: input must have {nsp + 1} or {nsp + 2} dims")
-        sizes = _sizes(output_size, nsp, "output_size", fn)
-        sp = shape(x)[-nsp:]
-        sizes = tuple(n if o is None else int(o) for n, o in zip(sp, sizes))
-        if any(n == 0 for n in sp) or any(o <= 0 for o in sizes):
-            raise ValueError(f"{fn}: input spatial sizes {sp} and output_size {sizes} must be > 0")
-        tables = [_adaptive_table(n, o) for n, o in zip(sp, sizes)]
-        values, idx = _window_max(x, nsp, tables)
-        return (values, idx) if return_indices else values
-
-    impl.__name__ = fn
-    return impl
-
-
-for _n in (1, 2, 3):
-    _f = _adaptive_max(_n)
-    register(getattr(F, f"adaptive_max_pool{_n}d"))(_f)
-    register(getattr(F, f"adaptive_max_pool{_n}d_with_indices"))(
-        lambda x, output_size, return_indices=False, _f=_f: _f(x, output_size, True)
-    )
-register(torch.adaptive_max_pool1d)(lambda x, output_size: _adaptive_max(1)(x, output_size, True))
 
 
 def _max_unpool(nsp: int):

@@ -89,16 +89,6 @@ SAMPLE_XFAIL = [
         )
         for name in ("masked.amax", "masked.amin")
     ],
-    *[
-        (
-            f"nn.functional.max_unpool{k}d",
-            lambda s: _repeated_indices(s.args[0]),
-            "repeated indices: torch's forward keeps the last writer's value while its backward "
-            "gathers the cotangent for every writer (not the derivative of its forward); thunderx "
-            "gives the derivative, to the last writer (values equal torch's)",
-        )
-        for k in (1, 2, 3)
-    ],
     (
         "nn.functional.linear_cross_entropy",
         lambda s: s.kwargs.get("weight") is not None and "options" in s.kwargs,
@@ -113,11 +103,6 @@ SAMPLE_XFAIL = [
         "and gives nan",
     ),
 ]
-
-
-def _repeated_indices(idx) -> bool:
-    rows = idx.reshape(idx.shape[0] * idx.shape[1], -1) if idx.ndim > 2 else idx.reshape(1, -1)
-    return any(len(set(r.tolist())) < len(r) for r in rows)
 
 
 @dataclasses.dataclass
