@@ -70,3 +70,23 @@ def test_generated_code_calls_torch_scatter_reduce():
     x, src, idx = _data()
     text = tx.jit(lambda x, s: torch.scatter_reduce(x, 0, idx, s, "amax")).lower(x, src).as_text()
     assert "torch.scatter_reduce" in text
+
+
+def test_scatter_with_repeated_indices_keeps_the_last_write_as_torch():
+    # summing the repeated writes was a silent wrong answer
+    x = torch.zeros(4, 5, dtype=F64)
+    idx = torch.tensor([[0, 1, 2, 0, 1], [0, 1, 3, 3, 1]])
+    src = torch.randn(2, 5, dtype=F64)
+
+    def f(x, s):
+        return x.scatter(0, idx, s)
+
+    torch.testing.assert_close(tx.jit(f)(x, src), f(x, src), rtol=0, atol=0)
+    xs, ss = torch.stack([x, x + 1]), torch.stack([src, 2 * src])
+    torch.testing.assert_close(tx.vmap(f)(xs, ss), torch.stack([f(a, b) for a, b in zip(xs, ss)]))
+    unique = torch.tensor([[0, 1, 2, 3, 1], [3, 2, 1, 0, 0]])
+
+    def loss(x, s):
+        return (x.scatter(0, unique, s) ** 2).sum()
+
+    torch.testing.assert_close(tx.grad(loss, (0, 1))(x, src), tf.grad(loss, (0, 1))(x, src))

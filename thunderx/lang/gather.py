@@ -97,12 +97,21 @@ def _scatter(x, dim, index, src=None, *, value=None, reduce=None):
         src = C.full(shape(index), v, dtype(x))
     elif shape(src) != shape(index):
         src = S.slice_(src, (0,) * ndim(src), shape(index))
-    ones = C.full(shape(index), 1.0, torch.float32)
-    hit = I.scatter_add(C.full(shape(x), 0.0, torch.float32), index, ones, d)
-    placed = I.scatter_add(C.full(shape(x), 0, dtype(x)), index, src, d)
+    # where indices repeat, torch's CPU kernel writes in index order: the last writer's value
+    # stays (a sum of the writes would be a silent wrong answer), found as the largest flat
+    # position among the writers
     from thunderx.primitives import unary as U
+    from thunderx.primitives.scatter_reduce import scatter_reduce
 
-    return U.select(B.gt(hit, 0.0), placed, x)
+    dev = _aval(x).device
+    n = _numel(index)
+    positions = torch.arange(n, device=dev).reshape(shape(index))
+    none = C.full(shape(x), -1, torch.int64, dev)
+    writer = scatter_reduce(none, index, positions, d, "amax", True)
+    flat_src = S.reshape(src, (n,))
+    safe = U.select(B.ge(writer, 0), writer, 0)
+    got = S.reshape(I.take(flat_src, S.reshape(safe, (_numel(x),)), 0), shape(x))
+    return U.select(B.ge(writer, 0), got, x)
 
 
 @register(torch.index_add, methods=("index_add",))
