@@ -118,6 +118,19 @@ STRUCTURED = {
 NOT_RUN = {
     ("while", "inf"): "the sample loop counts up to a limit operand: with an infinite limit or "
     "a -inf counter it never ends (in torch too)",
+    # OPEN (issue #20's composites): with an infinite entry in one channel, torch's double
+    # backward of native_batch_norm_backward and the decomposition's derivative disagree in a
+    # finite channel (0.73 against ~1e-5 for a two-sample channel, whose normalized values are
+    # +-1 whatever x is, so the decomposition's near-zero looks right); finite differences
+    # cannot decide next to an infinity. Finite inputs agree (the other cases here, and
+    # tests/test_composite_cnn.py).
+    ("batch_norm_backward", "inf"): "open: torch's double backward next to an infinite channel",
+    **{
+        ("group_norm_backward", case): "torch has no forward-mode derivative of "
+        "native_group_norm_backward, so torch.func cannot differentiate the reference; "
+        "tests/test_composite_cnn.py checks it against torch.autograd and the decomposition"
+        for case in CASES
+    },
     **{
         (name, case): "torch has no forward-mode derivative of its CPU flash-attention kernel "
         "(nor any derivative of its backward kernel), so torch.func cannot differentiate the "
