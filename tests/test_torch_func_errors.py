@@ -1,0 +1,60 @@
+"""Misuse of a transform's arguments raises an error that is also the exception class torch.func
+raises for the same misuse (RuntimeError), so code written against torch.func keeps catching it.
+Each case is checked against torch.func itself: both must refuse it with a RuntimeError."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.func
+
+import thunderx as tx
+from thunderx.errors import ArgumentTypeError, ArgumentValueError
+
+X = torch.randn(3, dtype=torch.float64)
+
+
+def _sum_sin(x, *rest):
+    return x.sin().sum()
+
+
+ARGNUM_CASES = [(), 2, -2, (0, 0), 0.0, (0, 0.0)]
+
+
+@pytest.mark.parametrize("argnums", ARGNUM_CASES, ids=repr)
+@pytest.mark.parametrize("api", ["grad", "jacrev", "jacfwd"])
+def test_bad_argnums_raise_runtime_error_like_torch_func(api, argnums):
+    fun = _sum_sin if api == "grad" else torch.sin
+    with pytest.raises(RuntimeError):
+        getattr(torch.func, api)(fun, argnums=argnums)(X)
+    with pytest.raises(RuntimeError) as info:
+        getattr(tx, api)(fun, argnums=argnums)(X)
+    # still thunderx's own argument errors, naming the API and the argument
+    assert isinstance(info.value, (ArgumentTypeError, ArgumentValueError))
+    assert f"{api}: argnums" in str(info.value)
+
+
+def test_negative_and_tuple_argnums_still_work():
+    y = torch.randn(3, dtype=torch.float64)
+    f = lambda a, b: (a * b.exp()).sum()  # noqa: E731
+    for argnums in (-1, -2, (0, -1)):
+        got = tx.grad(f, argnums=argnums)(X, y)
+        want = torch.func.grad(f, argnums=argnums)(X, y)
+        torch.testing.assert_close(got, want)
+
+
+JVP_CASES = [
+    ((X,), X),  # tangents not a tuple
+    ((X,), (X, X)),  # length mismatch
+    (((X, X), X), (X, X)),  # nested structure mismatch
+    (X, (X,)),  # primals not a tuple
+]
+
+
+@pytest.mark.parametrize("primals,tangents", JVP_CASES)
+def test_jvp_structure_errors_raise_runtime_error_like_torch_func(primals, tangents):
+    f = lambda *a: a[0]  # noqa: E731
+    with pytest.raises(RuntimeError):
+        torch.func.jvp(f, primals, tangents)
+    with pytest.raises(RuntimeError, match="jvp: Expected"):
+        tx.jvp(f, primals, tangents)
