@@ -58,3 +58,46 @@ def test_jvp_structure_errors_raise_runtime_error_like_torch_func(primals, tange
         torch.func.jvp(f, primals, tangents)
     with pytest.raises(RuntimeError, match="jvp: Expected"):
         tx.jvp(f, primals, tangents)
+
+
+def test_inplace_write_into_captured_tensor_is_refused_like_torch_func():
+    x = torch.tensor([1.0, 2.0, 3.0])
+    captured = torch.randn(3)
+
+    def foo(x):
+        captured.copy_(x)
+        return (x * captured).sum()
+
+    before = captured.clone()
+    with pytest.raises(RuntimeError, match="mutate a captured Tensor"):
+        torch.func.grad(foo)(x)
+    captured.copy_(before)
+    with pytest.raises(RuntimeError, match="mutate a captured Tensor"):
+        tx.grad(foo)(x)
+    torch.testing.assert_close(captured, before)  # the refused write left it unchanged
+
+
+@pytest.mark.parametrize("make", ["new_zeros", "new_empty", "new_ones"])
+def test_tensor_created_from_batched_value_takes_inplace_writes(make):
+    # vmap(grad(...)): `x` is batched but not differentiated; the new tensor lives at vmap's
+    # level (one per example), so grad's traced `y` can be copied into it, as in torch.func
+    def foo(y, x):
+        result = getattr(x, make)((5,))
+        result.copy_(y)
+        return (result**2 * x.exp()).sum()
+
+    x = torch.randn(3, dtype=torch.float64)
+    y = torch.randn(3, 5, dtype=torch.float64)
+    got = tx.vmap(tx.grad(foo))(y, x)
+    want = torch.func.vmap(torch.func.grad(foo))(y, x)
+    torch.testing.assert_close(got, want)
+
+
+def test_zeros_like_of_batched_value_with_indexed_write_matches_torch_func():
+    def bar(x):
+        r = torch.zeros_like(x)
+        r[0] = x[1] * 3
+        return r
+
+    x = torch.randn(4, 3, dtype=torch.float64)
+    torch.testing.assert_close(tx.vmap(bar)(x), torch.func.vmap(bar)(x))
