@@ -101,3 +101,44 @@ def test_zeros_like_of_batched_value_with_indexed_write_matches_torch_func():
 
     x = torch.randn(4, 3, dtype=torch.float64)
     torch.testing.assert_close(tx.vmap(bar)(x), torch.func.vmap(bar)(x))
+
+
+def _functional_calls():
+    fa = torch.autograd.functional
+    s = lambda x: x.sin().sum()  # noqa: E731
+    return {
+        "jacobian": lambda x: fa.jacobian(s, x),
+        "jacobian_fwd": lambda x: fa.jacobian(s, x, strategy="forward-mode", vectorize=True),
+        "vjp": lambda x: fa.vjp(s, x),
+        "jvp": lambda x: fa.jvp(s, (x,), (torch.ones_like(x),)),
+        "hessian": lambda x: fa.hessian(s, x),
+    }
+
+
+@pytest.mark.parametrize("name", list(_functional_calls()))
+@pytest.mark.parametrize("transform", ["vmap", "grad"])
+def test_autograd_functional_on_traced_values_is_refused_like_torch_func(name, transform):
+    f = _functional_calls()[name]
+    g = (lambda x: f(x)[0].sum()) if name in ("vjp", "jvp") else (lambda x: f(x).sum())
+    x = torch.randn(5, 3) if transform == "vmap" else torch.randn([])
+    if not (transform == "grad" and name == "jacobian_fwd"):  # this torch.func lets it run
+        with pytest.raises(RuntimeError):
+            getattr(torch.func, transform)(g)(x)
+    with pytest.raises(RuntimeError, match="torch.autograd.functional"):
+        getattr(tx, transform)(g)(x)
+    # torch's own function is back in place after the transform, and still works
+    want = torch.diag(torch.ones(3).cos())
+    torch.testing.assert_close(torch.autograd.functional.jacobian(torch.sin, torch.ones(3)), want)
+
+
+def test_autograd_functional_on_concrete_values_inside_a_transform_is_torch_own():
+    # a closed-over concrete tensor carries no tracer: torch's function runs on it unchanged
+    # (torch.func refuses any torch.autograd.functional call inside; the oracle is a loop)
+    w = torch.randn(3, dtype=torch.float64)
+
+    def f(x):
+        jw = torch.autograd.functional.jacobian(torch.sin, w)
+        return (jw @ x).sum()
+
+    x = torch.randn(4, 3, dtype=torch.float64)
+    torch.testing.assert_close(tx.vmap(f)(x), torch.stack([f(xi) for xi in x]))
