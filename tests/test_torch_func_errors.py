@@ -142,3 +142,17 @@ def test_autograd_functional_on_concrete_values_inside_a_transform_is_torch_own(
 
     x = torch.randn(4, 3, dtype=torch.float64)
     torch.testing.assert_close(tx.vmap(f)(x), torch.stack([f(xi) for xi in x]))
+
+
+def test_vjp_cotangent_structure_mismatch_raises_runtime_error_like_torch_func():
+    def f(x):
+        return x, (x, x)
+
+    x, v1, v2, v3 = (torch.randn([], dtype=torch.float64) for _ in range(4))
+    bad = ((v1, (v2, v3)),)
+    with pytest.raises(RuntimeError):
+        torch.func.vjp(f, x)[1](bad)
+    with pytest.raises(RuntimeError, match="Expected pytree structure"):
+        tx.vjp(f, x)[1](bad)
+    (got,) = tx.vjp(f, x)[1]((v1, (v2, v3)))
+    torch.testing.assert_close(got, v1 + v2 + v3)

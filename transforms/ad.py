@@ -270,8 +270,9 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     def vjp_fn(ct):
         ct_leaves, ct_tree = tree.flatten(ct)
         if ct_tree != lin.out_tree:
-            raise ArgumentValueError(
-                f"vjp: the cotangent's tree {ct_tree} does not match the output's {lin.out_tree} "
+            raise TransformArgumentValueError(
+                f"vjp: the cotangent's tree {ct_tree} does not match the output's {lin.out_tree}: "
+                f"Expected pytree structure of the cotangents to be the same as the output's "
                 f"(at {user_frame()})"
             )
         validate.check_tangents(lin.tangent_avals, ct_leaves, "vjp", "cotangent")
