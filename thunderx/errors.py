@@ -78,6 +78,18 @@ class ArgumentValueError(ThunderxError, ValueError):
     wrong shape, a tree that does not match)."""
 
 
+class TransformArgumentTypeError(ArgumentTypeError, RuntimeError):
+    """A transform's argument has the wrong type where torch.func raises a RuntimeError for the
+    same misuse (`argnums` not an int or a tuple of ints, jvp's primals not a tuple), so code
+    catching torch's error keeps working."""
+
+
+class TransformArgumentValueError(ArgumentValueError, RuntimeError):
+    """A transform's argument has an invalid value where torch.func raises a RuntimeError for
+    the same misuse (`argnums` empty, out of range or repeated; tangents whose structure differs
+    from the primals')."""
+
+
 class AxisOutOfRangeError(ArgumentValueError, IndexError):
     """An axis (dim) argument outside a value's rank. Also an IndexError, as torch raises for a
     dim out of range ("Dimension out of range")."""

@@ -21,6 +21,8 @@ from thunderx.errors import (
     ArgumentTypeError,
     ArgumentValueError,
     AxisOutOfRangeError,
+    TransformArgumentTypeError,
+    TransformArgumentValueError,
     user_frame,
 )
 
@@ -70,20 +72,21 @@ def _short(x) -> str:
 
 
 def check_argnums(argnums, api: str, arg: str = "argnums") -> tuple[bool, tuple]:
-    """At construction: an int or a non-empty sequence of distinct ints. Returns (single, nums)."""
+    """At construction: an int or a non-empty sequence of distinct ints. Returns (single, nums).
+    The messages carry torch.func's phrases ("must be int or Tuple", "must be non-empty")."""
     if is_int(argnums):
         return True, (argnums,)
     if not isinstance(argnums, (tuple, list)):
-        raise ArgumentTypeError(
-            f"{api}: {arg} must be an int or a tuple of ints, got {type(argnums).__name__} "
-            f"{_short(argnums)} {_at()}"
+        raise TransformArgumentTypeError(
+            f"{api}: {arg} must be int or Tuple[int, ...] (or a list of ints), got "
+            f"{type(argnums).__name__} {_short(argnums)} {_at()}"
         )
     if not argnums:
-        raise ArgumentValueError(f"{api}: {arg} must not be empty {_at()}")
+        raise TransformArgumentValueError(f"{api}: {arg} must be non-empty {_at()}")
     for a in argnums:
         if not is_int(a):
-            raise ArgumentTypeError(
-                f"{api}: {arg} entries must be ints, got {type(a).__name__} {_short(a)} in "
+            raise TransformArgumentTypeError(
+                f"{api}: {arg} entries must be int, got {type(a).__name__} {_short(a)} in "
                 f"{_short(argnums)} {_at()}"
             )
     return False, tuple(argnums)
@@ -96,13 +99,16 @@ def normalize_argnums(argnums, nargs: int, api: str, arg: str = "argnums") -> tu
     out = []
     for a in nums:
         if not -nargs <= a < nargs:
-            raise ArgumentValueError(
-                f"{api}: {arg} {a} is out of range for a call with {nargs} positional "
-                f"argument{'s' if nargs != 1 else ''} {_at()}"
+            raise TransformArgumentValueError(
+                f"{api}: {arg} {a} is out of range: got {arg}={a}, but only {nargs} positional "
+                f"inputs {_at()}"
             )
         out.append(a % nargs)
     if len(set(out)) != len(out):
-        raise ArgumentValueError(f"{api}: {arg} {argnums} has duplicates {_at()}")
+        raise TransformArgumentValueError(
+            f"{api}: {arg} elements must be unique, got {argnums}: it has duplicates (positions "
+            f"{tuple(out)}) {_at()}"
+        )
     return single, tuple(out)
 
 

@@ -17,9 +17,10 @@ from thunderx.ad_util import Zero, instantiate, tangent_aval
 from thunderx.avals import is_float
 from thunderx.core import get_aval, is_tensor_like, new_trace
 from thunderx.errors import (
-    ArgumentTypeError,
     ArgumentValueError,
     IndependentOutputError,
+    TransformArgumentTypeError,
+    TransformArgumentValueError,
     user_frame,
 )
 from thunderx.ir import Jaxpr, eval_jaxpr
@@ -179,17 +180,23 @@ def jvp(
     (tensor(0.), tensor(1.))
     """
     _check_api(fun, has_aux, "jvp")
-    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
-        raise ArgumentTypeError(
-            f"jvp: primals and tangents must be tuples (or lists) of arguments, got "
-            f"{type(primals).__name__} and {type(tangents).__name__} (at {user_frame()})"
+    if not isinstance(primals, (tuple, list)):
+        raise TransformArgumentTypeError(
+            f"jvp: Expected primals to be a tuple (primals and tangents must be tuples or lists "
+            f"of arguments), got "
+            f"{type(primals).__name__} (at {user_frame()})"
+        )
+    if not isinstance(tangents, (tuple, list)):
+        raise TransformArgumentValueError(
+            f"jvp: Expected tangents to have the same python structure as primals (a tuple or "
+            f"list of arguments), got {type(tangents).__name__} (at {user_frame()})"
         )
     p_leaves, p_tree = _flatten_args(tuple(primals), "jvp")
     t_leaves, t_tree = _flatten_args(tuple(tangents), "jvp")
     if p_tree != t_tree:
-        raise ArgumentValueError(
-            f"jvp: tangents tree {t_tree} does not match the primals tree {p_tree} "
-            f"(at {user_frame()})"
+        raise TransformArgumentValueError(
+            f"jvp: Expected tangents to have the same python structure as primals: tangents "
+            f"tree {t_tree}, primals tree {p_tree} (at {user_frame()})"
         )
     validate.check_tangents([get_aval(p) for p in p_leaves], t_leaves, "jvp")
     meta = {}
@@ -263,8 +270,9 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     def vjp_fn(ct):
         ct_leaves, ct_tree = tree.flatten(ct)
         if ct_tree != lin.out_tree:
-            raise ArgumentValueError(
-                f"vjp: the cotangent's tree {ct_tree} does not match the output's {lin.out_tree} "
+            raise TransformArgumentValueError(
+                f"vjp: the cotangent's tree {ct_tree} does not match the output's {lin.out_tree}: "
+                f"Expected pytree structure of the cotangents to be the same as the output's "
                 f"(at {user_frame()})"
             )
         validate.check_tangents(lin.tangent_avals, ct_leaves, "vjp", "cotangent")

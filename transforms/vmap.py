@@ -107,6 +107,11 @@ class BatchTrace(Trace):
         with set_trace(self.parent):
             return BatchTracer(self, S.broadcast_batch(value, self.axis_size, 0), 0)
 
+    def lift_created(self, value):
+        """A tensor created from a batched value (`x.new_zeros(n)`, `zeros_like(x)`) is one per
+        example, as in torch.func, so traced values can be written into it in place."""
+        return self.lift(value)
+
     def wrap(self, val, bdim):
         if bdim is None:
             return val

@@ -19,13 +19,14 @@ differentiation carry no torch graph: there `torch.autograd.grad` raises a clear
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
 
-from thunderx import core
+from thunderx import core, tree
 from thunderx.core import Tracer, current_trace
-from thunderx.errors import UnexpectedTracerError, user_frame
+from thunderx.errors import ThunderxError, UnexpectedTracerError, user_frame
 
 _TORCH_GRAD = torch.autograd.grad
 _NAMES = {"StagingTrace": "jit (or make_jaxpr)", "JVPTrace": "thunderx's grad/jvp/vjp"}
@@ -193,6 +194,43 @@ def requires_grad(x) -> bool:
     return isinstance(x, torch.Tensor) and x.requires_grad
 
 
+# --------------------------------------------------------------- torch.autograd.functional
+
+_FUNCTIONAL_ALTERNATIVES = {
+    "vjp": "thunderx.vjp",
+    "jvp": "thunderx.jvp",
+    "jacobian": "thunderx.jacrev / thunderx.jacfwd",
+    "hessian": "thunderx.hessian",
+    "vhp": "thunderx.vjp of thunderx.grad",
+    "hvp": "thunderx.jvp of thunderx.grad",
+}
+_TORCH_FUNCTIONAL = {n: getattr(torch.autograd.functional, n) for n in _FUNCTIONAL_ALTERNATIVES}
+
+
+class AutogradFunctionalError(ThunderxError, RuntimeError):
+    """`torch.autograd.functional.*` called on traced values inside a transform (torch.func
+    refuses it too, with a RuntimeError)."""
+
+
+def _functional(name: str):
+    torch_fn = _TORCH_FUNCTIONAL[name]
+
+    @functools.wraps(torch_fn)
+    def call(func, inputs, *args, **kwargs):
+        if any(isinstance(v, Tracer) for v in tree.leaves((inputs, args, kwargs))):
+            raise AutogradFunctionalError(
+                f"torch.autograd.functional.{name} was given traced values inside a thunderx "
+                f"transform at {user_frame()}: it differentiates with torch's autograd, which "
+                f"traced values do not carry; use {_FUNCTIONAL_ALTERNATIVES[name]}, which "
+                "composes with the enclosing transform"
+            )
+        return torch_fn(func, inputs, *args, **kwargs)
+
+    return call
+
+
+_WRAPPED_FUNCTIONAL = {n: _functional(n) for n in _FUNCTIONAL_ALTERNATIVES}
+
 _lock = threading.Lock()
 _depth = 0
 
@@ -203,6 +241,8 @@ def _enter() -> None:
         _depth += 1
         if _depth == 1:
             torch.autograd.grad = grad
+            for n, f in _WRAPPED_FUNCTIONAL.items():
+                setattr(torch.autograd.functional, n, f)
 
 
 def _leave() -> None:
@@ -211,6 +251,8 @@ def _leave() -> None:
         _depth -= 1
         if _depth == 0:
             torch.autograd.grad = _TORCH_GRAD
+            for n, f in _TORCH_FUNCTIONAL.items():
+                setattr(torch.autograd.functional, n, f)
 
 
 def install() -> None:

@@ -25,8 +25,9 @@ class MutationError(ThunderxError, RuntimeError):
 def mutate(x, new, what: str):
     if not isinstance(x, Tracer):
         raise MutationError(
-            f"{what} writes a traced value into a concrete tensor at {user_frame()}; under a "
-            "transform, create the tensor from a traced one (torch.zeros_like(x), x.new_zeros(...)) "
+            f"{what} writes a traced value into a concrete tensor at {user_frame()}: a transform "
+            "cannot mutate a captured Tensor (one from outside it, or created from no traced "
+            "value); create the tensor from a traced one (torch.zeros_like(x), x.new_zeros(...)) "
             "or build the result out of place (torch.where, torch.cat)"
         )
     if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
