@@ -16,12 +16,12 @@ outside transforms: thunderx's is installed only while an outermost transform ru
 from __future__ import annotations
 
 import inspect
-import threading
 
 from torch.autograd.function import Function, _is_setup_context_defined
 
-from thunderx import core, tree
+from thunderx import tree
 from thunderx.core import Tracer, is_tensor_like
+from thunderx.lang.patching import patch_during_transforms
 
 _TORCH_APPLY = Function.apply.__func__
 
@@ -125,27 +125,7 @@ def apply(cls, *args, **kwargs):
     return f(*args)
 
 
-_lock = threading.Lock()
-_depth = 0
-
-
-def _enter() -> None:
-    global _depth
-    with _lock:
-        _depth += 1
-        if _depth == 1:
-            Function.apply = classmethod(apply)
-
-
-def _leave() -> None:
-    global _depth
-    with _lock:
-        _depth -= 1
-        if _depth == 0:
-            Function.apply = classmethod(_TORCH_APPLY)
-
-
 def install() -> None:
     """Route `Function.apply` to thunderx's from the outermost transform's start to its end
     (as the unbound Tensor methods are), so torch's class is untouched outside transforms."""
-    core.outermost_hooks.append((_enter, _leave))
+    patch_during_transforms([(Function, "apply", classmethod(apply))])

@@ -20,13 +20,13 @@ differentiation carry no torch graph: there `torch.autograd.grad` raises a clear
 from __future__ import annotations
 
 import functools
-import threading
 
 import torch
 
-from thunderx import core, tree
+from thunderx import tree
 from thunderx.core import Tracer, current_trace
 from thunderx.errors import ThunderxError, UnexpectedTracerError, user_frame
+from thunderx.lang.patching import patch_during_transforms
 
 _TORCH_GRAD = torch.autograd.grad
 _NAMES = {"StagingTrace": "jit (or make_jaxpr)", "JVPTrace": "thunderx's grad/jvp/vjp"}
@@ -231,29 +231,9 @@ def _functional(name: str):
 
 _WRAPPED_FUNCTIONAL = {n: _functional(n) for n in _FUNCTIONAL_ALTERNATIVES}
 
-_lock = threading.Lock()
-_depth = 0
-
-
-def _enter() -> None:
-    global _depth
-    with _lock:
-        _depth += 1
-        if _depth == 1:
-            torch.autograd.grad = grad
-            for n, f in _WRAPPED_FUNCTIONAL.items():
-                setattr(torch.autograd.functional, n, f)
-
-
-def _leave() -> None:
-    global _depth
-    with _lock:
-        _depth -= 1
-        if _depth == 0:
-            torch.autograd.grad = _TORCH_GRAD
-            for n, f in _TORCH_FUNCTIONAL.items():
-                setattr(torch.autograd.functional, n, f)
-
 
 def install() -> None:
-    core.outermost_hooks.append((_enter, _leave))
+    patch_during_transforms(
+        [(torch.autograd, "grad", grad)]
+        + [(torch.autograd.functional, n, f) for n, f in _WRAPPED_FUNCTIONAL.items()]
+    )
