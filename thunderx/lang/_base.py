@@ -38,6 +38,12 @@ def register(*fns, methods: tuple = ()):
     return deco
 
 
+def known_value(x):
+    """x's value: x itself when it is not traced, else what the enclosing transform knows of it
+    (a concrete tensor under reverse mode on values; None while staging or batching)."""
+    return x.to_concrete() if isinstance(x, Tracer) else x
+
+
 def aval(x) -> ShapedArray:
     return get_aval(x)
 

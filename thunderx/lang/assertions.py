@@ -16,7 +16,7 @@ import weakref
 import torch
 
 from thunderx.core import Tracer
-from thunderx.lang._base import register
+from thunderx.lang._base import known_value, register
 from thunderx.lang.reductions import _all, _any
 
 # id -> weak reference (a WeakSet would compare tracers with their elementwise `==`)
@@ -32,7 +32,7 @@ def is_skipped_check(x) -> bool:
 
 def _check(reduce, eager):
     def impl(x):
-        value = x.to_concrete() if isinstance(x, Tracer) else x
+        value = known_value(x)
         if value is not None:
             return eager(value)
         out = reduce(x)

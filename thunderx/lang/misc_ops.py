@@ -10,7 +10,7 @@ import torch
 
 from thunderx.core import Tracer
 from thunderx.errors import unsupported
-from thunderx.lang._base import aval, canon_dim, ndim, register, shape
+from thunderx.lang._base import aval, canon_dim, known_value, ndim, register, shape
 from thunderx.primitives import shape as S
 
 
@@ -23,7 +23,7 @@ def repeat_interleave_tensor(x, repeats, dim, output_size):
         x = S.reshape(x, (math.prod(shape(x)),))
         dim = 0
     d = canon_dim(dim, ndim(x))
-    concrete = repeats.to_concrete() if isinstance(repeats, Tracer) else repeats
+    concrete = known_value(repeats)
     if concrete is not None:
         if concrete.ndim == 0:
             concrete = concrete.expand(shape(x)[d])

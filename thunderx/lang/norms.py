@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from thunderx.core import Tracer
 from thunderx.errors import user_frame
-from thunderx.lang._base import aval, convert, dtype, ndim, register, shape
+from thunderx.lang._base import aval, convert, dtype, known_value, ndim, register, shape
 from thunderx.lang.inplace import MutationError
 from thunderx.lang.nn import layer_norm
 from thunderx.primitives import binary as B
@@ -42,7 +42,7 @@ def _update_running(buf, stat, momentum, what):
             "the buffers as concrete tensors (module buffers), or use eval mode / "
             "track_running_stats=False under the transform"
         )
-    value = stat.to_concrete() if isinstance(stat, Tracer) else stat
+    value = known_value(stat)
     if value is None:
         raise MutationError(
             f"{what} in training mode updates its running statistics in place at {user_frame()}, "

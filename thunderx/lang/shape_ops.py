@@ -14,6 +14,7 @@ from thunderx.lang._base import (
     convert,
     dtype,
     is_tensor,
+    known_value,
     ndim,
     register,
     shape,
@@ -258,10 +259,9 @@ def _split(x, split_size_or_sections, dim=0):
 def _concrete_ints(t, what: str):
     """An integer tensor argument that fixes output shapes, as Python ints: a concrete tensor, or
     a traced one whose value the transform knows (reverse mode on concrete values)."""
-    from thunderx.core import Tracer
     from thunderx.errors import concretization
 
-    value = t.to_concrete() if isinstance(t, Tracer) else t
+    value = known_value(t)
     if value is None:
         raise concretization(f"{what}'s indices_or_sections (they fix the output shapes)", aval(t))
     if value.dtype.is_floating_point or value.dtype.is_complex or value.ndim > 1:

@@ -12,6 +12,7 @@ from thunderx.lang._base import (
     canon_dim,
     convert,
     dtype,
+    known_value,
     ndim,
     register,
     shape,
@@ -138,7 +139,7 @@ def _element_size(x):
 
 def _concrete(method, what):
     def impl(x, *a, **k):
-        value = x.to_concrete() if isinstance(x, Tracer) else x
+        value = known_value(x)
         if value is None:
             if method in ("__bool__", "item") and is_skipped_check(x):
                 return True  # an assertion on values unknown while tracing (lang/assertions.py)
@@ -166,7 +167,7 @@ def _integer_data_dependent(fn):
     knows it (reverse mode on concrete values); no derivative flows through indices."""
 
     def impl(x, *a, **k):
-        value = x.to_concrete() if isinstance(x, Tracer) else x
+        value = known_value(x)
         if value is None:
             raise concretization(f"{fn.__name__} (a data-dependent output shape)", aval(x))
         return fn(value, *a, **k)
@@ -194,7 +195,7 @@ def _unique(x, *a, **k):
     from thunderx.ad_util import Zero
     from thunderx.transforms.jvp import JVPTracer
 
-    value = x.to_concrete() if isinstance(x, Tracer) else x
+    value = known_value(x)
     if value is None:
         raise concretization("unique (a data-dependent output shape)", aval(x))
     v = x
