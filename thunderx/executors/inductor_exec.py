@@ -84,17 +84,14 @@ class RegionKernel:
         shares = not any(k.startswith("_param_") for k in namespace)  # params are all literal
         desc = tuple((v.aval.shape, v.aval.dtype, str(v.aval.device)) for v in unit.inputs)
         self.key = (self.source, desc) if shares else (id(self), desc)
-        self._compiled = None
         self._by_layout: dict = {}
         avals = [v.aval for v in list(unit.inputs) + list(unit.outputs)]
         self.elements = sum(math.prod(a.shape) for a in avals)
         on_cpu = all(a.device.type == "cpu" for a in avals)
         self.compiles = not (on_cpu and self.elements < CPU_MIN_ELEMENTS)
-        if not self.compiles:
-            self._compiled = self.eager
 
     def __call__(self, *args):
-        if self._compiled is self.eager:
+        if not self.compiles:
             return self.eager(*args)
         # a kernel is specialized to its inputs' strides (inductor asserts them): one per layout
         layout = tuple(a.stride() for a in args)
