@@ -55,6 +55,14 @@ def _resize(x, dim: int, n: int):
     return L.pad(x, 0.0, tuple(config))
 
 
+def _resize_dims(x, dims, s):
+    """x resized along each of dims to its length in s (-1: left as it is; s None: all)."""
+    for d, n in zip(dims, s or ()):
+        if n != -1:
+            x = _resize(x, d, n)
+    return x
+
+
 def _dims_and_lengths(x, s, dim, name, default_all=True):
     """Canonical transformed dims and their input lengths (before any irfft-style change)."""
     nd = ndim(x)
@@ -109,10 +117,7 @@ def _scale(y, n: int, norm, inverse: bool):
 def _c2c(x, s, dim, norm, inverse, name, default_all=True):
     dims, s = _dims_and_lengths(x, s, dim, name, default_all)
     x = _to_complex(x)
-    if s is not None:
-        for d, n in zip(dims, s):
-            if n != -1:
-                x = _resize(x, d, n)
+    x = _resize_dims(x, dims, s)
     lengths = tuple(shape(x)[d] for d in dims)
     xl, inv = _last(x, dims)
     y = P.fft(xl, "ifft" if inverse else "fft", lengths)
@@ -123,10 +128,7 @@ def _r2c(x, s, dim, norm, name, default_all=True, onesided_conj=False):
     """rfft family (and ihfft: the conjugate, inverse-normalized)."""
     dims, s = _dims_and_lengths(x, s, dim, name, default_all)
     x = _to_real(x, name)
-    if s is not None:
-        for d, n in zip(dims, s):
-            if n != -1:
-                x = _resize(x, d, n)
+    x = _resize_dims(x, dims, s)
     lengths = tuple(shape(x)[d] for d in dims)
     xl, inv = _last(x, dims)
     y = _back(P.fft(xl, "rfft", lengths), inv)
@@ -146,10 +148,7 @@ def _c2r(x, s, dim, norm, name, default_all=True, hermitian_forward=False):
         n_last = s[-1]
     if n_last < 1:
         raise RuntimeError(f"{name}: Invalid number of data points ({n_last}) specified")
-    if s is not None:
-        for d, n in zip(dims[:-1], s[:-1]):
-            if n != -1:
-                x = _resize(x, d, n)
+    x = _resize_dims(x, dims[:-1], None if s is None else s[:-1])
     x = _resize(x, last, n_last // 2 + 1)
     lengths = tuple(shape(x)[d] for d in dims[:-1]) + (n_last,)
     if hermitian_forward:
