@@ -12,6 +12,7 @@ from thunderx.primitives import linalg as L
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
+from thunderx.primitives.shape import batch_to_front  # noqa: F401 (re-exported for the matrix rules)
 
 
 def shape(x) -> tuple:
@@ -98,12 +99,3 @@ def sym(x):
     """(x + x^T) / 2: the tangent of a symmetric operand read from one triangle (torch's
     convention for cholesky and eigh, whose gradients are symmetric)."""
     return B.mul(B.add(x, mT(x)), 0.5)
-
-
-def batch_to_front(args, dims):
-    """Move every operand's batch dim to the front, broadcasting unbatched ones."""
-    size = next(shape(x)[d] for x, d in zip(args, dims) if d is not None)
-    return [
-        S.broadcast_batch(x, size, 0) if d is None else S.moveaxis(x, d, 0)
-        for x, d in zip(args, dims)
-    ]

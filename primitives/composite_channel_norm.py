@@ -231,11 +231,7 @@ def _bn_batch(get_prim):
 def _gn_batch(get_prim):
     # each vmapped example is more samples: the batch dim joins the kernel's samples
     def batch(args, dims, **params):
-        size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
-        moved = [
-            S.broadcast_batch(a, size, 0) if d is None else S.moveaxis(a, d, 0)
-            for a, d in zip(args, dims)
-        ]
+        moved = S.batch_to_front(args, dims)
         shp = S._shape(moved[-1])  # (B, N, C, ...)
         merged = (shp[0] * shp[1],) + tuple(shp[2:])
         out = get_prim().bind(*[S.reshape(a, merged) for a in moved], **params)

@@ -117,12 +117,7 @@ def _backward_transpose(ct, g, x, *, normalized_ndim, eps):
 def _batch(get_prim):
     # the kernel normalizes trailing dims: any leading batch dim is the kernel's own
     def batch(args, dims, **params):
-        size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
-        moved = [
-            S.broadcast_batch(a, size, 0) if d is None else S.moveaxis(a, d, 0)
-            for a, d in zip(args, dims)
-        ]
-        return get_prim().bind(*moved, **params), 0
+        return get_prim().bind(*S.batch_to_front(args, dims), **params), 0
 
     return batch
 

@@ -118,12 +118,7 @@ def _transpose(get_partner):
 def _batch(get_prim):
     # leading dims are the kernel's channels: the batch dim goes first
     def batch(args, dims, **params):
-        size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
-        moved = [
-            S.broadcast_batch(a, size, 0) if d is None else S.moveaxis(a, d, 0)
-            for a, d in zip(args, dims)
-        ]
-        return get_prim().bind(*moved, **params), 0
+        return get_prim().bind(*S.batch_to_front(args, dims), **params), 0
 
     return batch
 

@@ -67,14 +67,12 @@ def scatter_add(x, idx, src, axis: int):
 
 
 def _gather_batch(args, dims, *, axis):
-    size = _batch_size(args, dims)
-    x, idx = (_to_front(a, d, size) for a, d in zip(args, dims))
+    x, idx = S.batch_to_front(args, dims)
     return gather(x, idx, axis + 1), 0
 
 
 def _scatter_add_batch(args, dims, *, axis):
-    size = _batch_size(args, dims)
-    x, idx, src = (_to_front(a, d, size) for a, d in zip(args, dims))
+    x, idx, src = S.batch_to_front(args, dims)
     return scatter_add(x, idx, src, axis + 1), 0
 
 

@@ -22,7 +22,8 @@ from thunderx.core import declare, get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import creation as C
 from thunderx.primitives import unary as U
-from thunderx.primitives.indexing import _batch_size, _check_index, _to_front, gather, scatter_add
+from thunderx.primitives.indexing import _check_index, gather, scatter_add
+from thunderx.primitives.shape import batch_to_front
 
 REDUCTIONS = ("amax", "amin", "prod")
 
@@ -106,8 +107,7 @@ def _prod_tangent(x, idx, src, y, tx, ts, self_in, axis):
 
 
 def _batch(args, dims, *, axis, reduce, include_self):
-    size = _batch_size(args, dims)
-    x, idx, src = (_to_front(a, d, size) for a, d in zip(args, dims))
+    x, idx, src = batch_to_front(args, dims)
     return scatter_reduce(x, idx, src, axis + 1, reduce, include_self), 0
 
 

@@ -112,6 +112,15 @@ def broadcast_batch(x, size: int, d: int):
     return broadcast_in_dim(x, shape, dims)
 
 
+def batch_to_front(args, dims) -> list:
+    """Every operand with the batch dim first: batched ones moved, unbatched ones broadcast to
+    the batch size (the batching rule of a kernel whose leading dims are its own batch)."""
+    size = next(_shape(x)[d] for x, d in zip(args, dims) if d is not None)
+    return [
+        broadcast_batch(x, size, 0) if d is None else moveaxis(x, d, 0) for x, d in zip(args, dims)
+    ]
+
+
 # ---------------------------------------------------------------------------------------- reshape
 
 
