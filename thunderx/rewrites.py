@@ -197,14 +197,9 @@ def _absorb_operand_transposes(e: Eqn, producer, transpose_p):
     return Eqn(e.prim, ins, e.outputs, {"dimension_numbers": dn})
 
 
-def merge_slice_transposes(jaxpr: Jaxpr) -> Jaxpr:
-    """A sum of zero-pads whose pieces tile one axis (the transpose of splitting a tensor into
-    slices: `q, k, v = y.chunk(3, -1)` gives three pads and two adds in the backward) becomes one
-    `concatenate` of the pieces: one buffer written once. Each element is its piece's value plus
-    zeros, so the values are the same; a -0.0 piece stays -0.0, as in torch's own split backward."""
-    from thunderx.primitives import binary as B
-    from thunderx.primitives.slicing import concatenate_p, pad_p
-
+def _def_use(jaxpr: Jaxpr):
+    """(producer eqn of each var, use count of each var, last consuming eqn of each var); a
+    program output counts as two uses, so that no rewrite folds it into a bigger expression."""
     producers: dict[int, Eqn] = {}
     uses: dict[int, int] = {}
     consumer: dict[int, Eqn] = {}
@@ -217,7 +212,19 @@ def merge_slice_transposes(jaxpr: Jaxpr) -> Jaxpr:
                 consumer[id(x)] = e
     for x in jaxpr.outvars:
         if isinstance(x, Var):
-            uses[id(x)] = uses.get(id(x), 0) + 2  # an output is never absorbed into a bigger sum
+            uses[id(x)] = uses.get(id(x), 0) + 2
+    return producers, uses, consumer
+
+
+def merge_slice_transposes(jaxpr: Jaxpr) -> Jaxpr:
+    """A sum of zero-pads whose pieces tile one axis (the transpose of splitting a tensor into
+    slices: `q, k, v = y.chunk(3, -1)` gives three pads and two adds in the backward) becomes one
+    `concatenate` of the pieces: one buffer written once. Each element is its piece's value plus
+    zeros, so the values are the same; a -0.0 piece stays -0.0, as in torch's own split backward."""
+    from thunderx.primitives import binary as B
+    from thunderx.primitives.slicing import concatenate_p, pad_p
+
+    producers, uses, consumer = _def_use(jaxpr)
 
     def single_use(x, prim):
         p = producers.get(id(x)) if isinstance(x, Var) else None
@@ -293,17 +300,7 @@ def batch_horizontal(jaxpr: Jaxpr, max_growth: int = 4) -> Jaxpr:
     from thunderx.primitives.shape import expand_dims_p
     from thunderx.primitives.slicing import concatenate_p, slice_p
 
-    producers: dict[int, Eqn] = {}
-    uses: dict[int, int] = {}
-    for e in jaxpr.eqns:
-        for v in e.outputs:
-            producers[id(v)] = e
-        for x in e.inputs:
-            if isinstance(x, Var):
-                uses[id(x)] = uses.get(id(x), 0) + 1
-    for x in jaxpr.outvars:
-        if isinstance(x, Var):
-            uses[id(x)] = uses.get(id(x), 0) + 2
+    producers, uses, _ = _def_use(jaxpr)
 
     def single(x, prim=None):
         p = producers.get(id(x)) if isinstance(x, Var) else None
