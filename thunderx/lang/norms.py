@@ -81,13 +81,22 @@ def _check_channels(name, x, *vectors):
             )
 
 
+def _moments(x, dims, keepdims=False, correction=0):
+    """Mean and variance over dims (the variance divided by n - correction, at least 1)."""
+    n = float(math.prod(shape(x)[d] for d in dims))
+    mean = B.div(R.reduce_sum(x, dims, keepdims=True), n)
+    xc = B.sub(x, S.broadcast_to(mean, shape(x)))
+    var = B.div(R.reduce_sum(B.mul(xc, xc), dims, keepdims=keepdims), max(n - correction, 1.0))
+    return (mean if keepdims else S.reshape(mean, shape(var))), var
+
+
+def _channel_dims(x):
+    return tuple(d for d in range(ndim(x)) if d != 1)
+
+
 def _batch_stats(x, eps):
     """The per-channel mean and 1/sqrt(var + eps) that torch saves (not differentiated)."""
-    dims = tuple(d for d in range(ndim(x)) if d != 1)
-    n = float(math.prod(shape(x)[d] for d in dims))
-    mean = B.div(R.reduce_sum(x, dims), n)
-    xc = B.sub(x, S.broadcast_in_dim(mean, shape(x), (1,)))
-    var = B.div(R.reduce_sum(B.mul(xc, xc), dims), n)
+    mean, var = _moments(x, _channel_dims(x))
     return stop_gradient(mean), stop_gradient(U.rsqrt(B.add(var, eps)))
 
 
@@ -210,10 +219,7 @@ def instance_norm(
 def _group_stats(x, groups, eps):
     """The (N, groups) mean and rstd of native_group_norm, differentiable as torch's are."""
     g = S.reshape(x, (shape(x)[0], groups, math.prod(shape(x)[1:]) // groups))
-    n = float(shape(g)[2])
-    mean = B.div(R.reduce_sum(g, (2,)), n)
-    xc = B.sub(g, S.broadcast_in_dim(mean, shape(g), (0, 1)))
-    var = B.div(R.reduce_sum(B.mul(xc, xc), (2,)), n)
+    mean, var = _moments(g, (2,))
     return mean, U.rsqrt(B.add(var, eps))
 
 
@@ -247,11 +253,7 @@ def _running_update(name, x, running_mean, running_var, momentum):
     """The batch statistics written into the running buffers (training mode)."""
     if running_mean is None and running_var is None:
         return
-    dims = tuple(d for d in range(ndim(x)) if d != 1)
-    n = float(math.prod(shape(x)[d] for d in dims))
-    mean = B.div(R.reduce_sum(x, dims), n)
-    xc = B.sub(x, S.broadcast_in_dim(mean, shape(x), (1,)))
-    var = B.div(R.reduce_sum(B.mul(xc, xc), dims), max(n - 1.0, 1.0))
+    mean, var = _moments(x, _channel_dims(x), correction=1)
     _update_running(running_mean, mean, momentum, name)
     _update_running(running_var, var, momentum, name)
 
@@ -259,22 +261,14 @@ def _running_update(name, x, running_mean, running_var, momentum):
 @register(torch.native_layer_norm)
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     k = len(tuple(normalized_shape))
-    dims = tuple(range(ndim(x) - k, ndim(x)))
-    n = float(math.prod(shape(x)[d] for d in dims))
-    mean = B.div(R.reduce_sum(x, dims, keepdims=True), n)
-    xc = B.sub(x, S.broadcast_to(mean, shape(x)))
-    var = B.div(R.reduce_sum(B.mul(xc, xc), dims, keepdims=True), n)
+    mean, var = _moments(x, tuple(range(ndim(x) - k, ndim(x))), keepdims=True)
     return layer_norm(x, normalized_shape, weight, bias, eps), mean, U.rsqrt(B.add(var, eps))
 
 
 def _instance_running_update(merged, shp, running_mean, running_var, momentum):
     """torch updates instance_norm's running statistics with the per-instance statistics
     averaged over the batch."""
-    dims = tuple(range(2, len(shp)))
-    n = float(math.prod(shp[2:]))
-    mean = B.div(R.reduce_sum(merged, (0,) + dims), n)
-    xc = B.sub(merged, S.broadcast_in_dim(mean, shape(merged), (1,)))
-    var = B.div(R.reduce_sum(B.mul(xc, xc), (0,) + dims), max(n - 1.0, 1.0))
+    mean, var = _moments(merged, (0,) + tuple(range(2, len(shp))), correction=1)
     m = B.div(R.reduce_sum(S.reshape(mean, shp[:2]), (0,)), float(shp[0]))
     v = B.div(R.reduce_sum(S.reshape(var, shp[:2]), (0,)), float(shp[0]))
     _update_running(running_mean, m, momentum, "instance_norm")
