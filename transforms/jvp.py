@@ -14,6 +14,7 @@ from thunderx.core import (
     abstract_eval,
     forward_jvp_rules,
     get_aval,
+    is_tensor_like,
     jvp_rules,
     missing_rule,
     set_trace,
@@ -66,6 +67,12 @@ class JVPTrace(Trace):
     def __init__(self, parent, reverse: bool = False):
         super().__init__(parent)
         self.reverse = reverse
+
+    @property
+    def writes_back_inputs(self) -> bool:
+        # forward mode writes an input's in-place update back, as torch's forward AD does;
+        # reverse mode refuses it, as torch's autograd does for a leaf that requires grad
+        return not self.reverse
 
     def pair(self, x):
         if type(x) is JVPTracer and x._trace is self:
@@ -157,6 +164,20 @@ def jvp_flat(flat_fun, primals, tangents, reverse: bool = False):
             p, t = trace.pair(o)
             primal_outs.append(p)
             tangent_outs.append(Zero(get_aval(p).strip_weak()) if t is None else t)
+        # an in-place update of an input reaches the caller's primal and tangent tensors, as
+        # torch's forward AD writes both
+        written = [
+            (p, t, x.primal, trace.pair(x)[1])
+            for p, t, x in zip(primals, tangents, ins)
+            if x is not p and x.primal is not p
+        ]
+    if written:
+        from thunderx.lang.inplace import write_back
+
+        for p, t, final, final_t in written:
+            write_back(p, final, "jvp")
+            if is_tensor_like(t):
+                write_back(t, torch.zeros_like(p) if final_t is None else final_t, "jvp")
     if not outer_grad_mode:
         primal_outs = no_grad_outputs(primal_outs)
     return primal_outs, tangent_outs

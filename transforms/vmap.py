@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+import torch
+
 from thunderx import tree, validate
 from thunderx.avals import ShapedArray
 from thunderx.core import (
@@ -23,6 +25,7 @@ from thunderx.core import (
     set_trace,
 )
 from thunderx.errors import ArgumentValueError, user_frame
+from thunderx.lang.inplace import write_back
 
 
 class BatchTracer(Tracer):
@@ -42,6 +45,7 @@ class BatchTracer(Tracer):
 
 class BatchTrace(Trace):
     __slots__ = ("axis_size", "randomness", "axis")
+    writes_back_inputs = True
 
     def __init__(self, parent, axis_size: int, randomness: str = "error", axis_name=None):
         super().__init__(parent)
@@ -315,6 +319,18 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
         out_leaves, out_tree = tree.flatten(out)
         validate.check_leaves(out_leaves, "vmap", "the function's outputs")
         unpacked = [trace.unpack(o) for o in out_leaves]
+        written = [
+            (x, ax, t)
+            for x, ax, t in zip(flat_args, norm_axes, ins)
+            if ax is not None and (t.val is not x or t.bdim != ax)
+        ]
+    # an in-place update of an input reaches the caller's tensor, and an output that is the
+    # updated input is the caller's tensor (a view of it), as in torch.func
+    aliased = {}
+    for x, ax, t in written:
+        val = torch.unsqueeze(t.val, ax) if t.bdim is None else torch.movedim(t.val, t.bdim, ax)
+        write_back(x, val, "vmap")
+        aliased[id(t)] = (x, ax)
     try:
         oaxes = _axes_for(out_axes, out, "out_axes")
     except ValueError:
@@ -327,7 +343,7 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
     from thunderx.primitives import shape as S
 
     results, norm_oaxes = [], []
-    for (val, bdim), oax in zip(unpacked, oaxes):
+    for o, (val, bdim), oax in zip(out_leaves, unpacked, oaxes):
         if oax is None:
             if bdim is not None:
                 raise ValueError(
@@ -346,7 +362,10 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
             oax, nd, "vmap", "out_axes", f"an output of rank {nd} (with the batch axis)"
         )
         norm_oaxes.append(oax)
-        if bdim is None:
+        if id(o) in aliased:
+            x, ax = aliased[id(o)]
+            results.append(x if ax == oax else torch.movedim(x, ax, oax))
+        elif bdim is None:
             results.append(S.broadcast_batch(val, size, oax))
         else:
             results.append(S.moveaxis(val, bdim, oax))

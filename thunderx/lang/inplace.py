@@ -33,7 +33,11 @@ def mutate(x, new, what: str):
     if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
         # a value of an enclosing scope (e.g. a constant): make it a value of x's trace
         new = x._trace.lift(new)
-    if id(x) in x._trace_inputs():
+    if id(x) in x._trace_inputs() and not (
+        x._trace.writes_back_inputs and isinstance(new, Tracer) and new._trace is x._trace
+    ):
+        if x._trace.writes_back_inputs:
+            raise _inner_write(x, what)
         raise MutationError(
             f"{what} mutates an input of the transformed function at {user_frame()}; "
             "transforms are functional: clone it first (y = x.clone()) and mutate the copy"
@@ -41,12 +45,44 @@ def mutate(x, new, what: str):
     if tuple(new.aval.shape) != tuple(x.aval.shape):
         new = S.broadcast_to(new, tuple(x.aval.shape))
     if new.aval.dtype != x.aval.dtype:
+        if not torch.can_cast(new.aval.dtype, x.aval.dtype):
+            raise MutationError(
+                f"{what} at {user_frame()}: result type {_dtype_name(new.aval.dtype)} can't be "
+                f"cast to the desired output type {_dtype_name(x.aval.dtype)}"
+            )
         new = convert(new, x.aval.dtype)
     if view_of(x) is not None:
         return write(x, new, what)
     # x takes new's identity: same trace (or an inner one, when x was constant to it)
     assign(x, new)
     return x
+
+
+def write_back(dest, value, transform: str) -> None:
+    """The end of a transform whose function updated its input `dest` in place: the caller's
+    value (a tensor, or a tracer of an enclosing transform) takes the final `value`."""
+    if tuple(value.shape) != tuple(dest.shape):
+        raise MutationError(
+            f"{transform}: an in-place update changed the shape of an input from "
+            f"{tuple(dest.shape)} to {tuple(value.shape)}; the caller's tensor cannot follow: "
+            "use the out-of-place form (x.unsqueeze(0) rather than x.unsqueeze_(0))"
+        )
+    dest.copy_(value)
+
+
+def _inner_write(x, what: str) -> MutationError:
+    # torch.func's case: the input is not batched (or tracked) at the level the new value is
+    return MutationError(
+        f"{what} at {user_frame()}: in-place update of an input of a {type(x._trace).__name__} "
+        "level with a value of a transform nested inside it is not possible (vmap: inplace "
+        "arithmetic(self, *extra_args) is not possible because there exists a Tensor `other` "
+        "in extra_args that has more elements than `self`); write out of place instead"
+    )
+
+
+def _dtype_name(dtype) -> str:
+    # torch's spelling in its own message: Float, Long, ComplexDouble
+    return torch.empty((), dtype=dtype, device="meta").type().split(".")[-1].replace("Tensor", "")
 
 
 def _is_inner(new, x) -> bool:
@@ -69,7 +105,7 @@ def _inplace_method(name):
     return impl
 
 
-_INPLACE = [
+_INPLACE = [  # torch's `x.name_(...)` is `x.copy_(x.name(...))` for each of these names
     "add",
     "sub",
     "mul",
@@ -113,6 +149,80 @@ _INPLACE = [
     "scatter_add",
     "tril",
     "triu",
+    "absolute",
+    "acos",
+    "acosh",
+    "addbmm",
+    "addmm",
+    "addmv",
+    "addr",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan2",
+    "arctan",
+    "arctanh",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
+    "baddbmm",
+    "bitwise_not",
+    "clip",
+    "conj_physical",
+    "cosh",
+    "cumprod",
+    "cumsum",
+    "deg2rad",
+    "digamma",
+    "divide",
+    "eq",
+    "erfc",
+    "erfinv",
+    "exp2",
+    "fix",
+    "frac",
+    "ge",
+    "greater",
+    "greater_equal",
+    "gt",
+    "i0",
+    "index_copy",
+    "index_fill",
+    "index_put",
+    "index_reduce",
+    "le",
+    "less",
+    "less_equal",
+    "lgamma",
+    "log10",
+    "log2",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "lt",
+    "masked_scatter",
+    "multiply",
+    "mvlgamma",
+    "nan_to_num",
+    "ne",
+    "negative",
+    "nextafter",
+    "not_equal",
+    "put",
+    "rad2deg",
+    "renorm",
+    "scatter_reduce",
+    "sgn",
+    "sign",
+    "sinc",
+    "sinh",
+    "subtract",
+    "tan",
+    "true_divide",
+    "xlogy",
 ]
 
 

@@ -122,7 +122,8 @@ def _member(x, out, step: Step):
             return out
     va = view_of(x)
     if va is None:
-        st = Storage(alias_of(x), readonly=id(x) in x._trace_inputs())
+        readonly = id(x) in x._trace_inputs() and not x._trace.writes_back_inputs
+        st = Storage(alias_of(x), readonly=readonly)
         va = ViewOf(st, ())
         x._alias = va
         st.add(x)
@@ -207,6 +208,11 @@ def write(x, new, what: str):
 
     va = view_of(x)
     st = va.storage
+    if isinstance(new, Tracer) and new._trace is not x._trace:
+        if any(id(m) in x._trace_inputs() for m in st.live()):
+            from thunderx.lang.inplace import _inner_write
+
+            raise _inner_write(x, what)
     if st.readonly:
         raise MutationError(
             f"{what} writes through a view of an input of the transformed function at "
