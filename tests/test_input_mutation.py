@@ -139,3 +139,40 @@ def test_an_updated_input_returned_is_the_callers_tensor(out_dims):
     ours.mul_(2.0)
     theirs.mul_(2.0)
     close(out, ref)
+
+
+VIEWS = {
+    "diagonal": lambda x: torch.diagonal(x),
+    "T": lambda x: x.T,
+    "row": lambda x: x[0],
+    "unfold": lambda x: x.unfold(1, 2, 1),
+    "squeeze_view": lambda x: x.unsqueeze(0).squeeze(0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_an_output_that_views_an_input_views_the_callers_tensor(name):
+    # torch.func: `vmap(torch.diagonal)(x)._base is x`, so writes to x show in the output
+    fn = VIEWS[name]
+    x, y = data(3, 4, 4), data(3, 4, 4)
+    out, ref = tx.vmap(fn, in_dims=1)(x), tf.vmap(fn, in_dims=1)(y)
+    close(out, ref)
+    assert out._base is x and ref._base is y
+    x.add_(1.0)
+    y.add_(1.0)
+    close(out, ref)
+
+
+def test_in_place_then_view_under_nested_vmap_views_the_callers_tensor():
+    # PyTorch's functorch test_unary_pointwise: vmap(vmap(Tensor.sin_, in_dims=2), in_dims=2)
+    op = lambda v: tx.vmap(torch.Tensor.sin_, in_dims=2)(v)  # noqa: E731
+    ref_op = lambda v: tf.vmap(torch.Tensor.sin_, in_dims=2)(v)  # noqa: E731
+    x = data(2, 5, 7, 11, 3)
+    y = x.clone()
+    out = tx.vmap(op, in_dims=2, out_dims=2)(x)
+    ref = tf.vmap(ref_op, in_dims=2, out_dims=2)(y)
+    close(out, ref)
+    close(x, y)
+    x.sin_()
+    y.sin_()
+    close(out, ref)

@@ -362,14 +362,46 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
             oax, nd, "vmap", "out_axes", f"an output of rank {nd} (with the batch axis)"
         )
         norm_oaxes.append(oax)
+        view = _caller_view(o, ins, flat_args, norm_axes, oax, val, bdim)
         if id(o) in aliased:
             x, ax = aliased[id(o)]
             results.append(x if ax == oax else torch.movedim(x, ax, oax))
+        elif view is not None:
+            results.append(view)
         elif bdim is None:
             results.append(S.broadcast_batch(val, size, oax))
         else:
             results.append(S.moveaxis(val, bdim, oax))
     return out_tree, results, norm_oaxes
+
+
+def _caller_view(o, ins, flat_args, norm_axes, oax, val, bdim):
+    """An output that is a view of an input is, as in torch.func, a view of the caller's tensor
+    (`vmap(torch.diagonal)(x)._base is x`): the view chain replayed on the caller's tensor with
+    torch's own batched view functions. Only for a tensor from eager code; None otherwise."""
+    if not isinstance(o, Tracer) or bdim is None:
+        return None
+    from thunderx.lang.views import replay_concrete, view_of_input
+
+    found = view_of_input(o, ins)
+    if found is None:
+        return None
+    i, chain = found
+    x, ax = flat_args[i], norm_axes[i]
+    if ax is None or isinstance(x, Tracer) or not isinstance(x, torch.Tensor):
+        return None
+    try:
+        from torch.func import vmap as torch_vmap
+
+        view = torch_vmap(lambda e: replay_concrete(e, chain), in_dims=ax, out_dims=oax)(x)
+    except Exception:  # a view torch cannot batch: the computed value stands
+        return None
+    want = get_aval(val)
+    shape = list(want.shape)
+    shape.insert(oax, shape.pop(bdim))
+    if tuple(view.shape) != tuple(shape) or view.dtype != want.dtype:
+        return None
+    return view
 
 
 def _chunked(run, flat_args, norm_axes, size, chunk_size, randomness):

@@ -99,6 +99,26 @@ def view_of(x) -> ViewOf | None:
         return None
 
 
+def view_of_input(out, inputs):
+    """(i, chain) when tracer `out` is a view of `inputs[i]` (the base of its storage) reached
+    by `chain`, else None."""
+    va = view_of(out)
+    if va is None or not va.chain or any(_has_tracer((s.args, s.kwargs)) for s in va.chain):
+        return None
+    for i, t in enumerate(inputs):
+        vt = view_of(t)
+        if vt is not None and vt.storage is va.storage and not vt.chain:
+            return i, va.chain
+    return None
+
+
+def replay_concrete(value, chain):
+    """The view `chain` read from a torch tensor with torch's own view functions."""
+    for step in chain:
+        value = _apply(step, value, concrete=True)
+    return value
+
+
 def _apply(step: Step, value, *, concrete: bool = False):
     fn = step.torch_fn if concrete else step.impl
     out = fn(value, *step.args, **step.kwargs)
@@ -330,7 +350,7 @@ def _views():
     view += [(torch.moveaxis, "moveaxis"), (torch.narrow, "narrow"), (torch.select, "select")]
     view += [(torch.diagonal, "diagonal"), (torch.detach, "detach")]
     expand = [(None, "expand"), (None, "expand_as"), (torch.broadcast_to, "broadcast_to")]
-    expand += [(torch.as_strided, "as_strided")]  # its windows may overlap
+    expand += [(torch.as_strided, "as_strided"), (None, "unfold")]  # windows may overlap
     multi = [(torch.split, "split"), (torch.tensor_split, "tensor_split")]
     multi += [(torch.chunk, "chunk"), (torch.unbind, "unbind")]
     out = [(T.__getitem__, None, "getitem")]
