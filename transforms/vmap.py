@@ -46,6 +46,11 @@ class BatchTracer(Tracer):
 class BatchTrace(Trace):
     __slots__ = ("axis_size", "randomness", "axis")
     writes_back_inputs = True
+    foreign_write_hint = (
+        " (vmap: inplace arithmetic(self, *extra_args) is not possible because there exists a "
+        "Tensor `other` in extra_args that has more elements than `self`: `other` is vmapped "
+        "over and `self` is not)"
+    )
 
     def __init__(self, parent, axis_size: int, randomness: str = "error", axis_name=None):
         super().__init__(parent)

@@ -24,11 +24,12 @@ class MutationError(ThunderxError, RuntimeError):
 
 def mutate(x, new, what: str):
     if not isinstance(x, Tracer):
+        hint = new._trace.foreign_write_hint if isinstance(new, Tracer) else ""
         raise MutationError(
             f"{what} writes a traced value into a concrete tensor at {user_frame()}: a transform "
             "cannot mutate a captured Tensor (one from outside it, or created from no traced "
             "value); create the tensor from a traced one (torch.zeros_like(x), x.new_zeros(...)) "
-            "or build the result out of place (torch.where, torch.cat)"
+            f"or build the result out of place (torch.where, torch.cat){hint}"
         )
     if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
         # a value of an enclosing scope (e.g. a constant): make it a value of x's trace
@@ -37,7 +38,7 @@ def mutate(x, new, what: str):
         x._trace.writes_back_inputs and isinstance(new, Tracer) and new._trace is x._trace
     ):
         if x._trace.writes_back_inputs:
-            raise _inner_write(x, what)
+            raise _inner_write(x, new, what)
         raise MutationError(
             f"{what} mutates an input of the transformed function at {user_frame()}; "
             "transforms are functional: clone it first (y = x.clone()) and mutate the copy"
@@ -70,13 +71,12 @@ def write_back(dest, value, transform: str) -> None:
     dest.copy_(value)
 
 
-def _inner_write(x, what: str) -> MutationError:
+def _inner_write(x, new, what: str) -> MutationError:
     # torch.func's case: the input is not batched (or tracked) at the level the new value is
     return MutationError(
         f"{what} at {user_frame()}: in-place update of an input of a {type(x._trace).__name__} "
-        "level with a value of a transform nested inside it is not possible (vmap: inplace "
-        "arithmetic(self, *extra_args) is not possible because there exists a Tensor `other` "
-        "in extra_args that has more elements than `self`); write out of place instead"
+        "level with a value of a transform nested inside it is not possible; write out of "
+        f"place instead{new._trace.foreign_write_hint}"
     )
 
 

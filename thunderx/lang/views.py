@@ -232,7 +232,7 @@ def write(x, new, what: str):
         if any(id(m) in x._trace_inputs() for m in st.live()):
             from thunderx.lang.inplace import _inner_write
 
-            raise _inner_write(x, what)
+            raise _inner_write(x, new, what)
     if st.readonly:
         raise MutationError(
             f"{what} writes through a view of an input of the transformed function at "
