@@ -176,3 +176,12 @@ def test_in_place_then_view_under_nested_vmap_views_the_callers_tensor():
     x.sin_()
     y.sin_()
     close(out, ref)
+
+
+def test_view_outputs_do_not_depend_on_torch_func_vmap(monkeypatch):
+    # code that swaps torch.func.vmap for thunderx's (as PyTorch's functorch tests are run)
+    monkeypatch.setattr(torch.func, "vmap", tx.vmap)
+    x = data(3, 4, 4)
+    out = tx.vmap(torch.diagonal)(x)
+    assert out._base is x
+    close(out, torch.diagonal(x, dim1=1, dim2=2))

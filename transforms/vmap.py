@@ -396,7 +396,8 @@ def _caller_view(o, ins, flat_args, norm_axes, oax, val, bdim):
     if ax is None or isinstance(x, Tracer) or not isinstance(x, torch.Tensor):
         return None
     try:
-        from torch.func import vmap as torch_vmap
+        # torch's own batching (not `torch.func.vmap`, which a user may have rebound to ours)
+        from torch._functorch.apis import vmap as torch_vmap
 
         view = torch_vmap(lambda e: replay_concrete(e, chain), in_dims=ax, out_dims=oax)(x)
     except Exception:  # a view torch cannot batch: the computed value stands
