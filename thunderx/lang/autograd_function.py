@@ -15,15 +15,31 @@ outside transforms: thunderx's is installed only while an outermost transform ru
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import threading
 
 from torch.autograd.function import Function, _is_setup_context_defined
 
 from thunderx import tree
 from thunderx.core import Tracer, is_tensor_like
+from thunderx.errors import FuncContractError, user_frame
 from thunderx.lang.patching import patch_during_transforms
 
 _TORCH_APPLY = Function.apply.__func__
+_SETUP_CONTEXT_REQUIRED = threading.local()
+
+
+@contextlib.contextmanager
+def require_setup_context():
+    """While active, a ctx-style Function (no `setup_context`) on traced values is refused with
+    torch.func's error: `thunderx.func`'s transforms keep torch.func's contract."""
+    depth = getattr(_SETUP_CONTEXT_REQUIRED, "depth", 0)
+    _SETUP_CONTEXT_REQUIRED.depth = depth + 1
+    try:
+        yield
+    finally:
+        _SETUP_CONTEXT_REQUIRED.depth = depth
 
 
 class FunctionCtx:
@@ -67,6 +83,13 @@ def apply(cls, *args, **kwargs):
     from thunderx.transforms.custom import custom_vjp
 
     setup = _is_setup_context_defined(cls.setup_context)
+    if not setup and getattr(_SETUP_CONTEXT_REQUIRED, "depth", 0):
+        raise FuncContractError(
+            f"{cls.__name__}.apply at {user_frame()}: In order to use an autograd.Function with "
+            "functorch transforms (vmap, grad, jvp, jacrev, ...), it must override the "
+            "setup_context staticmethod (thunderx.func keeps torch.func's contract; thunderx's "
+            "own transforms also accept a ctx-style forward)"
+        )
     if setup:
         bound = inspect.signature(cls.forward).bind(*args, **kwargs)
         bound.apply_defaults()

@@ -1,0 +1,443 @@
+"""torch.func's API on thunderx's transforms: `import thunderx.func as func` stands in for
+`import torch.func as func`.
+
+The top-level thunderx API keeps JAX's contract (a has_aux function's aux may hold any Python
+values, outputs may be any pytree of tensors and Python scalars, `argnums` may be a list,
+`value_and_grad` returns `(value, grad)`). This namespace keeps torch.func's instead, on top of
+the same transforms (each function here is a thin wrapper: checks, then the thunderx transform):
+
+- `grad_and_value` returns `(grad, value)`; `grad`'s function must return a scalar tensor;
+- `argnums` is an int or a tuple of ints (a list is refused), checked when the function is called;
+- a has_aux function returns a 2-tuple whose aux is a tensor or a pytree of tensors only;
+- the differentiated inputs are tensors (Python numbers are refused) and `jvp`'s primals a tuple;
+- outputs are tensors or pytrees of tensors, non-empty (`None` and `()` are refused);
+- `vmap`'s `in_dims` is an int or a tuple, and keyword arguments are passed through unbatched;
+- an `autograd.Function` must define `setup_context` (torch.func's rule for transforms).
+
+A breach raises the exception class torch.func raises (RuntimeError, or ValueError where torch
+does), as a thunderx error carrying torch.func's words and the user's line. `functionalize` is
+not offered: thunderx traces are functional already, and an identity stand-in would hide that
+input mutation is refused under thunderx transforms.
+
+>>> import thunderx.func as func
+>>> func.grad_and_value(lambda x: (x ** 2).sum())(torch.tensor([1., 2.]))
+(tensor([2., 4.]), tensor(5.))
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import optree
+
+# a module utility (it turns off running-stat tracking in place), not a transform: torch's own,
+# re-exported so the namespace is complete
+from torch.func import replace_all_batch_norm_modules_
+
+from thunderx import tree
+from thunderx.api import functional_call, stack_module_state
+from thunderx.core import get_aval, is_tensor_like
+from thunderx.errors import (
+    ArgumentValueError,
+    FuncContractError,
+    TransformArgumentTypeError,
+    TransformArgumentValueError,
+    user_frame,
+)
+from thunderx.lang.autograd_function import require_setup_context
+from thunderx.transforms import ad as _ad
+from thunderx.transforms import jacobians as _jac
+from thunderx.transforms import vmap as _vmap
+
+__all__ = [
+    "functional_call",
+    "grad",
+    "grad_and_value",
+    "hessian",
+    "jacfwd",
+    "jacrev",
+    "jvp",
+    "linearize",
+    "replace_all_batch_norm_modules_",
+    "stack_module_state",
+    "vjp",
+    "vmap",
+]
+
+_JVP = "jvp(f, primals, tangents)"
+_VJP = "vjp(f, *primals)"
+_GRAD = "grad_and_value(f)(*args)"
+
+
+def _at() -> str:
+    return f"(at {user_frame()})"
+
+
+def _leaves(x) -> list:
+    """Leaves as torch's pytree sees them: `None` is a leaf (optree would drop it)."""
+    return optree.tree_leaves(x, none_is_leaf=True, namespace=tree.NAMESPACE)
+
+
+def _structure(x):
+    return optree.tree_structure(x, none_is_leaf=True, namespace=tree.NAMESPACE)
+
+
+# ------------------------------------------------------------------------------------ checks
+
+
+def _argnums(argnums, nargs: int):
+    """torch.func's argnums rule, at call time: an int or a non-empty tuple of distinct ints in
+    range. Returns the non-negative form (an int stays an int)."""
+    if isinstance(argnums, int):
+        nums = (argnums,)
+    elif isinstance(argnums, tuple):
+        nums = argnums
+        if not nums:
+            raise TransformArgumentValueError(f"argnums must be non-empty {_at()}")
+    else:
+        raise TransformArgumentTypeError(
+            f"argnums must be int or Tuple[int, ...], got: {type(argnums)} {_at()}"
+        )
+    out = []
+    for a in nums:
+        if not isinstance(a, int):
+            raise TransformArgumentTypeError(f"argnum must be int, got: {type(a)} {_at()}")
+        if not -nargs <= a < nargs:
+            raise TransformArgumentValueError(
+                f"Got argnum={a}, but only {nargs} positional inputs {_at()}"
+            )
+        out.append(int(a) % nargs)
+    if len(set(out)) != len(out):
+        raise TransformArgumentValueError(f"argnums elements must be unique, got {argnums} {_at()}")
+    return out[0] if isinstance(argnums, int) else tuple(out)
+
+
+def _check_differentiable(args) -> None:
+    for leaf in _leaves(args):
+        if not is_tensor_like(leaf):
+            raise ArgumentValueError(
+                f"Thing passed to transform API must be Tensor, got {type(leaf)} {_at()}"
+            )
+
+
+def _split_aux(out, api: str):
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise FuncContractError(
+            f"{api}: output of function f should be a tuple: (output, aux) if has_aux is True, "
+            f"got {type(out).__name__} {_at()}"
+        )
+    for leaf in _leaves(out[1]):
+        if not is_tensor_like(leaf):
+            raise FuncContractError(
+                f"{api}: the aux output of f must be tensors or a pytree of tensors: Expected "
+                f"tensors, got unsupported type {type(leaf)} {_at()}"
+            )
+    return out
+
+
+def _check_outputs(out, api: str) -> None:
+    leaves = _leaves(out)
+    if not leaves or (len(leaves) == 1 and leaves[0] is None):
+        raise FuncContractError(
+            f"{api}: Expected f to be a function that has non-empty output (got output = "
+            f"{out!r}) {_at()}"
+        )
+    for leaf in leaves:
+        if not is_tensor_like(leaf):
+            raise FuncContractError(
+                f"{api}: expected f(*primals) to return only tensors, got unsupported type "
+                f"{type(leaf)} {_at()}"
+            )
+
+
+def _checked(func: Callable, api: str, has_aux: bool, extra: Callable | None = None):
+    """`func` whose result is checked as torch.func does for `api` while the transform runs."""
+
+    def checked(*args, **kwargs):
+        res = func(*args, **kwargs)
+        out = _split_aux(res, api)[0] if has_aux else res
+        _check_outputs(out, api)
+        if extra is not None:
+            extra(out)
+        return res
+
+    return checked
+
+
+def _check_float_outputs(out) -> None:
+    for leaf in _leaves(out):
+        dtype = get_aval(leaf).dtype
+        if not (dtype.is_floating_point or dtype.is_complex):
+            raise FuncContractError(
+                f"vjp(f, ...): All outputs of f must be floating-point or complex Tensors, got "
+                f"Tensor with dtype {dtype} {_at()}"
+            )
+
+
+def _error_if_complex(api: str, values, inputs: bool) -> None:
+    for i, leaf in enumerate(_leaves(values)):
+        if is_tensor_like(leaf) and get_aval(leaf).dtype.is_complex:
+            which = "inputs" if inputs else "outputs"
+            raise FuncContractError(
+                f"{api}: Expected all {which} to be real but received complex tensor at flattened "
+                f"input idx: {i} {_at()}"
+            )
+
+
+def _contract(fun: Callable) -> Callable:
+    """Run a wrapper with torch.func's autograd.Function rule in force."""
+
+    @functools.wraps(fun)
+    def wrapper(*args, **kwargs):
+        with require_setup_context():
+            return fun(*args, **kwargs)
+
+    return wrapper
+
+
+# -------------------------------------------------------------------------------- transforms
+
+
+def grad_and_value(func: Callable, argnums: int | tuple = 0, has_aux: bool = False) -> Callable:
+    """torch.func.grad_and_value: `(gradient, value)`, or `(gradient, (value, aux))` with
+    has_aux. `func` returns a scalar tensor (and aux, a tensor pytree, with has_aux)."""
+
+    def scalar(out) -> None:
+        if not is_tensor_like(out):
+            raise FuncContractError(
+                f"{_GRAD}: Expected f(*args) to return a Tensor, got {type(out)} {_at()}"
+            )
+        nd = len(get_aval(out).shape)
+        if nd != 0:
+            raise FuncContractError(
+                f"{_GRAD}: Expected f(*args) to return a scalar Tensor, got tensor with {nd} "
+                f"dims. Maybe you wanted to use the vjp or jacrev APIs instead? {_at()}"
+            )
+
+    def checked(*args, **kwargs):
+        res = func(*args, **kwargs)
+        scalar(_split_aux(res, _GRAD)[0] if has_aux else res)
+        return res
+
+    @_contract
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        nums = _argnums(argnums, len(args))
+        _check_differentiable([args[i] for i in ((nums,) if isinstance(nums, int) else nums)])
+        value, g = _ad.value_and_grad(checked, nums, has_aux)(*args, **kwargs)
+        return g, value
+
+    return wrapper
+
+
+def grad(func: Callable, argnums: int | tuple = 0, has_aux: bool = False) -> Callable:
+    """torch.func.grad: the gradient of a scalar-tensor function, `(gradient, aux)` with
+    has_aux."""
+    gv = grad_and_value(func, argnums, has_aux)
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        g, value = gv(*args, **kwargs)
+        return (g, value[1]) if has_aux else g
+
+    return wrapper
+
+
+@_contract
+def vjp(func: Callable, *primals, has_aux: bool = False):
+    """torch.func.vjp: `(output, vjp_fn)` or `(output, vjp_fn, aux)`; `vjp_fn(cotangents)`
+    returns a tuple with one cotangent per primal."""
+    _check_differentiable(primals)
+    f = _checked(func, _VJP, has_aux, _check_float_outputs)
+    res = _ad.vjp(f, *primals, has_aux=has_aux)
+    out, fn = res[0], res[1]
+    out_tree = _structure(out)
+
+    def vjp_fn(cotangents, retain_graph: bool = True, create_graph: bool | None = None):
+        ct_tree = _structure(cotangents)
+        if ct_tree != out_tree:
+            raise TransformArgumentValueError(
+                f"Expected pytree structure of cotangents to be the same as pytree structure of "
+                f"outputs to the function. cotangents: {ct_tree}, primal output: {out_tree} "
+                f"{_at()}"
+            )
+        return fn(cotangents)
+
+    return (out, vjp_fn, res[2]) if has_aux else (out, vjp_fn)
+
+
+def _check_tensor_list(values, api: str, arg: str) -> None:
+    leaves = _leaves(values)
+    if not leaves:
+        raise TransformArgumentValueError(
+            f"{api}: Expected {arg} to contain at least one Tensor. {_at()}"
+        )
+    for leaf in leaves:
+        if not is_tensor_like(leaf):
+            raise TransformArgumentTypeError(
+                f"{api}: Expected {arg} to only contain Tensors, got {type(leaf)} {_at()}"
+            )
+
+
+@_contract
+def jvp(
+    func: Callable, primals: tuple, tangents: tuple, *, strict: bool = False, has_aux: bool = False
+):
+    """torch.func.jvp: `(output, jvp_out)` or `(output, jvp_out, aux)`. `primals` is a tuple;
+    with `strict=True` an output independent of the inputs is an error."""
+    if not isinstance(primals, tuple):
+        raise TransformArgumentTypeError(
+            f"{_JVP}: Expected primals to be a tuple. E.g. it should be valid to call f(*primals), "
+            f"got {type(primals).__name__} {_at()}"
+        )
+    p_tree, t_tree = _structure(primals), _structure(tangents)
+    if p_tree != t_tree:
+        raise TransformArgumentValueError(
+            f"{_JVP}: Expected primals and tangents to have the same python structure. For "
+            f"example, if primals is a tuple of 3 tensors, tangents also must be. Got primals "
+            f"with structure {p_tree} and tangents with structure {t_tree} {_at()}"
+        )
+    _check_tensor_list(primals, _JVP, "primals")
+    _check_tensor_list(tangents, _JVP, "tangents")
+    f = _checked(func, _JVP, has_aux)
+    return _ad.jvp(f, primals, tangents, has_aux=has_aux, strict=strict)
+
+
+@_contract
+def linearize(func: Callable, *primals) -> tuple[Any, Callable]:
+    """torch.func.linearize: `(output, jvp_fn)`; `jvp_fn(*tangents)` applies the linearized map
+    (tangents with the primals' structure, shapes and dtypes)."""
+    _check_tensor_list(primals, "linearize", "primals")
+    out, f_jvp = _ad.linearize(_checked(func, "linearize(f, *primals)", False), *primals)
+    p_tree = _structure(primals)
+    p_avals = [get_aval(p) for p in _leaves(primals)]
+
+    def jvp_fn(*tangents):
+        t_tree = _structure(tangents)
+        if t_tree != p_tree:
+            raise TransformArgumentValueError(
+                f"Expected the tangents {t_tree} to have the same argspec as the primals "
+                f"{p_tree} {_at()}"
+            )
+        for i, (t, a) in enumerate(zip(_leaves(tangents), p_avals)):
+            if not is_tensor_like(t):
+                raise TransformArgumentTypeError(
+                    f"linearize's jvp_fn: tangent:{i} must be a Tensor, got {type(t)} {_at()}"
+                )
+            ta = get_aval(t)
+            checks = (("shape", tuple(ta.shape), tuple(a.shape)), ("dtype", ta.dtype, a.dtype))
+            for what, got, want in checks:
+                if got != want:
+                    raise TransformArgumentValueError(
+                        f"tangent:{i} with {what} {got} in flattened pytree doesn't match the "
+                        f"{what} {want} of the corresponding primal. {_at()}"
+                    )
+        return f_jvp(*tangents)
+
+    return out, jvp_fn
+
+
+def jacrev(
+    func: Callable,
+    argnums: int | tuple = 0,
+    *,
+    has_aux: bool = False,
+    chunk_size: int | None = None,
+    _preallocate_and_copy: bool = False,
+) -> Callable:
+    """torch.func.jacrev: the Jacobian by reverse mode (real inputs and outputs)."""
+    if not (chunk_size is None or chunk_size > 0):
+        raise ArgumentValueError(f"jacrev: `chunk_size` should be greater than 0. {_at()}")
+
+    def outputs(out) -> None:
+        _check_float_outputs(out)
+        _error_if_complex("jacrev", out, inputs=False)
+
+    @_contract
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        _error_if_complex("jacrev", args, inputs=True)
+        nums = _argnums(argnums, len(args))
+        _check_differentiable([args[i] for i in ((nums,) if isinstance(nums, int) else nums)])
+        f = _checked(func, _VJP, has_aux, outputs)
+        return _jac.jacrev(f, nums, has_aux, chunk_size=chunk_size)(*args, **kwargs)
+
+    return wrapper
+
+
+def jacfwd(
+    func: Callable, argnums: int | tuple = 0, has_aux: bool = False, *, randomness: str = "error"
+) -> Callable:
+    """torch.func.jacfwd: the Jacobian by forward mode; `randomness` as `vmap`'s."""
+    _check_randomness(randomness)
+
+    @_contract
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        nums = _argnums(argnums, len(args))
+        diff = [args[i] for i in ((nums,) if isinstance(nums, int) else nums)]
+        _check_tensor_list(tuple(diff), _JVP, "primals")
+        f = _checked(func, _JVP, has_aux)
+        return _jac.jacfwd(f, nums, has_aux, randomness=randomness)(*args, **kwargs)
+
+    return wrapper
+
+
+def hessian(func: Callable, argnums: int | tuple = 0) -> Callable:
+    """torch.func.hessian: `jacfwd(jacrev(func, argnums), argnums)`."""
+    return jacfwd(jacrev(func, argnums), argnums)
+
+
+def _check_randomness(randomness) -> None:
+    if randomness not in ("error", "different", "same"):
+        raise TransformArgumentValueError(
+            f"Only allowed values for randomness are 'error', 'different', or 'same'. Got "
+            f"{randomness!r} {_at()}"
+        )
+
+
+def _name(func) -> str:
+    if isinstance(func, functools.partial):
+        return f"functools.partial({_name(func.func)}, ...)"
+    return getattr(func, "__name__", repr(func))
+
+
+def vmap(
+    func: Callable,
+    in_dims: int | tuple = 0,
+    out_dims: int | tuple = 0,
+    randomness: str = "error",
+    *,
+    chunk_size: int | None = None,
+) -> Callable:
+    """torch.func.vmap: map `func` over a dimension of its positional inputs (`in_dims`: an int
+    or a tuple matching the inputs, None for unmapped); keyword arguments are not mapped."""
+    _check_randomness(randomness)
+
+    @_contract
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        if not isinstance(in_dims, (int, tuple)):
+            raise ArgumentValueError(
+                f"vmap({_name(func)}, in_dims={in_dims}, ...)(<inputs>): expected `in_dims` to "
+                f"be int or a (potentially nested) tuple matching the structure of inputs, got: "
+                f"{type(in_dims)}. {_at()}"
+            )
+        if not args:
+            raise ArgumentValueError(
+                f"vmap({_name(func)})(<inputs>): got no inputs. Maybe you forgot to add inputs, "
+                f"or you are trying to vmap over a function with no inputs. The latter is "
+                f"unsupported. {_at()}"
+            )
+        call = functools.partial(func, **kwargs) if kwargs else func
+        mapped = _vmap.vmap(
+            call,
+            in_dims=in_dims,
+            out_dims=out_dims,
+            randomness=randomness,
+            chunk_size=chunk_size,
+        )
+        return mapped(*args)
+
+    return wrapper
