@@ -70,6 +70,12 @@ class FuncContractError(ThunderxError, RuntimeError):
     autograd.Function lacks `setup_context`. A RuntimeError, as torch.func raises."""
 
 
+class ShapeError(ThunderxError, ValueError, RuntimeError):
+    """Operands whose shapes do not fit a torch function (`mm` of a 3-D tensor, `split` sections
+    that do not add up to the size). Also a RuntimeError, as torch raises for the same call, so
+    code catching torch's error keeps working."""
+
+
 class MissingRuleError(ThunderxError, NotImplementedError):
     """A primitive lacks the rule a transform needs."""
 

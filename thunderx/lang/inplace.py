@@ -13,7 +13,7 @@ import torch
 
 from thunderx.core import Tracer
 from thunderx.errors import ThunderxError, user_frame
-from thunderx.lang._base import aval, convert, method_table, register, shape
+from thunderx.lang._base import aval, convert, method_table, register, shape, torch_table
 from thunderx.lang.views import assign, view_of, write
 from thunderx.primitives import shape as S
 
@@ -162,6 +162,12 @@ def install_inplace():
         ("__ipow__", "pow"),
     ):
         register(getattr(torch.Tensor, dunder), methods=(dunder,))(_inplace_method(name))
+    # torch's function spellings of the in-place methods: torch.clamp_min_(x, 0) is x.clamp_min_(0)
+    for name, impl in list(method_table.items()):
+        fn = getattr(torch, name, None)
+        if name.endswith("_") and not name.startswith("_") and callable(fn):
+            if fn not in torch_table:
+                register(fn)(impl)
 
 
 @register(methods=("zero_",))

@@ -1,0 +1,130 @@
+"""torch functions and error classes that PyTorch's functorch tests use, each against torch.func
+(or eager torch) as the oracle: function spellings of in-place methods, result_type,
+silu_backward, new_empty_strided, tensor_split with non-increasing indices, and shape errors
+raised as the class torch raises."""
+
+import pytest
+import torch
+import torch.func as tf
+
+import thunderx as tx
+
+
+def close(a, b):
+    torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("name", ["clamp_min_", "clamp_max_", "abs_", "sigmoid_", "clamp_"])
+def test_inplace_function_spellings_under_vmap_and_grad(name):
+    op = getattr(torch, name)
+    args = {"clamp_min_": (0.1,), "clamp_max_": (0.1,), "clamp_": (-0.2, 0.3)}.get(name, ())
+
+    def f(x):
+        y = x * 1.5  # a value created inside the function may be mutated
+        op(y, *args)
+        return y
+
+    x = torch.randn(4, 3, dtype=torch.float64)
+    close(tx.vmap(f)(x), tf.vmap(f)(x))
+    close(tx.grad(lambda t: f(t).sum())(x), tf.grad(lambda t: f(t).sum())(x))
+    close(tx.jit(f)(x), f(x))
+
+
+def test_inplace_function_with_batched_bound():
+    def f(x, lo):
+        y = x.clone()
+        torch.clamp_min_(y, lo)
+        return y
+
+    x, lo = torch.randn(5, 3), torch.randn(5, 3)
+    close(tx.vmap(f)(x, lo), tf.vmap(f)(x, lo))
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        torch.randn(4, dtype=torch.float64),
+        torch.randint(10, (4,)),
+        1,
+        1.6,
+        torch.tensor(1.6, dtype=torch.float64),
+        torch.tensor(3),
+    ],
+    ids=["f64", "i64", "int", "float", "0d-f64", "0d-i64"],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int32, torch.float16])
+def test_result_type(other, dtype):
+    def f(a, b):
+        return torch.ones((), dtype=torch.result_type(a, b))
+
+    ax = 0 if isinstance(other, torch.Tensor) and other.ndim else None
+    a = torch.ones(4, 2, dtype=dtype)
+    mine = tx.vmap(f, in_axes=(0, ax))(a, other)
+    ref = tf.vmap(f, in_dims=(0, ax))(a, other)
+    assert mine.dtype == ref.dtype
+    assert tx.jit(lambda a: f(a, other))(a).dtype == f(a, other).dtype
+
+
+def test_silu_backward():
+    op = torch.ops.aten.silu_backward
+    g, x = torch.randn(6, 3, dtype=torch.float64), torch.randn(6, 3, dtype=torch.float64)
+    close(tx.vmap(op)(g, x), tf.vmap(op)(g, x))
+    close(tx.vmap(op, in_axes=(None, 0))(g[0], x), tf.vmap(op, in_dims=(None, 0))(g[0], x))
+    # silu's backward is the derivative of silu: the vjp of F.silu with cotangent g
+    close(tx.jit(op)(g, x), tf.vjp(torch.nn.functional.silu, x)[1](g)[0])
+    # linear in g, so d/dg sum(op(g, x)) is op(ones, x) (torch has no derivative for it)
+    close(tx.grad(lambda g: op(g, x).sum())(g), op(torch.ones_like(g), x))
+
+
+def test_new_empty_strided_shape_and_dtype():
+    out = tx.vmap(lambda x: x.new_empty_strided([2, 3], [3, 1], dtype=torch.float64))(
+        torch.randn(5)
+    )
+    ref = tf.vmap(lambda x: x.new_empty_strided([2, 3], [3, 1], dtype=torch.float64))(
+        torch.randn(5)
+    )
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    with pytest.raises(RuntimeError):
+        tx.vmap(lambda x: x.new_empty_strided([2, 3], [1]))(torch.randn(5))
+
+
+@pytest.mark.parametrize(
+    "indices", [[50, 100, 212, 345, 0, 378, 890], [3, -5, 1000, 2000], [-1], [7, 7, 2]]
+)
+def test_tensor_split_indices_as_python_slices(indices):
+    x = torch.randn(3, 1024)
+    mine = tx.vmap(lambda t: torch.tensor_split(t, indices))(x)
+    ref = tf.vmap(lambda t: torch.tensor_split(t, indices))(x)
+    assert len(mine) == len(ref)
+    for a, b in zip(mine, ref):
+        close(a, b)
+    jitted = tx.jit(lambda t: torch.tensor_split(t, indices, 1))(x)
+    for a, b in zip(jitted, torch.tensor_split(x, indices, 1)):
+        close(a, b)
+
+
+@pytest.mark.parametrize(
+    "op, a, b",
+    [
+        (torch.mm, (7, 2, 2, 2), (7, 2)),
+        (torch.bmm, (7, 2, 2, 2), (7, 2)),
+        (torch.mv, (7, 2, 2, 2), (7, 2)),
+        (torch.dot, (7, 2, 2, 2), (7, 2)),
+        (torch.matmul, (7, 2, 3), (7, 4, 2)),
+    ],
+    ids=["mm", "bmm", "mv", "dot", "matmul"],
+)
+def test_shape_errors_are_runtime_errors(op, a, b):
+    x, y = torch.randn(*a), torch.randn(*b)
+    with pytest.raises(RuntimeError):
+        tf.vmap(op)(x, y)
+    with pytest.raises(RuntimeError) as info:
+        tx.vmap(op)(x, y)
+    assert isinstance(info.value, ValueError)  # thunderx's earlier class, kept
+
+
+def test_split_sections_error_is_runtime_error():
+    with pytest.raises(RuntimeError):
+        torch.split(torch.randn(5), [2, 2])
+    with pytest.raises(RuntimeError, match="do not sum to 5"):
+        tx.jit(lambda t: torch.split(t, [2, 2]))(torch.randn(5))
