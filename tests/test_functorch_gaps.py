@@ -128,3 +128,77 @@ def test_split_sections_error_is_runtime_error():
         torch.split(torch.randn(5), [2, 2])
     with pytest.raises(RuntimeError, match="do not sum to 5"):
         tx.jit(lambda t: torch.split(t, [2, 2]))(torch.randn(5))
+
+
+# ------------------------------------------------- in-place updates of vmap inputs (torch.func's)
+
+
+def _both(f, args, **kw):
+    """Run f under thunderx.vmap and torch.func.vmap on separate copies of the inputs; return
+    (results, inputs afterwards) for each."""
+    dims = {k.replace("axes", "dims"): v for k, v in kw.items()}
+    mine_args = [a.clone() for a in args]
+    ref_args = [a.clone() for a in args]
+    mine = tx.vmap(f, **kw)(*mine_args)
+    ref = tf.vmap(f, **dims)(*ref_args)
+    return (mine, mine_args), (ref, ref_args)
+
+
+@pytest.mark.parametrize(
+    "name, f, shapes, kw",
+    [
+        ("clamp_min_", lambda t, u: t.clamp_min_(u), [(4, 3), (4, 3)], {}),
+        ("torch.clamp_max_", lambda t, u: torch.clamp_max_(t, u), [(4, 3), (4, 3)], {}),
+        ("fill_ in_axes=2", lambda t: t.fill_(0.1), [(2, 5, 4, 3)], {"in_axes": 2}),
+        ("zero_ out_axes", lambda t: t.zero_(), [(2, 4, 3)], {"in_axes": 1, "out_axes": 1}),
+        ("view write", lambda t, u: (t[::2].copy_(u[::2]), t)[1], [(4, 3), (4, 3)], {}),
+        ("returns a reduction", lambda t: t.mul_(2).sum(), [(4, 3)], {}),
+        ("nested", tx.vmap(lambda t: t.mul_(2), in_axes=1), [(2, 3, 4)], {"in_axes": 2}),
+    ],
+)
+def test_vmap_writes_input_updates_back(name, f, shapes, kw):
+    args = [torch.randn(*s, dtype=torch.float64) for s in shapes]
+    if name == "nested":  # torch.func's own vmap inside its reference
+        ref_f = tf.vmap(lambda t: t.mul_(2), in_dims=1)
+        mine_args, ref_args = [a.clone() for a in args], [a.clone() for a in args]
+        close(tx.vmap(f, **kw)(*mine_args), tf.vmap(ref_f, in_dims=2)(*ref_args))
+        close(mine_args, ref_args)
+        return
+    (mine, mine_args), (ref, ref_args) = _both(f, args, **kw)
+    close(mine, ref)
+    close(mine_args, ref_args)  # the caller's tensors were updated alike
+
+
+def test_vmap_input_update_reaches_traced_caller():
+    """Under jit or grad the written-back update is an in-place op on the enclosing value."""
+
+    def g(t):
+        y = t * 1
+        tx.vmap(lambda r: r.add_(1))(y)
+        return y
+
+    z = torch.randn(4, 3, dtype=torch.float64)
+    close(tx.jit(g)(z), z + 1)
+    close(tx.grad(lambda t: g(t).pow(2).sum())(z), 2 * (z + 1))
+
+
+def test_vmap_input_updates_refused_where_unsound():
+    from thunderx.lang.inplace import MutationError
+
+    x = torch.randn(4, 3)
+    with pytest.raises(MutationError, match="shares memory"):  # aliasing between arguments
+        tx.vmap(lambda t, u: t.add_(u))(x, x)
+    with pytest.raises(MutationError, match="shares memory"):
+        tx.vmap(lambda t, u: t.add_(u))(x, x[::1])  # a view of the same memory
+    with pytest.raises(MutationError, match="chunk_size"):
+        tx.vmap(lambda t: t.add_(1), chunk_size=2)(x)
+    with pytest.raises(MutationError, match="input of the transformed function"):
+        tx.jit(tx.vmap(lambda t: t.add_(1)))(x)  # jit's inputs stay immutable
+    with pytest.raises(RuntimeError):  # an unmapped input written with mapped values
+        tf.vmap(lambda t, u: t.add_(u), in_dims=(None, 0))(torch.randn(3), x)
+    with pytest.raises(MutationError):
+        tx.vmap(lambda t, u: t.add_(u), in_axes=(None, 0))(torch.randn(3), x)
+    before = x.clone()
+    with pytest.raises(MutationError):
+        tx.vmap(lambda t, u: t.add_(u), in_axes=(0, 0))(x, x)
+    close(x, before)  # a refused update leaves the caller's tensor alone

@@ -23,6 +23,7 @@ from thunderx.core import (
     set_trace,
 )
 from thunderx.errors import ArgumentValueError, user_frame
+from thunderx.transforms.vmap_inplace import mutated_inputs, write_back
 
 
 class BatchTracer(Tracer):
@@ -42,6 +43,9 @@ class BatchTracer(Tracer):
 
 class BatchTrace(Trace):
     __slots__ = ("axis_size", "randomness", "axis")
+    # An in-place update of an input under vmap is written back to the caller's tensor when the
+    # vmap ends (torch.func's semantics: the batched input is the caller's memory)
+    writes_back_inputs = True
 
     def __init__(self, parent, axis_size: int, randomness: str = "error", axis_name=None):
         super().__init__(parent)
@@ -288,11 +292,13 @@ def vmap(
         else:
             size = axis_size
 
-        def run(xs, n):
-            return _vmap_flat(fun, xs, norm_axes, in_tree, n, randomness, out_axes, axis_name)
+        def run(xs, n, chunked=True):
+            return _vmap_flat(
+                fun, xs, norm_axes, in_tree, n, randomness, out_axes, axis_name, chunked
+            )
 
         if chunk_size is None or size <= chunk_size:
-            out_tree, results, _ = run(flat_args, size)
+            out_tree, results, _ = run(flat_args, size, chunked=False)
         else:
             out_tree, results = _chunked(run, flat_args, norm_axes, size, chunk_size, randomness)
         return tree.unflatten(out_tree, results)
@@ -301,13 +307,16 @@ def vmap(
     return batched
 
 
-def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, axis_name=None):
+def _vmap_flat(
+    fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, axis_name=None, chunked=False
+):
     """Run `fun` batched over `size` elements: (out tree, outputs, their normalized out axes)."""
     with new_trace(BatchTrace, size, randomness, axis_name) as trace:
         ins = [
             x if ax is None else BatchTracer(trace, x, ax) for x, ax in zip(flat_args, norm_axes)
         ]
         trace.input_ids.update(id(t) for t in ins)
+        before = [None if ax is None else (t.val, t.bdim) for t, ax in zip(ins, norm_axes)]
         env = () if trace.axis is None else (trace.axis,)
         with _random_mode(trace), extend_axis_env(env):
             call_args, call_kwargs = tree.unflatten(in_tree, ins)
@@ -315,6 +324,9 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
         out_leaves, out_tree = tree.flatten(out)
         validate.check_leaves(out_leaves, "vmap", "the function's outputs")
         unpacked = [trace.unpack(o) for o in out_leaves]
+        mutated = mutated_inputs(trace, ins, before)
+    if mutated:
+        write_back(mutated, flat_args, norm_axes, size, chunked)
     try:
         oaxes = _axes_for(out_axes, out, "out_axes")
     except ValueError:

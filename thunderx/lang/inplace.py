@@ -3,7 +3,7 @@ write to a view reaches its base and the other views of it (thunderx/lang/views.
 
 Only values created inside the traced function may be mutated; mutating an input of the
 transform (or a view of one) or a captured tensor is an error, because the transform could not
-honour it."""
+honour it. The exception is vmap, which writes its inputs' updates back to the caller's tensors."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def mutate(x, new, what: str):
     if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
         # a value of an enclosing scope (e.g. a constant): make it a value of x's trace
         new = x._trace.lift(new)
-    if id(x) in x._trace_inputs():
+    if id(x) in x._trace_inputs() and not writes_back(x):
         raise MutationError(
             f"{what} mutates an input of the transformed function at {user_frame()}; "
             "transforms are functional: clone it first (y = x.clone()) and mutate the copy"
@@ -47,6 +47,12 @@ def mutate(x, new, what: str):
     # x takes new's identity: same trace (or an inner one, when x was constant to it)
     assign(x, new)
     return x
+
+
+def writes_back(x) -> bool:
+    """Whether x's transform writes in-place updates of its inputs back to the caller (vmap, as
+    torch.func does; see thunderx/transforms/vmap_inplace.py)."""
+    return getattr(x._trace, "writes_back_inputs", False)
 
 
 def _is_inner(new, x) -> bool:

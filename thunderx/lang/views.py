@@ -122,7 +122,8 @@ def _member(x, out, step: Step):
             return out
     va = view_of(x)
     if va is None:
-        st = Storage(alias_of(x), readonly=id(x) in x._trace_inputs())
+        readonly = id(x) in x._trace_inputs() and not getattr(x._trace, "writes_back_inputs", 0)
+        st = Storage(alias_of(x), readonly=readonly)
         va = ViewOf(st, ())
         x._alias = va
         st.add(x)
