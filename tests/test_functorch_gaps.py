@@ -202,3 +202,58 @@ def test_vmap_input_updates_refused_where_unsound():
     with pytest.raises(MutationError):
         tx.vmap(lambda t, u: t.add_(u), in_axes=(0, 0))(x, x)
     close(x, before)  # a refused update leaves the caller's tensor alone
+
+
+def _copy_in(x, y):
+    x.copy_(y)
+    return x
+
+
+def _view_write(x, y):
+    view = x[:, ::2]
+    view.copy_(y)
+    return view, x
+
+
+def _base_write(x, y):
+    view = x[0, ::2]
+    x.copy_(y)
+    return x, view
+
+
+@pytest.mark.parametrize(
+    "f, shapes, in_axes",
+    [
+        (_copy_in, [(3, 2), (3, 2)], 1),
+        (_copy_in, [(3, 2), (3,)], (1, 1, None, None)),
+        (_view_write, [(2, 6, 2), (2, 2, 3)], (2, 2, 1, 1)),
+        (_base_write, [(2, 2, 6), (2, 2, 6)], (1, 1, 1, 1)),
+    ],
+    ids=["copy", "copy-unbatched-source", "write-through-view", "write-base-read-view"],
+)
+def test_jvp_under_vmap_writes_primal_and_tangent_back(f, shapes, in_axes):
+    """torch.func's TestVmapJvpInplaceView cases: the caller's primal and tangent change."""
+    xs, ys = shapes
+    args = [torch.randn(*xs), torch.randn(*xs), torch.randn(*ys), torch.randn(*ys)]
+
+    def push(jvp):
+        return lambda x, xt, y, yt: jvp(f, (x, y), (xt, yt))
+
+    mine, ref = [a.clone() for a in args], [a.clone() for a in args]
+    close(tx.vmap(push(tx.jvp), in_axes)(*mine), tf.vmap(push(tf.jvp), in_axes)(*ref))
+    for a, b in zip(mine, ref):
+        close(a, b)
+
+
+def test_jvp_input_update_refusals():
+    from thunderx.lang.inplace import MutationError
+
+    x = torch.randn(3)
+    before = x.clone()
+    with pytest.raises(MutationError, match="shares memory"):  # primal is its own tangent
+        tx.jvp(lambda t: t.mul_(2), (x,), (x,))
+    close(x, before)
+    with pytest.raises(MutationError):  # reverse mode keeps its inputs immutable
+        tx.vjp(lambda t: t.mul_(2), x)
+    with pytest.raises(MutationError):
+        tx.jit(lambda t: tx.jvp(lambda u: u.mul_(2), (t,), (t * 0 + 1,)))(x)

@@ -23,7 +23,7 @@ from thunderx.core import (
     set_trace,
 )
 from thunderx.errors import ArgumentValueError, user_frame
-from thunderx.transforms.vmap_inplace import mutated_inputs, write_back
+from thunderx.transforms.input_updates import mutated_inputs, write_back
 
 
 class BatchTracer(Tracer):
@@ -324,7 +324,7 @@ def _vmap_flat(
         out_leaves, out_tree = tree.flatten(out)
         validate.check_leaves(out_leaves, "vmap", "the function's outputs")
         unpacked = [trace.unpack(o) for o in out_leaves]
-        mutated = mutated_inputs(trace, ins, before)
+        mutated = mutated_inputs(trace, ins, before, trace.unpack)
     if mutated:
         write_back(mutated, flat_args, norm_axes, size, chunked)
     try:

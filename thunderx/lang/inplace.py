@@ -3,7 +3,7 @@ write to a view reaches its base and the other views of it (thunderx/lang/views.
 
 Only values created inside the traced function may be mutated; mutating an input of the
 transform (or a view of one) or a captured tensor is an error, because the transform could not
-honour it. The exception is vmap, which writes its inputs' updates back to the caller's tensors."""
+honour it. The exceptions are vmap and jvp, which write their inputs' updates back to the caller's tensors."""
 
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def mutate(x, new, what: str):
 
 
 def writes_back(x) -> bool:
-    """Whether x's transform writes in-place updates of its inputs back to the caller (vmap, as
-    torch.func does; see thunderx/transforms/vmap_inplace.py)."""
+    """Whether x's transform writes in-place updates of its inputs back to the caller (vmap and
+    jvp, as torch.func does; see thunderx/transforms/input_updates.py)."""
     return getattr(x._trace, "writes_back_inputs", False)
 
 
