@@ -257,3 +257,29 @@ def test_jvp_input_update_refusals():
         tx.vjp(lambda t: t.mul_(2), x)
     with pytest.raises(MutationError):
         tx.jit(lambda t: tx.jvp(lambda u: u.mul_(2), (t,), (t * 0 + 1,)))(x)
+
+
+class _Triple(torch.autograd.Function):
+    """forward doubles, backward triples: a derivative that differs from forward's own."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t * 2
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 3
+
+
+def test_bound_function_apply_taken_before_the_transform_is_refused():
+    """`grad(MyFn.apply)` binds torch's own apply before thunderx's is installed; it would run
+    forward under no_grad (a silently zero derivative), so it is refused with the fix."""
+    from thunderx.errors import UnsupportedOperationError
+
+    x = torch.tensor(1.0)
+    ref = torch.autograd.grad(_Triple.apply(x.requires_grad_()), x)[0]
+    x = x.detach()
+    close(tx.grad(lambda t: _Triple.apply(t))(x), ref)  # looked up inside: its backward
+    with pytest.raises(UnsupportedOperationError, match=r"lambda \*a: _Triple.apply"):
+        tx.grad(_Triple.apply)(x)
+    close(_Triple.apply(x), x * 2)  # torch's own apply outside transforms, untouched
