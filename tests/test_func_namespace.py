@@ -230,3 +230,27 @@ def test_state_restored_after_contract_error(x):
     torch.testing.assert_close(
         thunderx.grad(lambda t: Ctx.apply(t).sum())(x), 2 * torch.ones(3, dtype=x.dtype)
     )
+
+
+def test_debug_unwrap_matches_torch_func(x):
+    m = torch.randn(3, 4, dtype=torch.float64)
+
+    def seen_under(mod):
+        seen = []
+
+        def keep(t, **kw):
+            seen.append(mod.debug_unwrap(t, **kw))
+            return t.sum()
+
+        mod.vmap(lambda t: keep(t) + t)(m)
+        mod.grad(keep)(m)
+        mod.vmap(mod.grad(keep))(m)
+        mod.vmap(mod.grad(lambda t: keep(t, recurse=False)))(m)
+        seen.append(mod.debug_unwrap(m))  # not traced: returned as is
+        return seen
+
+    mine, ref = seen_under(xf), seen_under(tf)
+    for a, b in zip(mine[:3] + mine[4:], ref[:3] + ref[4:]):
+        _close(a, b)
+    assert tuple(mine[3].shape) == tuple(ref[3].shape)  # one level only: still batched
+    assert mine[4] is m

@@ -17,7 +17,7 @@ the same transforms (each function here is a thin wrapper: checks, then the thun
 A breach raises the exception class torch.func raises (RuntimeError, or ValueError where torch
 does), as a thunderx error carrying torch.func's words and the user's line. `functionalize` is
 not offered: thunderx traces are functional already, and an identity stand-in would hide that
-input mutation is refused under thunderx transforms.
+mutating an input is refused under `grad` and `jit`; nor is `rearrange` (functorch.dim's).
 
 >>> import thunderx.func as func
 >>> func.grad_and_value(lambda x: (x ** 2).sum())(torch.tensor([1., 2.]))
@@ -51,6 +51,7 @@ from thunderx.transforms import jacobians as _jac
 from thunderx.transforms import vmap as _vmap
 
 __all__ = [
+    "debug_unwrap",
     "functional_call",
     "grad",
     "grad_and_value",
@@ -441,3 +442,27 @@ def vmap(
         return mapped(*args)
 
     return wrapper
+
+
+def debug_unwrap(tensor: Any, *, recurse: bool = True) -> Any:
+    """torch.func.debug_unwrap, a debugging aid: the value under a traced one. A vmapped value
+    gives its physical tensor (the batch dim included), a differentiated one its primal; with
+    `recurse`, down to a plain tensor. A value staged by jit has none and comes back unchanged,
+    as does anything that is not traced.
+
+    >>> vmap(lambda t: debug_unwrap(t).shape[0] + t)(torch.zeros(3))
+    tensor([3., 3., 3.])
+    """
+    from thunderx.transforms.jvp import JVPTracer
+    from thunderx.transforms.vmap import BatchTracer
+
+    while True:
+        if isinstance(tensor, BatchTracer):
+            inner = tensor.val
+        elif isinstance(tensor, JVPTracer):
+            inner = tensor.primal
+        else:
+            return tensor
+        tensor = inner
+        if not recurse:
+            return tensor
