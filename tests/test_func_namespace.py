@@ -92,6 +92,23 @@ def test_vmap_spellings(x):
     _close(xf.vmap(f)(m, bias=x), tf.vmap(f)(m, bias=x))
 
 
+def test_torch_func_leniencies_kept(x):
+    """What torch.func accepts, thunderx.func accepts with the same result: a truthy has_aux, a
+    cotangent of another float dtype (cast to the output's), a non-tensor output under
+    out_dims=None, out_dims=(1,) for a single output."""
+    f = lambda t: (t.sin(), t.cos())  # noqa: E731
+    _close(xf.jvp(f, (x,), (x,), has_aux=1), tf.jvp(f, (x,), (x,), has_aux=1))
+    o32 = x.float()
+    mine = xf.vjp(torch.sin, o32)[1](x)
+    ref = tf.vjp(torch.sin, o32)[1](x)
+    assert mine[0].dtype == ref[0].dtype == torch.float32
+    _close(mine, ref)
+    m = torch.randn(4, 3)
+    g = lambda t: (t * 2, 1.5)  # noqa: E731
+    _close(xf.vmap(g, out_dims=(0, None))(m), tf.vmap(g, out_dims=(0, None))(m))
+    _close(xf.vmap(torch.sin, out_dims=(1,))(m), tf.vmap(torch.sin, out_dims=(1,))(m))
+
+
 def test_module_utilities():
     model = torch.nn.Linear(3, 2).double()
     params = {k: v.detach() for k, v in model.named_parameters()}
@@ -167,6 +184,18 @@ def _misuses(x):
         "vmap in_dims str": lambda m: m.vmap(torch.mul, "lol")(x, x),
         "vmap no inputs": lambda m: m.vmap(lambda: x)(),
         "vmap randomness": lambda m: m.vmap(torch.sin, randomness="sometimes")(x),
+        "vmap int output": lambda m: m.vmap(lambda t: 1)(x),
+        "vmap None output": lambda m: m.vmap(lambda t: (t, None))(x),
+        "vmap out_dims str": lambda m: m.vmap(torch.sin, out_dims="a")(x),
+        "vmap in_dims float": lambda m: m.vmap(torch.sin, in_dims=(0.5,))(x),
+        "jvp tangent shape": lambda m: m.jvp(torch.sin, (x,), (x[:2],)),
+        "jvp integer primal": lambda m: m.jvp(torch.sin, (x.long(),), (x.long(),)),
+        "vjp cotangent shape": lambda m: m.vjp(torch.sin, x)[1](x[:2]),
+        "vjp integer primal": lambda m: m.vjp(torch.sin, x.long()),
+        "grad integer input": lambda m: m.grad(lambda t: t.sum())(x.long()),
+        "jacfwd integer input": lambda m: m.jacfwd(torch.sin)(x.long()),
+        "jacfwd complex input": lambda m: m.jacfwd(torch.sin)(x.to(torch.complex128)),
+        "jacfwd complex output": lambda m: m.jacfwd(lambda t: t.to(torch.complex128))(x),
         "Function without setup_context": lambda m: m.grad(lambda t: Ctx.apply(t).sum())(x),
         "vmap Function without setup_context": lambda m: m.vmap(lambda t: Ctx.apply(t))(x),
     }

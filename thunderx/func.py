@@ -35,7 +35,7 @@ import optree
 # re-exported so the namespace is complete
 from torch.func import replace_all_batch_norm_modules_
 
-from thunderx import tree
+from thunderx import func_checks as C
 from thunderx.api import functional_call, stack_module_state
 from thunderx.core import get_aval, is_tensor_like
 from thunderx.errors import (
@@ -43,7 +43,6 @@ from thunderx.errors import (
     FuncContractError,
     TransformArgumentTypeError,
     TransformArgumentValueError,
-    user_frame,
 )
 from thunderx.lang.autograd_function import require_setup_context
 from thunderx.transforms import ad as _ad
@@ -65,125 +64,6 @@ __all__ = [
     "vjp",
     "vmap",
 ]
-
-_JVP = "jvp(f, primals, tangents)"
-_VJP = "vjp(f, *primals)"
-_GRAD = "grad_and_value(f)(*args)"
-
-
-def _at() -> str:
-    return f"(at {user_frame()})"
-
-
-def _leaves(x) -> list:
-    """Leaves as torch's pytree sees them: `None` is a leaf (optree would drop it)."""
-    return optree.tree_leaves(x, none_is_leaf=True, namespace=tree.NAMESPACE)
-
-
-def _structure(x):
-    return optree.tree_structure(x, none_is_leaf=True, namespace=tree.NAMESPACE)
-
-
-# ------------------------------------------------------------------------------------ checks
-
-
-def _argnums(argnums, nargs: int):
-    """torch.func's argnums rule, at call time: an int or a non-empty tuple of distinct ints in
-    range. Returns the non-negative form (an int stays an int)."""
-    if isinstance(argnums, int):
-        nums = (argnums,)
-    elif isinstance(argnums, tuple):
-        nums = argnums
-        if not nums:
-            raise TransformArgumentValueError(f"argnums must be non-empty {_at()}")
-    else:
-        raise TransformArgumentTypeError(
-            f"argnums must be int or Tuple[int, ...], got: {type(argnums)} {_at()}"
-        )
-    out = []
-    for a in nums:
-        if not isinstance(a, int):
-            raise TransformArgumentTypeError(f"argnum must be int, got: {type(a)} {_at()}")
-        if not -nargs <= a < nargs:
-            raise TransformArgumentValueError(
-                f"Got argnum={a}, but only {nargs} positional inputs {_at()}"
-            )
-        out.append(int(a) % nargs)
-    if len(set(out)) != len(out):
-        raise TransformArgumentValueError(f"argnums elements must be unique, got {argnums} {_at()}")
-    return out[0] if isinstance(argnums, int) else tuple(out)
-
-
-def _check_differentiable(args) -> None:
-    for leaf in _leaves(args):
-        if not is_tensor_like(leaf):
-            raise ArgumentValueError(
-                f"Thing passed to transform API must be Tensor, got {type(leaf)} {_at()}"
-            )
-
-
-def _split_aux(out, api: str):
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise FuncContractError(
-            f"{api}: output of function f should be a tuple: (output, aux) if has_aux is True, "
-            f"got {type(out).__name__} {_at()}"
-        )
-    for leaf in _leaves(out[1]):
-        if not is_tensor_like(leaf):
-            raise FuncContractError(
-                f"{api}: the aux output of f must be tensors or a pytree of tensors: Expected "
-                f"tensors, got unsupported type {type(leaf)} {_at()}"
-            )
-    return out
-
-
-def _check_outputs(out, api: str) -> None:
-    leaves = _leaves(out)
-    if not leaves or (len(leaves) == 1 and leaves[0] is None):
-        raise FuncContractError(
-            f"{api}: Expected f to be a function that has non-empty output (got output = "
-            f"{out!r}) {_at()}"
-        )
-    for leaf in leaves:
-        if not is_tensor_like(leaf):
-            raise FuncContractError(
-                f"{api}: expected f(*primals) to return only tensors, got unsupported type "
-                f"{type(leaf)} {_at()}"
-            )
-
-
-def _checked(func: Callable, api: str, has_aux: bool, extra: Callable | None = None):
-    """`func` whose result is checked as torch.func does for `api` while the transform runs."""
-
-    def checked(*args, **kwargs):
-        res = func(*args, **kwargs)
-        out = _split_aux(res, api)[0] if has_aux else res
-        _check_outputs(out, api)
-        if extra is not None:
-            extra(out)
-        return res
-
-    return checked
-
-
-def _check_float_outputs(out) -> None:
-    for leaf in _leaves(out):
-        dtype = get_aval(leaf).dtype
-        if not (dtype.is_floating_point or dtype.is_complex):
-            raise FuncContractError(
-                f"vjp(f, ...): All outputs of f must be floating-point or complex Tensors, got "
-                f"Tensor with dtype {dtype} {_at()}"
-            )
-
-
-def _error_if_complex(api: str, values, inputs: bool) -> None:
-    for i, leaf in enumerate(_leaves(values)):
-        if is_tensor_like(leaf) and get_aval(leaf).dtype.is_complex:
-            which = "inputs" if inputs else "outputs"
-            raise FuncContractError(
-                f"{api}: Expected all {which} to be real but received complex tensor at flattened "
-                f"input idx: {i} {_at()}"
-            )
 
 
 def _contract(fun: Callable) -> Callable:
@@ -207,25 +87,25 @@ def grad_and_value(func: Callable, argnums: int | tuple = 0, has_aux: bool = Fal
     def scalar(out) -> None:
         if not is_tensor_like(out):
             raise FuncContractError(
-                f"{_GRAD}: Expected f(*args) to return a Tensor, got {type(out)} {_at()}"
+                f"{C.GRAD}: Expected f(*args) to return a Tensor, got {type(out)} {C.at()}"
             )
         nd = len(get_aval(out).shape)
         if nd != 0:
             raise FuncContractError(
-                f"{_GRAD}: Expected f(*args) to return a scalar Tensor, got tensor with {nd} "
-                f"dims. Maybe you wanted to use the vjp or jacrev APIs instead? {_at()}"
+                f"{C.GRAD}: Expected f(*args) to return a scalar Tensor, got tensor with {nd} "
+                f"dims. Maybe you wanted to use the vjp or jacrev APIs instead? {C.at()}"
             )
 
     def checked(*args, **kwargs):
         res = func(*args, **kwargs)
-        scalar(_split_aux(res, _GRAD)[0] if has_aux else res)
+        scalar(C.split_aux(res, C.GRAD)[0] if has_aux else res)
         return res
 
     @_contract
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        nums = _argnums(argnums, len(args))
-        _check_differentiable([args[i] for i in ((nums,) if isinstance(nums, int) else nums)])
+        nums = C.normalize_argnums(argnums, len(args))
+        C.check_differentiable([args[i] for i in ((nums,) if isinstance(nums, int) else nums)])
         value, g = _ad.value_and_grad(checked, nums, has_aux)(*args, **kwargs)
         return g, value
 
@@ -249,36 +129,40 @@ def grad(func: Callable, argnums: int | tuple = 0, has_aux: bool = False) -> Cal
 def vjp(func: Callable, *primals, has_aux: bool = False):
     """torch.func.vjp: `(output, vjp_fn)` or `(output, vjp_fn, aux)`; `vjp_fn(cotangents)`
     returns a tuple with one cotangent per primal."""
-    _check_differentiable(primals)
-    f = _checked(func, _VJP, has_aux, _check_float_outputs)
+    C.check_differentiable(primals)
+    has_aux = bool(has_aux)
+    f = C.checked(func, C.VJP, has_aux, C.check_float_outputs)
     res = _ad.vjp(f, *primals, has_aux=has_aux)
     out, fn = res[0], res[1]
-    out_tree = _structure(out)
+    out_tree = C.torch_structure(out)
+    out_avals = [get_aval(o) for o in C.torch_leaves(out)]
 
     def vjp_fn(cotangents, retain_graph: bool = True, create_graph: bool | None = None):
-        ct_tree = _structure(cotangents)
+        ct_tree = C.torch_structure(cotangents)
         if ct_tree != out_tree:
             raise TransformArgumentValueError(
                 f"Expected pytree structure of cotangents to be the same as pytree structure of "
                 f"outputs to the function. cotangents: {ct_tree}, primal output: {out_tree} "
-                f"{_at()}"
+                f"{C.at()}"
             )
-        return fn(cotangents)
+        cts = []
+        for i, (ct, a) in enumerate(zip(C.torch_leaves(cotangents), out_avals)):
+            if not is_tensor_like(ct):
+                raise TransformArgumentTypeError(
+                    f"vjp_fn: cotangent {i} must be a Tensor, got {type(ct)} {C.at()}"
+                )
+            ca = get_aval(ct)
+            if tuple(ca.shape) != tuple(a.shape):
+                raise TransformArgumentValueError(
+                    f"Mismatch in shape: grad_output[{i}] has a shape of {tuple(ca.shape)} and "
+                    f"output[{i}] has a shape of {tuple(a.shape)} {C.at()}"
+                )
+            # torch.autograd casts a floating cotangent to its output's dtype
+            both_float = ca.dtype.is_floating_point and a.dtype.is_floating_point
+            cts.append(ct.to(a.dtype) if both_float and ca.dtype != a.dtype else ct)
+        return fn(optree.tree_unflatten(out_tree, cts))
 
     return (out, vjp_fn, res[2]) if has_aux else (out, vjp_fn)
-
-
-def _check_tensor_list(values, api: str, arg: str) -> None:
-    leaves = _leaves(values)
-    if not leaves:
-        raise TransformArgumentValueError(
-            f"{api}: Expected {arg} to contain at least one Tensor. {_at()}"
-        )
-    for leaf in leaves:
-        if not is_tensor_like(leaf):
-            raise TransformArgumentTypeError(
-                f"{api}: Expected {arg} to only contain Tensors, got {type(leaf)} {_at()}"
-            )
 
 
 @_contract
@@ -289,19 +173,21 @@ def jvp(
     with `strict=True` an output independent of the inputs is an error."""
     if not isinstance(primals, tuple):
         raise TransformArgumentTypeError(
-            f"{_JVP}: Expected primals to be a tuple. E.g. it should be valid to call f(*primals), "
-            f"got {type(primals).__name__} {_at()}"
+            f"{C.JVP}: Expected primals to be a tuple. E.g. it should be valid to call f(*primals), "
+            f"got {type(primals).__name__} {C.at()}"
         )
-    p_tree, t_tree = _structure(primals), _structure(tangents)
+    p_tree, t_tree = C.torch_structure(primals), C.torch_structure(tangents)
     if p_tree != t_tree:
         raise TransformArgumentValueError(
-            f"{_JVP}: Expected primals and tangents to have the same python structure. For "
+            f"{C.JVP}: Expected primals and tangents to have the same python structure. For "
             f"example, if primals is a tuple of 3 tensors, tangents also must be. Got primals "
-            f"with structure {p_tree} and tangents with structure {t_tree} {_at()}"
+            f"with structure {p_tree} and tangents with structure {t_tree} {C.at()}"
         )
-    _check_tensor_list(primals, _JVP, "primals")
-    _check_tensor_list(tangents, _JVP, "tangents")
-    f = _checked(func, _JVP, has_aux)
+    C.check_tensor_list(primals, C.JVP, "primals")
+    C.check_tensor_list(tangents, C.JVP, "tangents")
+    C.check_forward_primals(primals, tangents)
+    has_aux = bool(has_aux)
+    f = C.checked(func, C.JVP, has_aux)
     return _ad.jvp(f, primals, tangents, has_aux=has_aux, strict=strict)
 
 
@@ -309,22 +195,22 @@ def jvp(
 def linearize(func: Callable, *primals) -> tuple[Any, Callable]:
     """torch.func.linearize: `(output, jvp_fn)`; `jvp_fn(*tangents)` applies the linearized map
     (tangents with the primals' structure, shapes and dtypes)."""
-    _check_tensor_list(primals, "linearize", "primals")
-    out, f_jvp = _ad.linearize(_checked(func, "linearize(f, *primals)", False), *primals)
-    p_tree = _structure(primals)
-    p_avals = [get_aval(p) for p in _leaves(primals)]
+    C.check_tensor_list(primals, "linearize", "primals")
+    out, f_jvp = _ad.linearize(C.checked(func, "linearize(f, *primals)", False), *primals)
+    p_tree = C.torch_structure(primals)
+    p_avals = [get_aval(p) for p in C.torch_leaves(primals)]
 
     def jvp_fn(*tangents):
-        t_tree = _structure(tangents)
+        t_tree = C.torch_structure(tangents)
         if t_tree != p_tree:
             raise TransformArgumentValueError(
                 f"Expected the tangents {t_tree} to have the same argspec as the primals "
-                f"{p_tree} {_at()}"
+                f"{p_tree} {C.at()}"
             )
-        for i, (t, a) in enumerate(zip(_leaves(tangents), p_avals)):
+        for i, (t, a) in enumerate(zip(C.torch_leaves(tangents), p_avals)):
             if not is_tensor_like(t):
                 raise TransformArgumentTypeError(
-                    f"linearize's jvp_fn: tangent:{i} must be a Tensor, got {type(t)} {_at()}"
+                    f"linearize's jvp_fn: tangent:{i} must be a Tensor, got {type(t)} {C.at()}"
                 )
             ta = get_aval(t)
             checks = (("shape", tuple(ta.shape), tuple(a.shape)), ("dtype", ta.dtype, a.dtype))
@@ -332,7 +218,7 @@ def linearize(func: Callable, *primals) -> tuple[Any, Callable]:
                 if got != want:
                     raise TransformArgumentValueError(
                         f"tangent:{i} with {what} {got} in flattened pytree doesn't match the "
-                        f"{what} {want} of the corresponding primal. {_at()}"
+                        f"{what} {want} of the corresponding primal. {C.at()}"
                     )
         return f_jvp(*tangents)
 
@@ -349,19 +235,19 @@ def jacrev(
 ) -> Callable:
     """torch.func.jacrev: the Jacobian by reverse mode (real inputs and outputs)."""
     if not (chunk_size is None or chunk_size > 0):
-        raise ArgumentValueError(f"jacrev: `chunk_size` should be greater than 0. {_at()}")
+        raise ArgumentValueError(f"jacrev: `chunk_size` should be greater than 0. {C.at()}")
 
     def outputs(out) -> None:
-        _check_float_outputs(out)
-        _error_if_complex("jacrev", out, inputs=False)
+        C.check_float_outputs(out)
+        C.error_if_complex("jacrev", out, inputs=False)
 
     @_contract
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        _error_if_complex("jacrev", args, inputs=True)
-        nums = _argnums(argnums, len(args))
-        _check_differentiable([args[i] for i in ((nums,) if isinstance(nums, int) else nums)])
-        f = _checked(func, _VJP, has_aux, outputs)
+        C.error_if_complex("jacrev", args, inputs=True)
+        nums = C.normalize_argnums(argnums, len(args))
+        C.check_differentiable([args[i] for i in ((nums,) if isinstance(nums, int) else nums)])
+        f = C.checked(func, C.VJP, has_aux, outputs)
         return _jac.jacrev(f, nums, has_aux, chunk_size=chunk_size)(*args, **kwargs)
 
     return wrapper
@@ -371,15 +257,17 @@ def jacfwd(
     func: Callable, argnums: int | tuple = 0, has_aux: bool = False, *, randomness: str = "error"
 ) -> Callable:
     """torch.func.jacfwd: the Jacobian by forward mode; `randomness` as `vmap`'s."""
-    _check_randomness(randomness)
+    C.check_randomness(randomness)
 
     @_contract
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        nums = _argnums(argnums, len(args))
-        diff = [args[i] for i in ((nums,) if isinstance(nums, int) else nums)]
-        _check_tensor_list(tuple(diff), _JVP, "primals")
-        f = _checked(func, _JVP, has_aux)
+        C.error_if_complex("jacfwd", args, inputs=True)
+        nums = C.normalize_argnums(argnums, len(args))
+        diff = tuple(args[i] for i in ((nums,) if isinstance(nums, int) else nums))
+        C.check_tensor_list(diff, C.JVP, "primals")
+        C.check_forward_primals(diff, diff)
+        f = C.checked(func, C.JVP, has_aux, lambda o: C.error_if_complex("jacfwd", o, inputs=False))
         return _jac.jacfwd(f, nums, has_aux, randomness=randomness)(*args, **kwargs)
 
     return wrapper
@@ -388,20 +276,6 @@ def jacfwd(
 def hessian(func: Callable, argnums: int | tuple = 0) -> Callable:
     """torch.func.hessian: `jacfwd(jacrev(func, argnums), argnums)`."""
     return jacfwd(jacrev(func, argnums), argnums)
-
-
-def _check_randomness(randomness) -> None:
-    if randomness not in ("error", "different", "same"):
-        raise TransformArgumentValueError(
-            f"Only allowed values for randomness are 'error', 'different', or 'same'. Got "
-            f"{randomness!r} {_at()}"
-        )
-
-
-def _name(func) -> str:
-    if isinstance(func, functools.partial):
-        return f"functools.partial({_name(func.func)}, ...)"
-    return getattr(func, "__name__", repr(func))
 
 
 def vmap(
@@ -414,24 +288,42 @@ def vmap(
 ) -> Callable:
     """torch.func.vmap: map `func` over a dimension of its positional inputs (`in_dims`: an int
     or a tuple matching the inputs, None for unmapped); keyword arguments are not mapped."""
-    _check_randomness(randomness)
+    C.check_randomness(randomness)
 
     @_contract
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         if not isinstance(in_dims, (int, tuple)):
             raise ArgumentValueError(
-                f"vmap({_name(func)}, in_dims={in_dims}, ...)(<inputs>): expected `in_dims` to "
+                f"vmap({C.name(func)}, in_dims={in_dims}, ...)(<inputs>): expected `in_dims` to "
                 f"be int or a (potentially nested) tuple matching the structure of inputs, got: "
-                f"{type(in_dims)}. {_at()}"
+                f"{type(in_dims)}. {C.at()}"
             )
         if not args:
             raise ArgumentValueError(
-                f"vmap({_name(func)})(<inputs>): got no inputs. Maybe you forgot to add inputs, "
+                f"vmap({C.name(func)})(<inputs>): got no inputs. Maybe you forgot to add inputs, "
                 f"or you are trying to vmap over a function with no inputs. The latter is "
-                f"unsupported. {_at()}"
+                f"unsupported. {C.at()}"
             )
-        call = functools.partial(func, **kwargs) if kwargs else func
+        for d in C.torch_leaves(in_dims):
+            if d is not None and not isinstance(d, int):
+                raise ArgumentValueError(
+                    f"vmap({C.name(func)}, in_dims={in_dims}, ...)(<inputs>): Got in_dim={d} for "
+                    f"an input but in_dim must be either an integer dimension or None. {C.at()}"
+                )
+        for d in C.torch_leaves(out_dims):
+            if d is not None and not isinstance(d, int):
+                raise ArgumentValueError(
+                    f"vmap({C.name(func)}, ..., out_dims={out_dims}): `out_dims` must be an int, "
+                    f"None or a python collection of ints representing where in the outputs the "
+                    f"vmapped dimension should appear. {C.at()}"
+                )
+
+        def call(*a):
+            out = func(*a, **kwargs)
+            C.check_mapped_outputs(out, out_dims, C.name(func))
+            return out
+
         mapped = _vmap.vmap(
             call,
             in_dims=in_dims,
