@@ -9,7 +9,8 @@ They are not shipped with thunderx (they are PyTorch's code); this script only r
 
 Before the test modules import, a `functorch` package is installed whose transforms (`grad`,
 `vmap`, `jvp`, `vjp`, `jacrev`, `jacfwd`, `hessian`, `grad_and_value`, `chunk_vmap`) are the
-chosen implementation's; `torch.func` and `torch.vmap` are patched the same way. Module
+chosen implementation's (for thunderx, `thunderx.func`: torch.func's contract on thunderx's
+transforms); `torch.func` and `torch.vmap` are patched the same way. Module
 utilities that are not transforms (`make_functional`, `combine_state_for_ensemble`, `make_fx`,
 `functionalize`) stay torch's. Excluded, as the yardstick defines it: OpInfo-driven classes
 (`TestVmapOperatorsOpInfo`, `TestOperators`) and internals (`TestArgnumsPartial`,
@@ -81,31 +82,21 @@ def _install():
     fc._C = torch._C._functorch
     fc.experimental = exp
     if IMPL == "thunderx":
-        import thunderx as tx
-
-        def grad_and_value(func, argnums=0, has_aux=False):
-            vg = tx.value_and_grad(func, argnums=argnums, has_aux=has_aux)
-
-            def wrapper(*args, **kwargs):
-                value, g = vg(*args, **kwargs)
-                return g, value
-
-            return wrapper
+        import thunderx.func as tx
 
         def chunk_vmap(func, in_dims=0, out_dims=0, randomness="error", chunks=2):
             return tx.vmap(func, in_dims=in_dims, out_dims=out_dims, randomness=randomness)
 
-        swaps = dict(grad=tx.grad, vjp=tx.vjp, vmap=tx.vmap, jacrev=tx.jacrev,
-                     jacfwd=tx.jacfwd, hessian=tx.hessian, jvp=tx.jvp,
-                     grad_and_value=grad_and_value)
+        names = ("grad", "grad_and_value", "vjp", "jvp", "vmap", "jacrev", "jacfwd", "hessian")
+        swaps = {n: getattr(tx, n) for n in names}
         for n, v in swaps.items():
             setattr(fc, n, v)
             setattr(torch.func, n, v)
         for n in ("jvp", "jacfwd", "hessian"):
             setattr(exp, n, swaps[n])
         exp.chunk_vmap = chunk_vmap
-        torch.func.functional_call = tx.functional_call
-        torch.func.stack_module_state = tx.stack_module_state
+        for n in ("functional_call", "stack_module_state", "linearize"):
+            setattr(torch.func, n, getattr(tx, n))
         torch.vmap = tx.vmap
     sys.modules["functorch"] = fc
     sys.modules["functorch.experimental"] = exp

@@ -25,6 +25,7 @@ MODULES = [
     thunderx.api,
     thunderx.collectives,
     thunderx.debug,
+    thunderx.func,
     thunderx.lowering,
     importlib.import_module("thunderx.shard_map"),  # the attribute is the function
     thunderx.primitives.higher_order,

@@ -8,7 +8,7 @@ tensor([1., 1., 1.])
 
 from __future__ import annotations
 
-from thunderx import debug, errors, lax, tree  # noqa: F401
+from thunderx import debug, errors, func, lax, tree  # noqa: F401
 from thunderx import html as _html  # noqa: F401  (attaches _repr_html_ to the IR and programs)
 from thunderx import lang as _lang  # noqa: F401  (installs the language layer)
 from thunderx import primitives as _primitives  # noqa: F401  (registers the primitive set)
@@ -48,6 +48,7 @@ __all__ = [
     "eval_jaxpr",
     "eval_shape",
     "explain",
+    "func",
     "functional_call",
     "grad",
     "hessian",

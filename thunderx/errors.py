@@ -64,6 +64,18 @@ class IndependentOutputError(ThunderxError, RuntimeError):
     """`jvp(..., strict=True)`: an output does not depend on the inputs (torch.func's check)."""
 
 
+class FuncContractError(ThunderxError, RuntimeError):
+    """A use torch.func refuses, refused by `thunderx.func` (which keeps torch.func's contract):
+    a function's output or aux is not a tensor (pytree), a has_aux output is not a pair, an
+    autograd.Function lacks `setup_context`. A RuntimeError, as torch.func raises."""
+
+
+class ShapeError(ThunderxError, ValueError, RuntimeError):
+    """Operands whose shapes do not fit a torch function (`mm` of a 3-D tensor, `split` sections
+    that do not add up to the size). Also a RuntimeError, as torch raises for the same call, so
+    code catching torch's error keeps working."""
+
+
 class MissingRuleError(ThunderxError, NotImplementedError):
     """A primitive lacks the rule a transform needs."""
 

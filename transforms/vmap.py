@@ -25,7 +25,7 @@ from thunderx.core import (
     set_trace,
 )
 from thunderx.errors import ArgumentValueError, user_frame
-from thunderx.lang.inplace import write_back
+from thunderx.transforms.input_updates import mutated_inputs, write_back
 
 
 class BatchTracer(Tracer):
@@ -45,6 +45,8 @@ class BatchTracer(Tracer):
 
 class BatchTrace(Trace):
     __slots__ = ("axis_size", "randomness", "axis")
+    # An in-place update of an input under vmap is written back to the caller's tensor when the
+    # vmap ends (torch.func's semantics: the batched input is the caller's memory)
     writes_back_inputs = True
     foreign_write_hint = (
         " (vmap: inplace arithmetic(self, *extra_args) is not possible because there exists a "
@@ -297,11 +299,13 @@ def vmap(
         else:
             size = axis_size
 
-        def run(xs, n):
-            return _vmap_flat(fun, xs, norm_axes, in_tree, n, randomness, out_axes, axis_name)
+        def run(xs, n, chunked=True):
+            return _vmap_flat(
+                fun, xs, norm_axes, in_tree, n, randomness, out_axes, axis_name, chunked
+            )
 
         if chunk_size is None or size <= chunk_size:
-            out_tree, results, _ = run(flat_args, size)
+            out_tree, results, _ = run(flat_args, size, chunked=False)
         else:
             out_tree, results = _chunked(run, flat_args, norm_axes, size, chunk_size, randomness)
         return tree.unflatten(out_tree, results)
@@ -310,13 +314,16 @@ def vmap(
     return batched
 
 
-def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, axis_name=None):
+def _vmap_flat(
+    fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, axis_name=None, chunked=False
+):
     """Run `fun` batched over `size` elements: (out tree, outputs, their normalized out axes)."""
     with new_trace(BatchTrace, size, randomness, axis_name) as trace:
         ins = [
             x if ax is None else BatchTracer(trace, x, ax) for x, ax in zip(flat_args, norm_axes)
         ]
         trace.input_ids.update(id(t) for t in ins)
+        before = [None if ax is None else (t.val, t.bdim) for t, ax in zip(ins, norm_axes)]
         env = () if trace.axis is None else (trace.axis,)
         with _random_mode(trace), extend_axis_env(env):
             call_args, call_kwargs = tree.unflatten(in_tree, ins)
@@ -324,18 +331,11 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
         out_leaves, out_tree = tree.flatten(out)
         validate.check_leaves(out_leaves, "vmap", "the function's outputs")
         unpacked = [trace.unpack(o) for o in out_leaves]
-        written = [
-            (x, ax, t)
-            for x, ax, t in zip(flat_args, norm_axes, ins)
-            if ax is not None and (t.val is not x or t.bdim != ax)
-        ]
-    # an in-place update of an input reaches the caller's tensor, and an output that is the
-    # updated input is the caller's tensor (a view of it), as in torch.func
-    aliased = {}
-    for x, ax, t in written:
-        val = torch.unsqueeze(t.val, ax) if t.bdim is None else torch.movedim(t.val, t.bdim, ax)
-        write_back(x, val, "vmap")
-        aliased[id(t)] = (x, ax)
+        mutated = mutated_inputs(trace, ins, before, trace.unpack)
+    if mutated:
+        write_back(mutated, flat_args, norm_axes, size, chunked)
+    # an output that is an updated input is the caller's tensor (a view of it), as in torch.func
+    aliased = {id(ins[i]): (flat_args[i], norm_axes[i]) for i, _ in mutated}
     try:
         oaxes = _axes_for(out_axes, out, "out_axes")
     except ValueError:

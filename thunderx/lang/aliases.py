@@ -140,3 +140,22 @@ def _softmax_backward_data(grad_output, output, dim, input_dtype):
 @register(torch.ops.aten.native_dropout_backward.default, torch.ops.aten.native_dropout_backward)
 def _native_dropout_backward(grad_output, mask, scale):
     return grad_output * mask.to(grad_output.dtype) * scale
+
+
+@register(torch.ops.aten.silu_backward.default, torch.ops.aten.silu_backward)
+def _silu_backward(grad_output, x):
+    s = torch.sigmoid(x)
+    return grad_output * s * (1 + x * (1 - s))
+
+
+@register(torch.result_type)
+def _result_type(tensor, other):
+    """torch's promotion answer from stand-ins of the same dtype and rank on the meta device (a
+    0-d tensor promotes with less priority than a dimensioned one, so the rank matters)."""
+
+    def meta(v):
+        if isinstance(v, (bool, int, float, complex)):
+            return v
+        return torch.empty((0,) * len(v.shape), dtype=v.dtype, device="meta")
+
+    return torch.result_type(meta(tensor), meta(other))

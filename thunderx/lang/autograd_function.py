@@ -15,15 +15,34 @@ outside transforms: thunderx's is installed only while an outermost transform ru
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import sys
+import threading
 
+import torch._functorch.utils as _functorch_utils
 from torch.autograd.function import Function, _is_setup_context_defined
 
 from thunderx import tree
 from thunderx.core import Tracer, is_tensor_like
+from thunderx.errors import FuncContractError, unsupported, user_frame
 from thunderx.lang.patching import patch_during_transforms
 
 _TORCH_APPLY = Function.apply.__func__
+_TORCH_UNWRAP = _functorch_utils.unwrap_dead_wrappers
+_SETUP_CONTEXT_REQUIRED = threading.local()
+
+
+@contextlib.contextmanager
+def require_setup_context():
+    """While active, a ctx-style Function (no `setup_context`) on traced values is refused with
+    torch.func's error: `thunderx.func`'s transforms keep torch.func's contract."""
+    depth = getattr(_SETUP_CONTEXT_REQUIRED, "depth", 0)
+    _SETUP_CONTEXT_REQUIRED.depth = depth + 1
+    try:
+        yield
+    finally:
+        _SETUP_CONTEXT_REQUIRED.depth = depth
 
 
 class FunctionCtx:
@@ -67,6 +86,13 @@ def apply(cls, *args, **kwargs):
     from thunderx.transforms.custom import custom_vjp
 
     setup = _is_setup_context_defined(cls.setup_context)
+    if not setup and getattr(_SETUP_CONTEXT_REQUIRED, "depth", 0):
+        raise FuncContractError(
+            f"{cls.__name__}.apply at {user_frame()}: In order to use an autograd.Function with "
+            "functorch transforms (vmap, grad, jvp, jacrev, ...), it must override the "
+            "setup_context staticmethod (thunderx.func keeps torch.func's contract; thunderx's "
+            "own transforms also accept a ctx-style forward)"
+        )
     if setup:
         bound = inspect.signature(cls.forward).bind(*args, **kwargs)
         bound.apply_defaults()
@@ -125,7 +151,29 @@ def apply(cls, *args, **kwargs):
     return f(*args)
 
 
+def _refuse_torch_apply(args):
+    """torch's own `Function.apply` reached with traced values: `MyFn.apply` was looked up
+    before the transform started (`grad(MyFn.apply)`), so it is torch's bound method, which runs
+    `forward` under no_grad and would give a silently zero derivative. torch's apply calls this
+    helper (torch._functorch.utils.unwrap_dead_wrappers) first; it refuses such a call."""
+    if _traced(args, {}):
+        cls = sys._getframe(1).f_locals.get("cls")
+        name = getattr(cls, "__name__", "autograd.Function")
+        raise unsupported(
+            f"{name}.apply looked up before the transform started",
+            f"pass `lambda *a: {name}.apply(*a)` instead of `{name}.apply` itself, so that the "
+            "call is made while the transform runs and its backward defines the derivative",
+        )
+    return _TORCH_UNWRAP(args)
+
+
 def install() -> None:
     """Route `Function.apply` to thunderx's from the outermost transform's start to its end
-    (as the unbound Tensor methods are), so torch's class is untouched outside transforms."""
-    patch_during_transforms([(Function, "apply", classmethod(apply))])
+    (as the unbound Tensor methods are), so torch's class is untouched outside transforms; a
+    bound `MyFn.apply` taken before the transform is refused (see `_refuse_torch_apply`)."""
+    patch_during_transforms(
+        [
+            (Function, "apply", classmethod(apply)),
+            (_functorch_utils, "unwrap_dead_wrappers", _refuse_torch_apply),
+        ]
+    )

@@ -3,7 +3,7 @@ write to a view reaches its base and the other views of it (thunderx/lang/views.
 
 Only values created inside the traced function may be mutated; mutating an input of the
 transform (or a view of one) or a captured tensor is an error, because the transform could not
-honour it."""
+honour it. The exceptions are vmap and jvp, which write their inputs' updates back to the caller's tensors."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
 
 from thunderx.core import Tracer
 from thunderx.errors import ThunderxError, user_frame
-from thunderx.lang._base import aval, convert, method_table, register, shape
+from thunderx.lang._base import aval, convert, method_table, register, shape, torch_table
 from thunderx.lang.views import assign, view_of, write
 from thunderx.primitives import shape as S
 
@@ -57,18 +57,6 @@ def mutate(x, new, what: str):
     # x takes new's identity: same trace (or an inner one, when x was constant to it)
     assign(x, new)
     return x
-
-
-def write_back(dest, value, transform: str) -> None:
-    """The end of a transform whose function updated its input `dest` in place: the caller's
-    value (a tensor, or a tracer of an enclosing transform) takes the final `value`."""
-    if tuple(value.shape) != tuple(dest.shape):
-        raise MutationError(
-            f"{transform}: an in-place update changed the shape of an input from "
-            f"{tuple(dest.shape)} to {tuple(value.shape)}; the caller's tensor cannot follow: "
-            "use the out-of-place form (x.unsqueeze(0) rather than x.unsqueeze_(0))"
-        )
-    dest.copy_(value)
 
 
 def _inner_write(x, new, what: str) -> MutationError:
@@ -272,6 +260,12 @@ def install_inplace():
         ("__ipow__", "pow"),
     ):
         register(getattr(torch.Tensor, dunder), methods=(dunder,))(_inplace_method(name))
+    # torch's function spellings of the in-place methods: torch.clamp_min_(x, 0) is x.clamp_min_(0)
+    for name, impl in list(method_table.items()):
+        fn = getattr(torch, name, None)
+        if name.endswith("_") and not name.startswith("_") and callable(fn):
+            if fn not in torch_table:
+                register(fn)(impl)
 
 
 @register(methods=("zero_",))

@@ -8,6 +8,7 @@ import string
 import torch
 import torch.nn.functional as F
 
+from thunderx.errors import ShapeError
 from thunderx.lang._base import broadcast_shapes, canon_dim, ndim, promote, register, shape
 from thunderx.primitives import binary as B
 from thunderx.primitives import linalg as L
@@ -17,7 +18,7 @@ from thunderx.primitives import shape as S
 
 def _check_contract(a, b, i, j, name):
     if shape(a)[i] != shape(b)[j]:
-        raise ValueError(
+        raise ShapeError(
             f"{name}: shapes {shape(a)} and {shape(b)} cannot be multiplied "
             f"({shape(a)[i]} vs {shape(b)[j]})"
         )
@@ -29,7 +30,7 @@ def matmul(a, b):
     a, b = _same_dtype_noshape(a, b)
     na, nb = ndim(a), ndim(b)
     if na == 0 or nb == 0:
-        raise ValueError("matmul: both arguments need at least one dimension")
+        raise ShapeError("matmul: both arguments need at least one dimension")
     if na == 1 and nb == 1:
         _check_contract(a, b, 0, 0, "matmul")
         return L.dot_general(a, b, (((0,), (0,)), ((), ())))
@@ -64,22 +65,23 @@ register(torch.Tensor.__rmatmul__)(lambda a, b: matmul(b, a))
 @register(torch.mm, methods=("mm",))
 def _mm(a, b, *, out=None):
     if ndim(a) != 2 or ndim(b) != 2:
-        raise ValueError(f"mm: expected 2-D tensors, got {shape(a)} and {shape(b)}")
+        raise ShapeError(f"Shape mismatch: mm expects 2-D tensors, got {shape(a)} and {shape(b)}")
     return matmul(a, b)
 
 
 @register(torch.bmm, methods=("bmm",))
 def _bmm(a, b, *, out=None):
     if ndim(a) != 3 or ndim(b) != 3:
-        raise ValueError(f"bmm: expected 3-D tensors, got {shape(a)} and {shape(b)}")
+        raise ShapeError(f"Shape mismatch: bmm expects 3-D tensors, got {shape(a)} and {shape(b)}")
     return matmul(a, b)
 
 
 @register(torch.mv, methods=("mv",))
 def _mv(a, v, *, out=None):
     if ndim(a) != 2 or ndim(v) != 1:
-        raise ValueError(
-            f"mv: expected a 2-D matrix and a 1-D vector, got {shape(a)} and {shape(v)}"
+        raise ShapeError(
+            f"Shape mismatch: mv expects a 2-D matrix and a 1-D vector, got {shape(a)} and "
+            f"{shape(v)}"
         )
     return matmul(a, v)
 
@@ -87,7 +89,7 @@ def _mv(a, v, *, out=None):
 @register(torch.dot, methods=("dot",))
 def _dot(a, b, *, out=None):
     if ndim(a) != 1 or ndim(b) != 1:
-        raise ValueError(f"dot: expected 1-D tensors, got {shape(a)} and {shape(b)}")
+        raise ShapeError(f"dot: expected 1-D tensors, got {shape(a)} and {shape(b)}")
     return matmul(a, b)
 
 
@@ -99,7 +101,7 @@ def _vdot(a, b):
 @register(torch.outer, torch.ger, methods=("outer", "ger"))
 def _outer(a, b):
     if ndim(a) != 1 or ndim(b) != 1:
-        raise ValueError(f"outer: expected 1-D tensors, got {shape(a)} and {shape(b)}")
+        raise ShapeError(f"outer: expected 1-D tensors, got {shape(a)} and {shape(b)}")
     a, b = _same_dtype_noshape(a, b)
     return L.dot_general(a, b, (((), ()), ((), ())))
 
@@ -187,7 +189,7 @@ def _parse_einsum(equation, operands):
     lhs, out = eq.split("->") if "->" in eq else (eq, None)
     terms = lhs.split(",")
     if len(terms) != len(operands):
-        raise ValueError(f"einsum: {len(terms)} terms but {len(operands)} operands")
+        raise ShapeError(f"einsum: {len(terms)} terms but {len(operands)} operands")
     free = [c for c in string.ascii_letters if c not in eq]
     ell_rank = max(
         (ndim(x) - (len(t) - 3) for t, x in zip(terms, operands) if "..." in t), default=0
@@ -199,7 +201,7 @@ def _parse_einsum(equation, operands):
             k = ndim(x) - (len(t) - 3)
             t = t.replace("...", ell[ell_rank - k :])
         if len(t) != ndim(x):
-            raise ValueError(f"einsum: term {t!r} does not match an operand of rank {ndim(x)}")
+            raise ShapeError(f"einsum: term {t!r} does not match an operand of rank {ndim(x)}")
         expanded.append(t)
     if out is None:
         counts: dict[str, int] = {}
@@ -246,7 +248,7 @@ def einsum(equation, *operands):
         acc, acc_t = L.contract(acc, acc_t, x, t, target), target
     missing = set(out) - set(acc_t)
     if missing:
-        raise ValueError(f"einsum {equation!r}: output letters {sorted(missing)} are not inputs")
+        raise ShapeError(f"einsum {equation!r}: output letters {sorted(missing)} are not inputs")
     return S.transpose(acc, tuple(acc_t.index(c) for c in out))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.errors import unsupported
+from thunderx.errors import ShapeError, unsupported
 from thunderx.lang._base import (
     aval,
     broadcast_shapes,
@@ -248,7 +248,10 @@ def _split(x, split_size_or_sections, dim=0):
     else:
         sizes = list(split_size_or_sections)
         if sum(sizes) != n:
-            raise ValueError(f"split: sections {sizes} do not sum to {n}")
+            raise ShapeError(
+                f"split: sections {sizes} do not sum to {n}, the size of dim {dim} of a tensor "
+                f"of shape {shape(x)}"
+            )
     out, start = [], 0
     for s in sizes:
         out.append(S.slice_in_dim(x, start, start + s, 1, d))
@@ -279,10 +282,15 @@ def _tensor_split(x, indices_or_sections, dim=0):
         k = indices_or_sections
         q, r = divmod(n, k)
         sizes = [q + 1] * r + [q] * (k - r)
-    else:
-        bounds = [0] + list(indices_or_sections) + [n]
-        sizes = [max(0, b - a) for a, b in zip(bounds, bounds[1:])]
-    return _split(x, sizes, d)
+        return _split(x, sizes, d)
+    # torch slices x[i_k : i_k+1] with Python's rules: negative indices count from the end, and
+    # a piece whose end is before its start is empty (the pieces may overlap)
+    bounds = [0] + list(indices_or_sections) + [n]
+    pieces = []
+    for a, b in zip(bounds, bounds[1:]):
+        start, stop, _ = slice(a, b).indices(n)
+        pieces.append(S.slice_in_dim(x, start, max(start, stop), 1, d))
+    return tuple(pieces)
 
 
 @register(torch.chunk, methods=("chunk",))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from thunderx.core import Tracer
-from thunderx.errors import concretization, unsupported
+from thunderx.errors import ShapeError, concretization, unsupported, user_frame
 from thunderx.lang._base import (
     aval,
     canon_dim,
@@ -287,6 +287,21 @@ def _new_ones(
 def _new_empty(
     x, *size, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
 ):
+    return _new_zeros(x, *size, dtype=dtype, device=device)
+
+
+@register(methods=("new_empty_strided",))
+@_at_level
+def _new_empty_strided(
+    x, size, stride, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False
+):
+    """Uninitialized values, so only the shape is observable; a traced value has no memory
+    layout (its stride() answers as for a contiguous tensor), so `stride` is checked only."""
+    if len(stride) != len(size):
+        raise ShapeError(
+            f"Tensor.new_empty_strided: mismatch in length of strides and shape ({len(stride)} "
+            f"strides for size {tuple(size)}) (at {user_frame()})"
+        )
     return _new_zeros(x, *size, dtype=dtype, device=device)
 
 
