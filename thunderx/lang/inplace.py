@@ -1,9 +1,8 @@
 """In-place ops on traced values are functionalized: the tracer object takes the new value, and a
 write to a view reaches its base and the other views of it (thunderx/lang/views.py).
 
-Only values created inside the traced function may be mutated; mutating an input of the
-transform (or a view of one) or a captured tensor is an error, because the transform could not
-honour it."""
+Mutating an input of the transform (or a view of one) is an error: transforms are functional.
+A captured tensor (a module buffer) is written as torch.compile does: see lang/captured.py."""
 
 from __future__ import annotations
 
@@ -24,12 +23,13 @@ class MutationError(ThunderxError, RuntimeError):
 
 def mutate(x, new, what: str):
     if not isinstance(x, Tracer):
-        raise MutationError(
-            f"{what} writes a traced value into a concrete tensor at {user_frame()}: a transform "
-            "cannot mutate a captured Tensor (one from outside it, or created from no traced "
-            "value); create the tensor from a traced one (torch.zeros_like(x), x.new_zeros(...)) "
-            "or build the result out of place (torch.where, torch.cat)"
-        )
+        # a captured tensor (or one made from no traced value): written now where the value is
+        # known, else written back after each call of the staged program (lang/captured.py)
+        from thunderx.lang.captured import write_captured
+
+        new = S.broadcast_to(convert(new, x.dtype), tuple(x.shape))
+        write_captured(x, new, what)
+        return x
     if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
         # a value of an enclosing scope (e.g. a constant): make it a value of x's trace
         new = x._trace.lift(new)
