@@ -51,7 +51,8 @@ def make_jaxpr(
         closed, out_tree = trace_flat(flat, avals, writeback=True)
         jaxpr = dce(closed.jaxpr)
         used = {id(v) for v in _used_vars(jaxpr)}
-        used.update(id(jaxpr.constvars[i]) for i, _ in closed.writes)  # written back into
+        consts_n = len(jaxpr.constvars)
+        used.update(id(jaxpr.constvars[i]) for i, _ in closed.writes if i < consts_n)
         keep = [i for i, v in enumerate(jaxpr.constvars) if id(v) in used]
         if len(keep) != len(jaxpr.constvars):
             from thunderx.ir import Jaxpr
@@ -59,7 +60,10 @@ def make_jaxpr(
             jaxpr = Jaxpr(
                 [jaxpr.constvars[i] for i in keep], jaxpr.invars, jaxpr.eqns, jaxpr.outvars
             )
-            writes = tuple((keep.index(i), g) for i, g in closed.writes)
+            n = len(closed.consts)  # writes index consts, then inputs
+            writes = tuple(
+                (keep.index(i) if i < n else i - n + len(keep), g) for i, g in closed.writes
+            )
             result = ClosedJaxpr(jaxpr, [closed.consts[i] for i in keep], writes)
         else:
             result = ClosedJaxpr(jaxpr, closed.consts, closed.writes)

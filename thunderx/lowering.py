@@ -44,7 +44,9 @@ class Lowered:
                 f"{'' if grad else 'no_grad '}arg {i}.copy_(out {n + k})"
                 for k, (i, grad) in enumerate(writes)
             )
-            parts.append(f"# after each call, captured tensors written back in place: {copies}")
+            parts.append(
+                f"# after each call, captured tensors and arguments written back in place: {copies}"
+            )
         text = "\n".join(parts)
         if max_lines is not None:
             lines = text.splitlines()
@@ -136,10 +138,9 @@ class Compiled:
         fn = prog.fn_plain if _needs_autograd(leaves, self._consts) else prog.fn
         writes = self.lowered.entry.writes
         if writes:
-            check_write_aliases(self._consts, writes, leaves, self.name)
-            return tree.unflatten(
-                self._out_tree, write_back(self._consts, writes, fn(*self._consts, *leaves))
-            )
+            operands = (*self._consts, *leaves)
+            check_write_aliases(operands, writes, self.name)
+            return tree.unflatten(self._out_tree, write_back(operands, writes, fn(*operands)))
         return tree.unflatten(self._out_tree, fn(*self._consts, *leaves))
 
     def as_text(self) -> str:

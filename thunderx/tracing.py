@@ -35,7 +35,16 @@ class StagingTrace(Trace):
     the tensor see the new value, and `finalize` appends the final values as extra outputs that
     the caller copies into the tensors after each run (thunderx/lang/captured.py)."""
 
-    __slots__ = ("eqns", "constvars", "consts", "const_index", "writes", "writeback")
+    __slots__ = (
+        "eqns",
+        "constvars",
+        "consts",
+        "const_index",
+        "writes",
+        "writeback",
+        "arg_vars",
+        "written_args",
+    )
 
     def __init__(self, parent, writeback: bool = False):
         super().__init__(parent)
@@ -46,10 +55,15 @@ class StagingTrace(Trace):
         # id(tensor) -> (tensor, its current value as a tracer of this trace, grad mode)
         self.writes: dict[int, tuple] = {}
         self.writeback = writeback
+        # the inputs' variables (an input written in place takes a new one) and the ids of the
+        # input tracers written in place (under jit: copied back into the arguments)
+        self.arg_vars: list[Var] = []
+        self.written_args: dict[int, bool] = {}
 
     def new_arg(self, aval: ShapedArray) -> StagingTracer:
         t = StagingTracer(self, Var(aval))
         self.input_ids.add(id(t))
+        self.arg_vars.append(t._var)
         return t
 
     def lift(self, value) -> StagingTracer:
@@ -118,11 +132,15 @@ class StagingTrace(Trace):
                     f"scalars or pytrees of them (at {user_frame()})"
                 )
         outvars = [self.atom(x) for x in out_values]
-        writes = []
+        writes = []  # (operand index, consts first then inputs; grad mode) per trailing output
         for target, value, grad_enabled in self.writes.values():
             outvars.append(value._var)
             writes.append((self.constvars.index(self.const_index[id(target)]), grad_enabled))
-        jaxpr = Jaxpr(self.constvars, [t._var for t in in_tracers], self.eqns, outvars)
+        for i, t in enumerate(in_tracers):
+            if id(t) in self.written_args:
+                outvars.append(self.atom(t))
+                writes.append((len(self.constvars) + i, self.written_args[id(t)]))
+        jaxpr = Jaxpr(self.constvars, self.arg_vars, self.eqns, outvars)
         return ClosedJaxpr(jaxpr, self.consts, tuple(writes))
 
 

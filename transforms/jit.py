@@ -333,13 +333,14 @@ class JitFunction:
             if prog is None:
                 prog = entry.program = compiled_for(entry.jaxpr, self._executor_for(leaves))
             if entry.writes:
-                check_write_aliases(entry.consts, entry.writes, leaves, self.__name__)
+                operands = (*entry.consts, *leaves)
+                check_write_aliases(operands, entry.writes, self.__name__)
             if _needs_autograd(leaves, entry.consts):
                 outs = prog.fn_plain(*entry.consts, *leaves)
             else:
                 outs = prog.fn(*entry.consts, *leaves)
             if entry.writes:
-                outs = write_back(entry.consts, entry.writes, outs)
+                outs = write_back(operands, entry.writes, outs)
             # the fast path's key has no axis env: only programs traced without one go there
             # (nor programs that write back into captured tensors: the slow path does that)
             fast = self._fast_ok and not kwargs and not axis_env() and not entry.writes
@@ -350,7 +351,7 @@ class JitFunction:
 
             outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
             if entry.writes:
-                outs = write_traced(entry.consts, entry.writes, outs, self.__name__)
+                outs = write_traced((*entry.consts, *leaves), entry.writes, outs, self.__name__)
             if not torch.is_grad_enabled():  # called in a no_grad block of a traced function
                 from thunderx.primitives.higher_order import stop_gradient
 

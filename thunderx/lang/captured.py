@@ -66,6 +66,17 @@ def write_captured(target: torch.Tensor, value, what: str, grad_enabled: bool | 
     staging.record_write(target, value, grad_enabled)
 
 
+def input_written(x, value, what: str):
+    """An argument of a jit-staged function (`x`) is written in place: the value (as a value of
+    x's trace) that x takes, recorded for the copy into the caller's tensor after each call."""
+    trace = x._trace
+    if not torch.is_grad_enabled() and isinstance(value, Tracer):
+        value = no_grad_p.bind(value)
+    value = _value_at(value, trace, what)
+    trace.written_args[id(x)] = torch.is_grad_enabled()
+    return value
+
+
 def _inside(trace, outer) -> bool:
     """Whether `trace` is nested strictly inside `outer` (None: the eager level)."""
     t = trace
@@ -224,27 +235,27 @@ def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr() if t.numel() else 0
 
 
-def check_write_aliases(consts, writes, leaves, name: str) -> None:
-    """A captured tensor the program writes must not share memory with an argument: the
-    program reads the argument's old value where eager code would see the write."""
-    inputs = {_storage(x) for x in leaves if isinstance(x, torch.Tensor)}
-    inputs.discard(0)
+def check_write_aliases(operands, writes, name: str) -> None:
+    """A tensor the program writes (a captured one or an argument) must not share memory with
+    another operand: the program would read that operand's old value where eager code sees
+    the write."""
+    storages = [_storage(x) if isinstance(x, torch.Tensor) else 0 for x in operands]
     for i, _ in writes:
-        if _storage(consts[i]) in inputs:
+        s = storages[i]
+        if s and any(t == s for j, t in enumerate(storages) if j != i):
             raise MutationError(
-                f"{name}: an argument shares memory with a captured tensor that the function "
-                f"updates in place (at {user_frame()}); the staged program cannot order the "
-                "write against its reads of the argument: pass a clone, or pass the tensor as an "
-                "argument and return its new value"
+                f"{name}: a tensor the function updates in place shares memory with another "
+                f"tensor it reads (an argument or a captured tensor), at {user_frame()}; the "
+                "staged program cannot order the write against that read: pass a clone"
             )
 
 
-def write_back(consts, writes, outs):
-    """Copy the trailing outputs into the captured tensors they update; the rest are the
-    function's outputs."""
+def write_back(operands, writes, outs):
+    """Copy the trailing outputs into the operands they update (consts then arguments, as the
+    program takes them); the rest are the function's outputs."""
     n = len(outs) - len(writes)
     for (i, grad_enabled), new in zip(writes, outs[n:]):
-        target = consts[i]
+        target = operands[i]
         if new is not target and _storage(new) == _storage(target) != 0:
             new = new.clone()  # a view of the tensor itself: copy_ needs distinct memory
         with torch.set_grad_enabled(grad_enabled and torch.is_grad_enabled()):
@@ -252,10 +263,17 @@ def write_back(consts, writes, outs):
     return outs[:n]
 
 
-def write_traced(consts, writes, outs, name: str):
+def write_traced(operands, writes, outs, name: str):
     """A staged program called under an enclosing transform (jit_call): its writes are writes
-    of the enclosing trace (now, on known values, or recorded by an enclosing jit)."""
+    of the enclosing trace, into a captured tensor (now on known values, or recorded by an
+    enclosing jit) or a traced value (functionalized there)."""
+    from thunderx.lang.inplace import mutate
+
     n = len(outs) - len(writes)
     for (i, grad_enabled), new in zip(writes, outs[n:]):
-        write_captured(consts[i], new, f"{name} (jit)", grad_enabled)
+        target, what = operands[i], f"{name} (jit)"
+        if isinstance(target, Tracer):
+            mutate(target, no_grad_p.bind(new) if not grad_enabled else new, what)
+        else:
+            write_captured(target, new, what, grad_enabled)
     return outs[:n]

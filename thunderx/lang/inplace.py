@@ -33,7 +33,13 @@ def mutate(x, new, what: str):
     if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
         # a value of an enclosing scope (e.g. a constant): make it a value of x's trace
         new = x._trace.lift(new)
-    if id(x) in x._trace_inputs():
+    if id(x) in x._trace_inputs() and getattr(x._trace, "writeback", False):
+        # an argument of jit: written back into the caller's tensor after each call, as
+        # torch.compile does (a write that needs a derivative or a batch dim is refused)
+        from thunderx.lang.captured import input_written
+
+        new = input_written(x, new, what)
+    elif id(x) in x._trace_inputs():
         raise MutationError(
             f"{what} mutates an input of the transformed function at {user_frame()}; "
             "transforms are functional: clone it first (y = x.clone()) and mutate the copy"

@@ -19,10 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from thunderx.core import Tracer
-from thunderx.errors import user_frame
 from thunderx.lang._base import aval, convert, dtype, ndim, register, shape
 from thunderx.lang.captured import write_captured
-from thunderx.lang.inplace import MutationError
+from thunderx.lang.inplace import mutate
 from thunderx.lang.nn import layer_norm
 from thunderx.primitives import binary as B
 from thunderx.primitives import composite_channel_norm as KC
@@ -38,14 +37,12 @@ def _update_running(buf, stat, momentum, what):
     no derivative: now where values are known, written back after each call under jit."""
     if buf is None:
         return
-    if isinstance(buf, Tracer):
-        raise MutationError(
-            f"{what} updates running statistics that are traced values at {user_frame()}: pass "
-            "the buffers as concrete tensors (module buffers), or use eval mode / "
-            "track_running_stats=False under the transform"
-        )
-    new = B.add(B.mul(convert(stat, buf.dtype), momentum), B.mul(buf, 1.0 - momentum))
-    write_captured(buf, new, what, grad_enabled=False)
+    new = B.add(B.mul(convert(stat, dtype(buf)), momentum), B.mul(buf, 1.0 - momentum))
+    if isinstance(buf, Tracer):  # an argument of jit, or a value of the traced function
+        with torch.no_grad():
+            mutate(buf, new, what)
+    else:
+        write_captured(buf, new, what, grad_enabled=False)
 
 
 def _per_channel(v, x):
