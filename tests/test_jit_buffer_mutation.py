@@ -145,6 +145,30 @@ def test_jit_arguments_written_in_place_are_updated_like_eager():
     close(y, torch.full((3,), 2.0))
 
 
+@pytest.mark.parametrize("wrap", ["vmap", "jit(vmap)"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_batched_arguments_written_in_place_are_updated_like_a_loop(wrap, axis):
+    # one set of running statistics per example, as vmap's arguments (torch.func.vmap writes
+    # them too; with the batch on dim 1 it updates them wrongly in torch 2.13, so the oracle is
+    # a loop over the examples)
+    torch.manual_seed(2)
+    x = torch.randn(2, 4, 3, 5, dtype=torch.float64)
+    rm = torch.randn(3, 2, dtype=x.dtype).movedim(1, axis).contiguous()
+    rv = torch.rand(3, 2, dtype=x.dtype).movedim(1, axis).contiguous() + 0.5
+    want_m, want_v = rm.clone(), rv.clone()
+
+    def f(x, rm, rv):
+        return F.batch_norm(x, rm, rv, training=True, momentum=0.3)
+
+    step = tx.vmap(f, in_axes=(0, axis, axis))
+    step = tx.jit(step) if wrap == "jit(vmap)" else step
+    got = step(x, rm, rv)
+    for k in range(2):
+        m, v = want_m.select(axis, k), want_v.select(axis, k)  # views: written in place
+        close(got[k], f(x[k], m, v))
+    close(rm, want_m), close(rv, want_v)
+
+
 def _train_loss(model):
     def loss(params, x, y):
         return F.cross_entropy(tx.functional_call(model, params, (x,)), y)

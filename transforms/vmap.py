@@ -41,7 +41,10 @@ class BatchTracer(Tracer):
 
 
 class BatchTrace(Trace):
-    __slots__ = ("axis_size", "randomness", "axis")
+    __slots__ = ("axis_size", "randomness", "axis", "written_args")
+    # batched inputs written in place are copied into the caller's tensors when vmap returns,
+    # as torch.func's vmap writes them (lang/captured.py)
+    writeback = True
 
     def __init__(self, parent, axis_size: int, randomness: str = "error", axis_name=None):
         super().__init__(parent)
@@ -49,6 +52,7 @@ class BatchTrace(Trace):
         self.randomness = randomness
         # The named axis this trace binds (vmap's axis_name), or None.
         self.axis = None if axis_name is None else NamedAxis(axis_name, axis_size)
+        self.written_args: dict[int, bool] = {}  # id of an input tracer -> grad mode
 
     def unpack(self, x):
         if type(x) is BatchTracer and x._trace is self:
@@ -315,6 +319,12 @@ def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, a
         out_leaves, out_tree = tree.flatten(out)
         validate.check_leaves(out_leaves, "vmap", "the function's outputs")
         unpacked = [trace.unpack(o) for o in out_leaves]
+        marks = trace.written_args
+        written = [(i, trace.unpack(t), marks[id(t)]) for i, t in enumerate(ins) if id(t) in marks]
+    if written:
+        from thunderx.lang.captured import write_batched_args
+
+        write_batched_args(flat_args, norm_axes, written, size)
     try:
         oaxes = _axes_for(out_axes, out, "out_axes")
     except ValueError:

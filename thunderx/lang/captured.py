@@ -263,6 +263,28 @@ def write_back(operands, writes, outs):
     return outs[:n]
 
 
+def write_batched_args(args, axes, written, size: int) -> None:
+    """vmap's batched arguments written in place (`written`: (position, (value, batch dim),
+    grad mode)) take their new values, batch dim where the caller's has it."""
+    from thunderx.lang.inplace import mutate
+    from thunderx.primitives import shape as S
+
+    storages = [_storage(a) if isinstance(a, torch.Tensor) else 0 for a in args]
+    for i, (val, bdim), grad_enabled in written:
+        target, ax = args[i], axes[i]
+        if storages[i] and storages.count(storages[i]) > 1:
+            raise MutationError(
+                f"vmap: an argument written in place shares memory with another argument (at "
+                f"{user_frame()}); the batched function read the other's old value: pass a clone"
+            )
+        new = S.broadcast_batch(val, size, ax) if bdim is None else S.moveaxis(val, bdim, ax)
+        if isinstance(target, Tracer):
+            mutate(target, new if grad_enabled else no_grad_p.bind(new), "vmap")
+        else:
+            with torch.set_grad_enabled(grad_enabled and torch.is_grad_enabled()):
+                target.copy_(new)
+
+
 def write_traced(operands, writes, outs, name: str):
     """A staged program called under an enclosing transform (jit_call): its writes are writes
     of the enclosing trace, into a captured tensor (now on known values, or recorded by an
