@@ -123,6 +123,36 @@ def test_tensors_made_inside_the_function_stay_trace_time_values():
     close(tx.jit(f)(torch.ones(3)), torch.full((3,), 8.0))
 
 
+def test_writes_through_data_and_detach_aliases_reach_the_buffer():
+    ema, count = torch.zeros(3), torch.zeros(3)
+
+    def f(x, ema, count):
+        ema.data.mul_(0.5).add_(x.detach().data)  # old-style EMA code
+        count.detach().add_(1.0)
+        return x * 2
+
+    step = tx.jit(lambda x: f(x, ema, count))
+    ref_ema, ref_count = ema.clone(), count.clone()
+    for _ in range(3):
+        x = torch.randn(3)
+        close(step(x), f(x, ref_ema, ref_count))
+        close(ema, ref_ema), close(count, ref_count)
+
+
+def test_writes_jit_cannot_order_or_express_are_refused():
+    buf = torch.zeros(3)
+
+    def read_after_alias_write(x):
+        buf.data.mul_(0.5)  # an alias object: the read of `buf` below would not see it
+        return x + buf
+
+    with pytest.raises(MutationError, match="shares memory"):
+        tx.jit(read_after_alias_write)(torch.ones(3))
+    with pytest.raises(MutationError, match="changes the shape"):
+        tx.jit(lambda x: (buf.unsqueeze_(0), x)[1])(torch.ones(3))
+    assert buf.shape == (3,) and torch.equal(buf, torch.zeros(3))
+
+
 def test_jit_arguments_written_in_place_are_updated_like_eager():
     x = torch.randn(4, 3, 5, dtype=torch.float64)
     rm, rv = torch.zeros(3, dtype=x.dtype), torch.ones(3, dtype=x.dtype)

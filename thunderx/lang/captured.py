@@ -127,7 +127,7 @@ def current_value(target: torch.Tensor, staging: StagingTrace) -> StagingTracer:
 # property reads that are values of the tensor (the others, shape, dtype..., are metadata)
 _VALUE_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 # in-place-named methods that change no values
-_NOT_WRITES = frozenset({"requires_grad_", "share_memory_", "retain_grad"})
+_NOT_WRITES = frozenset({"requires_grad_", "share_memory_", "detach_"})
 
 
 class StagingMode(RandomnessMode):
@@ -136,7 +136,9 @@ class StagingMode(RandomnessMode):
 
     def __init__(self):
         super().__init__(None)
-        self.created: set[int] = set()  # ids of the tensors torch calls made while staging
+        # the storages of the tensors torch calls allocated while staging (an alias, a view or
+        # `.detach()` / `.data` of a captured tensor, shares the captured tensor's storage)
+        self.created: set[int] = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if unbound.original_of.get(func, func) in RANDOM_FUNCTIONS:
@@ -149,8 +151,9 @@ def staged_torch_call(created: set, func, args, kwargs):
 
     An in-place method on a concrete tensor the traced function did not create (a captured
     buffer, `self.counter.add_(1)`) is functionalized instead of running once at trace time; a
-    call reading a captured tensor written earlier reads its new value. Tensors the call returns
-    are remembered as created by the trace: writing into those stays an eager, trace-time step."""
+    call reading a captured tensor written earlier reads its new value. The storages of tensors
+    the call allocates are remembered as the trace's own: writing into those (a tensor the traced
+    function made from no traced value) stays an eager, trace-time step, as before."""
     name = getattr(func, "__name__", "")
     if (name[-1:] == "_" and name[:1] != "_" and name not in _NOT_WRITES) or (
         name == "__setitem__"
@@ -170,19 +173,29 @@ def staged_torch_call(created: set, func, args, kwargs):
             if new_args is not None:
                 return func(*new_args, **new_kwargs)
     out = func(*args, **kwargs)
-    if type(out) is torch.Tensor:
-        created.add(id(out))
+    if isinstance(out, torch.Tensor):
+        _remember(created, out, args, kwargs)
     elif isinstance(out, (tuple, list)):
-        created.update(id(o) for o in out if type(o) is torch.Tensor)
+        for o in out:
+            if isinstance(o, torch.Tensor):
+                _remember(created, o, args, kwargs)
     return out
 
 
+def _remember(created: set, out: torch.Tensor, args, kwargs) -> None:
+    s = _storage(out)
+    if s in created:
+        return
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor) and _storage(a) == s:
+            return  # an alias of an argument: the trace's own only if the argument is
+    created.add(s)
+
+
 def _created(created: set, t: torch.Tensor) -> bool:
-    """Made by the traced function (a view counts only when its base was made there too)."""
-    if id(t) not in created:
-        return False
-    base = t._base
-    return base is None or id(base) in created
+    """Whether t's memory was allocated by a torch call of the traced function."""
+    s = _storage(t)
+    return s == 0 or s in created
 
 
 def _any_tracer(args, kwargs) -> bool:
@@ -202,6 +215,11 @@ def _functionalize(name: str, target: torch.Tensor, rest, kwargs):
         write_captured(target, target, f"Tensor.{name}")  # raises the staged-body error
     holder = current_value(target, staging)
     getattr(holder, name)(*rest, **kwargs)  # the language layer's in-place op on a tracer
+    if tuple(holder.aval.shape) != tuple(target.shape):
+        raise MutationError(
+            f"Tensor.{name} changes the shape of a captured tensor at {user_frame()}; a staged "
+            "program can write new values into it, not new metadata: build a new tensor instead"
+        )
     write_captured(target, holder, f"Tensor.{name}")
     return None if name == "__setitem__" else target
 
@@ -232,7 +250,11 @@ def _read_written(args, kwargs):
 
 
 def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr() if t.numel() else 0
+    """The address of t's memory (0 when it has none: empty, sparse, meta)."""
+    try:
+        return t.untyped_storage().data_ptr() if t.numel() else 0
+    except (RuntimeError, NotImplementedError):
+        return 0
 
 
 def check_write_aliases(operands, writes, name: str) -> None:
