@@ -230,6 +230,45 @@ def test_training_step_gradients_and_running_stats_match_autograd(wrap):
     assert model[0][1].num_batches_tracked.item() == 3
 
 
+def test_a_derivative_reads_the_value_before_a_later_write():
+    # d/dx sum(x * w) is the w read, not the w written afterwards (torch.autograd's version
+    # counter would refuse the eager form; the functional answer is the read value)
+    def captured_case():
+        buf = torch.full((3,), 2.0)
+
+        def f(x):
+            y = (x * buf).sum()
+            with torch.no_grad():
+                buf.add_(1.0)
+            return y
+
+        return f, buf
+
+    f, buf = captured_case()
+    step = tx.jit(tx.grad(f))
+    for k in range(3):
+        got = step(torch.ones(3))
+        close(got, torch.full((3,), 2.0 + k))  # the output is not the buffer written after it
+        close(buf, torch.full((3,), 3.0 + k))
+
+    def argument_case(x, w):
+        y = (x * w).sum()
+        w.add_(1.0)
+        return y
+
+    w = torch.full((3,), 2.0)
+    close(tx.jit(tx.grad(argument_case))(torch.ones(3), w), torch.full((3,), 2.0))
+    close(w, torch.full((3,), 3.0))
+
+    def local_case(x):
+        t = torch.full((3,), 2.0)
+        y = (x * t).sum()
+        t.add_(1.0)
+        return y
+
+    close(tx.jit(tx.grad(local_case))(torch.ones(3)), torch.full((3,), 2.0))
+
+
 def test_torch_autograd_through_jit_leaves_buffers_out_of_the_graph():
     model = bn_model("2d").train()
     ref = copy.deepcopy(model)

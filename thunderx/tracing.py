@@ -84,13 +84,19 @@ class StagingTrace(Trace):
         return self.const_var(x)
 
     def const_var(self, x) -> Var:
-        """The constvar standing for x (made on first use)."""
-        var = self.const_index.get(id(x))
+        """The constvar standing for x (made on first use). A value of an enclosing staging
+        trace is keyed by its variable and held as a copy of its tracer: an in-place update
+        of that tracer object later (functionalization) does not change what was read here."""
+        staged = type(x) is StagingTracer
+        key = id(x._var) if staged else id(x)
+        var = self.const_index.get(key)
         if var is None:
             if isinstance(x, Tracer):
                 self.check_foreign(x)
+            if staged:
+                x = StagingTracer(x._trace, x._var)
             var = Var(get_aval(x).strip_weak())
-            self.const_index[id(x)] = var
+            self.const_index[key] = var
             self.constvars.append(var)
             self.consts.append(x)
         return var

@@ -57,6 +57,7 @@ def write_captured(target: torch.Tensor, value, what: str, grad_enabled: bool | 
         # it, as torch's forward AD does, and the write is refused below)
         value = no_grad_p.bind(value)
     value = _value_at(value, staging, what)
+    _keep_earlier_reads(target, staging)
     if staging is None:
         if isinstance(value, Tracer):
             value = value.to_concrete()
@@ -75,6 +76,24 @@ def input_written(x, value, what: str):
     value = _value_at(value, trace, what)
     trace.written_args[id(x)] = torch.is_grad_enabled()
     return value
+
+
+def _keep_earlier_reads(target: torch.Tensor, staging) -> None:
+    """Traces between the current one and `staging` (partial evaluation's linear jaxpr under
+    grad, a loop body) that read `target` as a const evaluate it later: they keep the value
+    they read, as a copy (eager) or the value's variable in `staging`."""
+    old = None
+    t = current_trace()
+    while t is not None and t is not staging:
+        index = getattr(t, "const_index", None)
+        var = None if index is None else index.get(id(target))
+        if var is not None:
+            if old is None:
+                old = target.clone() if staging is None else current_value(target, staging)
+            i = next(k for k, v in enumerate(t.constvars) if v is var)
+            t.consts[i] = old
+            del index[id(target)]  # a read after the write is a new const
+        t = t.parent
 
 
 def _inside(trace, outer) -> bool:
@@ -159,12 +178,10 @@ def staged_torch_call(created: set, func, args, kwargs):
         name == "__setitem__"
     ):
         target = args[0] if args else None
-        if (
-            isinstance(target, torch.Tensor)
-            and not _created(created, target)
-            and not _any_tracer(args, kwargs)
-        ):
-            return _functionalize(name, target, args[1:], kwargs)
+        if isinstance(target, torch.Tensor) and not _any_tracer(args, kwargs):
+            if not _created(created, target):
+                return _functionalize(name, target, args[1:], kwargs)
+            _keep_earlier_reads(target, None)  # the trace's own tensor: written now
     elif _WRITES[0] and not _any_tracer(args, kwargs):
         if name != "__get__" or getattr(getattr(func, "__self__", None), "__name__", "") in (
             _VALUE_PROPERTIES
@@ -276,13 +293,19 @@ def write_back(operands, writes, outs):
     """Copy the trailing outputs into the operands they update (consts then arguments, as the
     program takes them); the rest are the function's outputs."""
     n = len(outs) - len(writes)
+    targets = {_storage(operands[i]) for i, _ in writes}
+    targets.discard(0)
+    # an output that is (a view of) a written tensor keeps the value the call returned
+    results = [
+        o.clone() if isinstance(o, torch.Tensor) and _storage(o) in targets else o for o in outs[:n]
+    ]
     for (i, grad_enabled), new in zip(writes, outs[n:]):
         target = operands[i]
         if new is not target and _storage(new) == _storage(target) != 0:
             new = new.clone()  # a view of the tensor itself: copy_ needs distinct memory
         with torch.set_grad_enabled(grad_enabled and torch.is_grad_enabled()):
             target.copy_(new)
-    return outs[:n]
+    return results
 
 
 def write_batched_args(args, axes, written, size: int) -> None:
