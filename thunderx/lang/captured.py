@@ -11,7 +11,12 @@ call reads its current value.
 The value written carries no derivative and no batch dimension: a write of a value that depends
 on the differentiated inputs (unless computed under `torch.no_grad()` or detached, as torch.func
 requires) or of a batched value is an error, as is a write inside a staged body that cannot return
-it (lax control flow, custom rules)."""
+it (lax control flow, custom rules).
+
+Arguments written in place are written back the same way: jit's into the caller's tensors after
+each call (torch.compile's input mutation), vmap's batched ones into the caller's batched tensors
+when it returns (as torch.func's vmap writes them); grad's and jvp's stay refused (functional).
+A traced value read before a write keeps the value it read (`_keep_earlier_reads`)."""
 
 from __future__ import annotations
 
@@ -295,17 +300,21 @@ def write_back(operands, writes, outs):
     n = len(outs) - len(writes)
     targets = {_storage(operands[i]) for i, _ in writes}
     targets.discard(0)
-    # an output that is (a view of) a written tensor keeps the value the call returned
-    results = [
-        o.clone() if isinstance(o, torch.Tensor) and _storage(o) in targets else o for o in outs[:n]
+    # an output or a new value that is (a view of) a written tensor keeps the value the call
+    # returned: copied before any write (the program may return an operand itself)
+    results = [_unaliased(o, targets) for o in outs[:n]]
+    news = [
+        new if new is operands[i] else _unaliased(new, targets)
+        for (i, _), new in zip(writes, outs[n:])
     ]
-    for (i, grad_enabled), new in zip(writes, outs[n:]):
-        target = operands[i]
-        if new is not target and _storage(new) == _storage(target) != 0:
-            new = new.clone()  # a view of the tensor itself: copy_ needs distinct memory
+    for (i, grad_enabled), new in zip(writes, news):
         with torch.set_grad_enabled(grad_enabled and torch.is_grad_enabled()):
-            target.copy_(new)
+            operands[i].copy_(new)
     return results
+
+
+def _unaliased(t, storages: set):
+    return t.clone() if isinstance(t, torch.Tensor) and _storage(t) in storages else t
 
 
 def write_batched_args(args, axes, written, size: int) -> None:
