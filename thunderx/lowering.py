@@ -139,7 +139,7 @@ class Compiled:
         writes = self.lowered.entry.writes
         if writes:
             operands = (*self._consts, *leaves)
-            check_write_aliases(operands, writes, self.name)
+            check_write_aliases(operands, writes, self.name, len(self._consts))
             return tree.unflatten(self._out_tree, write_back(operands, writes, fn(*operands)))
         return tree.unflatten(self._out_tree, fn(*self._consts, *leaves))
 

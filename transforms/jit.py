@@ -264,6 +264,11 @@ class JitFunction:
         entry.out_tree = out_tree
         entry.program = None
         entry.writes = closed.writes
+        if closed.writes:  # consts among themselves, once (each call checks the arguments)
+            n = len(closed.consts)
+            check_write_aliases(
+                closed.consts, [w for w in closed.writes if w[0] < n], self.__name__
+            )
         return entry
 
     def _lookup(self, args, kwargs):
@@ -334,7 +339,7 @@ class JitFunction:
                 prog = entry.program = compiled_for(entry.jaxpr, self._executor_for(leaves))
             if entry.writes:
                 operands = (*entry.consts, *leaves)
-                check_write_aliases(operands, entry.writes, self.__name__)
+                check_write_aliases(operands, entry.writes, self.__name__, len(entry.consts))
             if _needs_autograd(leaves, entry.consts):
                 outs = prog.fn_plain(*entry.consts, *leaves)
             else:

@@ -279,14 +279,26 @@ def _storage(t: torch.Tensor) -> int:
         return 0
 
 
-def check_write_aliases(operands, writes, name: str) -> None:
+def check_write_aliases(operands, writes, name: str, fixed: int = 0) -> None:
     """A tensor the program writes (a captured one or an argument) must not share memory with
     another operand: the program would read that operand's old value where eager code sees
-    the write."""
-    storages = [_storage(x) if isinstance(x, torch.Tensor) else 0 for x in operands]
+    the write. `operands[:fixed]` (the consts, checked among themselves when traced) are
+    compared with the arguments only."""
+
+    def storage(j):
+        x = operands[j]
+        return _storage(x) if isinstance(x, torch.Tensor) else 0
+
+    args = [storage(j) for j in range(fixed, len(operands))]
     for i, _ in writes:
-        s = storages[i]
-        if s and any(t == s for j, t in enumerate(storages) if j != i):
+        s = storage(i)
+        if not s:
+            continue
+        if i < fixed:
+            clash = s in args
+        else:
+            clash = args.count(s) > 1 or any(storage(j) == s for j in range(fixed))
+        if clash:
             raise MutationError(
                 f"{name}: a tensor the function updates in place shares memory with another "
                 f"tensor it reads (an argument or a captured tensor), at {user_frame()}; the "
