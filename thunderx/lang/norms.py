@@ -245,7 +245,7 @@ def _running_update(name, x, running_mean, running_var, momentum):
     """The batch statistics written into the running buffers (training mode)."""
     if running_mean is None and running_var is None:
         return
-    mean, var = _moments(stop_gradient(x), _channel_dims(x), correction=1)
+    mean, var = KC.batch_norm_stats(stop_gradient(x))
     _update_running(running_mean, mean, momentum, name)
     _update_running(running_var, var, momentum, name)
 
@@ -260,7 +260,7 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
 def _instance_running_update(merged, shp, running_mean, running_var, momentum):
     """torch updates instance_norm's running statistics with the per-instance statistics
     averaged over the batch."""
-    mean, var = _moments(stop_gradient(merged), (0,) + tuple(range(2, len(shp))), correction=1)
+    mean, var = KC.batch_norm_stats(stop_gradient(merged))
     m = B.div(R.reduce_sum(S.reshape(mean, shp[:2]), (0,)), float(shp[0]))
     v = B.div(R.reduce_sum(S.reshape(var, shp[:2]), (0,)), float(shp[0]))
     _update_running(running_mean, m, momentum, "instance_norm")
