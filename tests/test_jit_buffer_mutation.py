@@ -95,6 +95,28 @@ def test_custom_buffer_updates_are_written_back_each_call():
     assert step.cache_info()["misses"] == 1
 
 
+def test_nested_jit_writes_reach_the_outer_program():
+    buf, ref_buf = torch.zeros(3), torch.zeros(3)
+
+    @tx.jit
+    def inner(x):
+        buf.mul_(0.5).add_(x)
+        return x * 2
+
+    def ref(x):
+        ref_buf.mul_(0.5).add_(x)
+        return x * 2 + ref_buf
+
+    outer = tx.jit(lambda x: inner(x) + buf)  # reads the value the inner program wrote
+    for k in range(3):
+        x = torch.full((3,), k + 1.0)
+        close(outer(x), ref(x))
+        close(buf, ref_buf)
+    close(inner(x), x * 2)  # the inner function alone, at top level
+    ref(x)
+    close(buf, ref_buf)
+
+
 def test_the_writeback_is_visible_in_the_ir():
     buf = torch.zeros(3)
 

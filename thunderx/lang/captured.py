@@ -152,6 +152,11 @@ def current_value(target: torch.Tensor, staging: StagingTrace) -> StagingTracer:
 _VALUE_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag"})
 # in-place-named methods that change no values
 _NOT_WRITES = frozenset({"requires_grad_", "share_memory_", "detach_"})
+# methods that read a tensor's metadata or memory, never its values: a written tensor's own
+_METADATA = frozenset(
+    {"untyped_storage", "data_ptr", "storage_offset", "stride", "is_contiguous", "numel", "dim"}
+    | {"size", "element_size", "nelement", "get_device", "is_floating_point", "is_complex"}
+)
 
 
 class StagingMode(RandomnessMode):
@@ -187,7 +192,7 @@ def staged_torch_call(created: set, func, args, kwargs):
             if not _created(created, target):
                 return _functionalize(name, target, args[1:], kwargs)
             _keep_earlier_reads(target, None)  # the trace's own tensor: written now
-    elif _WRITES[0] and not _any_tracer(args, kwargs):
+    elif _WRITES[0] and name not in _METADATA and not _any_tracer(args, kwargs):
         if name != "__get__" or getattr(getattr(func, "__self__", None), "__name__", "") in (
             _VALUE_PROPERTIES
         ):
@@ -272,9 +277,11 @@ def _read_written(args, kwargs):
 
 
 def _storage(t: torch.Tensor) -> int:
-    """The address of t's memory (0 when it has none: empty, sparse, meta)."""
+    """The address of t's memory (0 when it has none: empty, sparse, meta); asked past any
+    torch function mode (an enclosing staging trace's would read a written tensor's value)."""
     try:
-        return t.untyped_storage().data_ptr() if t.numel() else 0
+        with torch._C.DisableTorchFunction():
+            return t.untyped_storage().data_ptr() if t.numel() else 0
     except (RuntimeError, NotImplementedError):
         return 0
 
