@@ -307,15 +307,6 @@ def _stats_impl(x):
     return [mean, var]
 
 
-def _stats_decomposition(x):
-    dims, shp = _bn_dims(x), S._shape(x)
-    n = float(math.prod(shp[d] for d in dims))
-    mean = B.div(R.reduce_sum(x, dims, keepdims=True), n)
-    xc = B.sub(x, S.broadcast_to(mean, shp))
-    var = B.div(R.reduce_sum(B.mul(xc, xc), dims), n - 1.0)
-    return [S.reshape(mean, (shp[1],)), var]
-
-
 def _stats_batch(args, dims):
     # each vmapped example has its own statistics per channel: the batch dim joins the channels
     (x,), (d,) = args, dims
@@ -328,11 +319,10 @@ def _stats_batch(args, dims):
 
 batch_norm_stats_p = declare(
     "batch_norm_stats",
-    decomposition=_stats_decomposition,
     impl=_stats_impl,
     abstract_eval=_stats_abstract_eval,
     batch=_stats_batch,
     multiple_results=True,
-    not_differentiable="the statistics are only written into running statistics, which carry "
-    "no derivative (thunderx/lang/norms.py applies stop_gradient before)",
+    not_differentiable="running statistics carry no derivative: torch's kernel writes them "
+    "outside autograd (and thunderx/lang/norms.py stops gradients before it)",
 )

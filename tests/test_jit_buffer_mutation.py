@@ -14,6 +14,7 @@ from thunderx import lax
 from thunderx.errors import ConcretizationError
 from thunderx.executors import executor_names
 from thunderx.lang.inplace import MutationError
+from thunderx.primitives import composite_channel_norm as KC
 
 
 def close(a, b):
@@ -56,6 +57,19 @@ def test_batchnorm_training_under_jit_updates_buffers_like_eager(kind, executor)
     model.eval(), ref.eval()
     x = bn_input(kind)
     close(tx.jit(model, executor=executor)(x), ref(x))
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (4, 3, 5), (2, 3, 4, 5)])
+def test_batch_norm_stats_are_the_mean_and_unbiased_variance(shape):
+    x = torch.randn(shape, dtype=torch.float64)
+    dims = tuple(d for d in range(x.ndim) if d != 1)
+    var, mean = torch.var_mean(x, dims, correction=1)
+    got = KC.batch_norm_stats(x)
+    close(got[0], mean), close(got[1], var)
+    close(tx.jit(KC.batch_norm_stats)(x)[1], var)
+    xs = torch.stack([x, 2 * x + 1])
+    got = tx.vmap(KC.batch_norm_stats)(xs)
+    close(got[0], torch.stack([mean, 2 * mean + 1])), close(got[1], torch.stack([var, 4 * var]))
 
 
 class Tracker(torch.nn.Module):
