@@ -205,6 +205,11 @@ def _(d):
     return Sample([d.tensor(_channel_shape(d))], {"eps": 1e-5})
 
 
+@sample("batch_norm_stats")
+def _(d):
+    return Sample([d.tensor(_channel_shape(d))], {})
+
+
 @sample("batch_norm_backward")
 def _(d):
     shape = _channel_shape(d)

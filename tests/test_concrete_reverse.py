@@ -280,8 +280,10 @@ def test_batch_norm_running_statistics_are_updated_or_refused_never_left_stale()
     close(tx.grad(loss("tx"))(x), tf.grad(loss("tf"))(x))
     for got, want in zip(bufs["tx"], bufs["tf"]):
         close(got, want)  # updated in place, as torch.func does
-    with pytest.raises(RuntimeError, match="running statistics"):
-        tx.jit(loss("tx"))(x)  # jit cannot write the buffers: an error, not stale statistics
+    # jit writes the buffers back after each call (tests/test_jit_buffer_mutation.py)
+    torch.testing.assert_close(tx.jit(loss("tx"))(x), loss("tf")(x))
+    for got, want in zip(bufs["tx"], bufs["tf"]):
+        close(got, want)
     close(
         tx.jit(lambda x: F.instance_norm(x, weight=w, bias=b))(x),
         F.instance_norm(x, weight=w, bias=b),

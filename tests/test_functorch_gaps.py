@@ -192,8 +192,9 @@ def test_vmap_input_updates_refused_where_unsound():
         tx.vmap(lambda t, u: t.add_(u))(x, x[::1])  # a view of the same memory
     with pytest.raises(MutationError, match="chunk_size"):
         tx.vmap(lambda t: t.add_(1), chunk_size=2)(x)
-    with pytest.raises(MutationError, match="input of the transformed function"):
-        tx.jit(tx.vmap(lambda t: t.add_(1)))(x)  # jit's inputs stay immutable
+    y = x.clone()
+    tx.jit(tx.vmap(lambda t: t.add_(1)))(y)  # jit writes its argument back, as torch.compile
+    close(y, x + 1)
     with pytest.raises(RuntimeError):  # an unmapped input written with mapped values
         tf.vmap(lambda t, u: t.add_(u), in_dims=(None, 0))(torch.randn(3), x)
     with pytest.raises(MutationError):
@@ -255,8 +256,11 @@ def test_jvp_input_update_refusals():
     close(x, before)
     with pytest.raises(MutationError):  # reverse mode keeps its inputs immutable
         tx.vjp(lambda t: t.mul_(2), x)
-    with pytest.raises(MutationError):
-        tx.jit(lambda t: tx.jvp(lambda u: u.mul_(2), (t,), (t * 0 + 1,)))(x)
+    # under jit the update reaches jit's argument, written back after the call (torch.compile)
+    y, z = x.clone(), x.clone()
+    tx.jit(lambda t: tx.jvp(lambda u: u.mul_(2), (t,), (t * 0 + 1,)))(y)
+    tf.jvp(lambda u: u.mul_(2), (z,), (torch.ones(3),))
+    close(y, z)
 
 
 class _Triple(torch.autograd.Function):

@@ -87,7 +87,7 @@ def test_update_of_an_unbatched_input_with_a_batched_value_is_refused():
     fn = lambda x, y: x.add_(y)  # noqa: E731
     with pytest.raises(RuntimeError):
         tf.vmap(fn, in_dims=(None, 0))(data(3), data(4, 3))
-    with pytest.raises(RuntimeError, match="mutate a captured Tensor"):
+    with pytest.raises(RuntimeError, match="into a captured tensor.*inplace arithmetic"):
         tx.vmap(fn, in_dims=(None, 0))(data(3), data(4, 3))
 
 

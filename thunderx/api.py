@@ -48,9 +48,11 @@ def make_jaxpr(
             out_leaves, out_tree = tree.flatten(out)
             return out_leaves, out_tree
 
-        closed, out_tree = trace_flat(flat, avals)
+        closed, out_tree = trace_flat(flat, avals, writeback=True)
         jaxpr = dce(closed.jaxpr)
         used = {id(v) for v in _used_vars(jaxpr)}
+        consts_n = len(jaxpr.constvars)
+        used.update(id(jaxpr.constvars[i]) for i, _ in closed.writes if i < consts_n)
         keep = [i for i, v in enumerate(jaxpr.constvars) if id(v) in used]
         if len(keep) != len(jaxpr.constvars):
             from thunderx.ir import Jaxpr
@@ -58,11 +60,16 @@ def make_jaxpr(
             jaxpr = Jaxpr(
                 [jaxpr.constvars[i] for i in keep], jaxpr.invars, jaxpr.eqns, jaxpr.outvars
             )
-            result = ClosedJaxpr(jaxpr, [closed.consts[i] for i in keep])
+            n = len(closed.consts)  # writes index consts, then inputs
+            writes = tuple(
+                (keep.index(i) if i < n else i - n + len(keep), g) for i, g in closed.writes
+            )
+            result = ClosedJaxpr(jaxpr, [closed.consts[i] for i in keep], writes)
         else:
-            result = ClosedJaxpr(jaxpr, closed.consts)
+            result = ClosedJaxpr(jaxpr, closed.consts, closed.writes)
         if return_shape:
-            shapes = [ShapeDtypeStruct.from_aval(a.strip_weak()) for a in closed.out_avals]
+            n = len(closed.out_avals) - len(closed.writes)  # the written-back values trail
+            shapes = [ShapeDtypeStruct.from_aval(a.strip_weak()) for a in closed.out_avals[:n]]
             return result, tree.unflatten(out_tree, shapes)
         return result
 

@@ -80,14 +80,18 @@ class Jaxpr:
 
 
 class ClosedJaxpr:
-    """A jaxpr with values for its constvars (torch tensors or outer tracers)."""
+    """A jaxpr with values for its constvars (torch tensors or outer tracers).
 
-    __slots__ = ("jaxpr", "consts", "__weakref__")
+    `writes`: in-place writes to captured tensors, one `(const index, grad mode)` per trailing
+    output: after each run that output is copied into that const (see thunderx/lang/captured.py)."""
 
-    def __init__(self, jaxpr: Jaxpr, consts: list):
+    __slots__ = ("jaxpr", "consts", "writes", "__weakref__")
+
+    def __init__(self, jaxpr: Jaxpr, consts: list, writes: tuple = ()):
         assert len(consts) == len(jaxpr.constvars)
         self.jaxpr = jaxpr
         self.consts = list(consts)
+        self.writes = tuple(writes)
 
     @property
     def in_avals(self):

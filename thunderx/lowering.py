@@ -37,6 +37,16 @@ class Lowered:
             f"# execution program: {self.executor_impl.describe()}",
             self.program_text(),
         ]
+        writes = self.entry.writes
+        if writes:
+            n = len(self.optimized.outvars) - len(writes)
+            copies = ", ".join(
+                f"{'' if grad else 'no_grad '}arg {i}.copy_(out {n + k})"
+                for k, (i, grad) in enumerate(writes)
+            )
+            parts.append(
+                f"# after each call, captured tensors and arguments written back in place: {copies}"
+            )
         text = "\n".join(parts)
         if max_lines is not None:
             lines = text.splitlines()
@@ -94,6 +104,7 @@ class Compiled:
         self._out_tree = entry.out_tree
 
     def __call__(self, *args, **kwargs):
+        from thunderx.lang.captured import check_write_aliases, write_back
         from thunderx.transforms.jit import _leaf_key, _needs_autograd
 
         expected = self._nargs - len(self._static_pos)
@@ -125,6 +136,11 @@ class Compiled:
         leaves = [torch.tensor(x) if type(x) in (bool, int, float) else x for x in leaves]
         prog = self._program
         fn = prog.fn_plain if _needs_autograd(leaves, self._consts) else prog.fn
+        writes = self.lowered.entry.writes
+        if writes:
+            operands = (*self._consts, *leaves)
+            check_write_aliases(operands, writes, self.name, len(self._consts))
+            return tree.unflatten(self._out_tree, write_back(operands, writes, fn(*operands)))
         return tree.unflatten(self._out_tree, fn(*self._consts, *leaves))
 
     def as_text(self) -> str:

@@ -92,4 +92,21 @@ def _jaxpr_str(self) -> str:
     return pp_jaxpr(self)
 
 
+def pp_closed_jaxpr(closed: ClosedJaxpr) -> str:
+    """The jaxpr, then a line naming the captured tensors (or arguments) its trailing outputs
+    are written back into after each run (`writes back: a <- e` copies e into a)."""
+    if not closed.writes:
+        return pp_jaxpr(closed.jaxpr)
+    namer = Namer()
+    text = pp_jaxpr(closed.jaxpr, namer=namer)
+    jaxpr, n = closed.jaxpr, len(closed.writes)
+    operands = jaxpr.constvars + jaxpr.invars
+    pairs = [
+        f"{namer(operands[i])} <- {namer(v)}"
+        for (i, _), v in zip(closed.writes, jaxpr.outvars[len(jaxpr.outvars) - n :])
+    ]
+    return text + "\n  writes back: " + ", ".join(pairs)
+
+
 Jaxpr.__str__ = Jaxpr.__repr__ = _jaxpr_str
+ClosedJaxpr.__str__ = ClosedJaxpr.__repr__ = pp_closed_jaxpr

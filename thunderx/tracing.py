@@ -28,20 +28,42 @@ class StagingTracer(Tracer):
 
 
 class StagingTrace(Trace):
-    """Records each primitive as an equation; values from any other trace become constvars."""
+    """Records each primitive as an equation; values from any other trace become constvars.
 
-    __slots__ = ("eqns", "constvars", "consts", "const_index")
+    In-place writes to captured tensors (module buffers: consts of this trace) are recorded in
+    `writes` by a trace that can write back (`writeback`, jit's and make_jaxpr's): later reads of
+    the tensor see the new value, and `finalize` appends the final values as extra outputs that
+    the caller copies into the tensors after each run (thunderx/lang/captured.py)."""
 
-    def __init__(self, parent):
+    __slots__ = (
+        "eqns",
+        "constvars",
+        "consts",
+        "const_index",
+        "writes",
+        "writeback",
+        "arg_vars",
+        "written_args",
+    )
+
+    def __init__(self, parent, writeback: bool = False):
         super().__init__(parent)
         self.eqns: list[Eqn] = []
         self.constvars: list[Var] = []
         self.consts: list = []
         self.const_index: dict[int, Var] = {}
+        # id(tensor) -> (tensor, its current value as a tracer of this trace, grad mode)
+        self.writes: dict[int, tuple] = {}
+        self.writeback = writeback
+        # the inputs' variables (an input written in place takes a new one) and the ids of the
+        # input tracers written in place (under jit: copied back into the arguments)
+        self.arg_vars: list[Var] = []
+        self.written_args: dict[int, bool] = {}
 
     def new_arg(self, aval: ShapedArray) -> StagingTracer:
         t = StagingTracer(self, Var(aval))
         self.input_ids.add(id(t))
+        self.arg_vars.append(t._var)
         return t
 
     def lift(self, value) -> StagingTracer:
@@ -52,15 +74,46 @@ class StagingTrace(Trace):
             return x._var
         if type(x) in _SCALARS:
             return Literal(x)
-        var = self.const_index.get(id(x))
+        if _WRITES[0] and not isinstance(x, Tracer):
+            # a captured tensor written earlier in this trace or an enclosing one: its value now
+            current = written_value(self, x)
+            if current is not None:
+                if current._trace is self:
+                    return current._var
+                x = current
+        return self.const_var(x)
+
+    def const_var(self, x) -> Var:
+        """The constvar standing for x (made on first use). A value of an enclosing staging
+        trace is keyed by its variable and held as a copy of its tracer: an in-place update
+        of that tracer object later (functionalization) does not change what was read here."""
+        staged = type(x) is StagingTracer
+        key = id(x._var) if staged else id(x)
+        var = self.const_index.get(key)
         if var is None:
             if isinstance(x, Tracer):
                 self.check_foreign(x)
+            if staged:
+                x = StagingTracer(x._trace, x._var)
             var = Var(get_aval(x).strip_weak())
-            self.const_index[id(x)] = var
+            self.const_index[key] = var
             self.constvars.append(var)
             self.consts.append(x)
         return var
+
+    def record_write(self, target: torch.Tensor, value, grad_enabled: bool) -> None:
+        """`target` (a captured tensor) now holds `value` (a value of this trace)."""
+        self.const_var(target)
+        var = self.atom(value)
+        if isinstance(var, Literal):
+            var = self.atom(torch.tensor(var.val, dtype=target.dtype, device=target.device))
+        if not self.writes:
+            _WRITES[0] += 1
+        self.writes[id(target)] = (target, StagingTracer(self, var), grad_enabled)
+
+    def end_writes(self) -> None:
+        if self.writes:
+            _WRITES[0] -= 1
 
     def process_primitive(self, prim, args, params):
         stage = stage_rules.get(prim)
@@ -85,13 +138,40 @@ class StagingTrace(Trace):
                     f"scalars or pytrees of them (at {user_frame()})"
                 )
         outvars = [self.atom(x) for x in out_values]
-        jaxpr = Jaxpr(self.constvars, [t._var for t in in_tracers], self.eqns, outvars)
-        return ClosedJaxpr(jaxpr, self.consts)
+        writes = []  # (operand index, consts first then inputs; grad mode) per trailing output
+        for target, value, grad_enabled in self.writes.values():
+            outvars.append(value._var)
+            writes.append((self.constvars.index(self.const_index[id(target)]), grad_enabled))
+        for i, t in enumerate(in_tracers):
+            if id(t) in self.written_args:
+                outvars.append(self.atom(t))
+                writes.append((len(self.constvars) + i, self.written_args[id(t)]))
+        jaxpr = Jaxpr(self.constvars, self.arg_vars, self.eqns, outvars)
+        return ClosedJaxpr(jaxpr, self.consts, tuple(writes))
 
 
-def trace_flat(flat_fun: Callable, in_avals) -> tuple[ClosedJaxpr, object]:
-    """Trace `flat_fun(*leaves) -> (out_leaves, extra)` into a closed jaxpr; returns (jaxpr, extra)."""
-    from thunderx.lang.random import RandomnessMode
+# How many live traces have recorded writes: while none has, `atom` skips the lookup.
+_WRITES = [0]
+
+
+def written_value(trace, x):
+    """x's value in `trace` when a trace from `trace` outwards has recorded a write to it."""
+    t = trace
+    while t is not None:
+        writes = getattr(t, "writes", None)
+        if writes:
+            hit = writes.get(id(x))
+            if hit is not None and hit[0] is x:
+                return hit[1]
+        t = t.parent
+    return None
+
+
+def trace_flat(flat_fun: Callable, in_avals, writeback: bool = False) -> tuple[ClosedJaxpr, object]:
+    """Trace `flat_fun(*leaves) -> (out_leaves, extra)` into a closed jaxpr; returns (jaxpr, extra).
+    With `writeback`, in-place writes to captured tensors become trailing outputs named by the
+    jaxpr's `writes` (jit, make_jaxpr); without, such a write is an error."""
+    from thunderx.lang.captured import StagingMode
 
     # Tracing allocates many small objects and makes few cycles: the cyclic collector would rescan
     # the growing heap again and again (superlinear in program size), so it pauses meanwhile.
@@ -99,13 +179,16 @@ def trace_flat(flat_fun: Callable, in_avals) -> tuple[ClosedJaxpr, object]:
     if pause:
         gc.disable()
     try:
-        with new_trace(StagingTrace) as trace:
-            in_tracers = [trace.new_arg(a) for a in in_avals]
-            # a no_grad block around the transform is not the function's (as in torch.func):
-            # only blocks inside the function stop gradients
-            with RandomnessMode(None), torch.enable_grad():
-                outs, extra = flat_fun(*in_tracers)
-            return trace.finalize(in_tracers, outs), extra
+        with new_trace(StagingTrace, writeback) as trace:
+            try:
+                in_tracers = [trace.new_arg(a) for a in in_avals]
+                # a no_grad block around the transform is not the function's (as in torch.func):
+                # only blocks inside the function stop gradients
+                with StagingMode(), torch.enable_grad():
+                    outs, extra = flat_fun(*in_tracers)
+                return trace.finalize(in_tracers, outs), extra
+            finally:
+                trace.end_writes()
     finally:
         if pause:
             gc.enable()

@@ -19,6 +19,7 @@ from thunderx.core import EvalTrace, Tracer, _state, axis_env, get_aval, is_top_
 from thunderx.errors import ArgumentValueError, user_frame
 from thunderx.executors import default_executor, executor_names, get_executor
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
+from thunderx.lang.captured import check_write_aliases, write_back, write_traced
 from thunderx.passes import closure_convert, optimize
 from thunderx.tracing import trace_flat
 
@@ -126,7 +127,9 @@ def batch_of_jaxpr(jaxpr: Jaxpr, dims: tuple, size: int, force_out=None):
 
 
 class _Entry:
-    __slots__ = ("jaxpr", "consts", "out_tree", "program", "closed", "__weakref__")
+    # writes: (const index, grad mode) per trailing output of `jaxpr` that is copied into that
+    # captured tensor after each call (an in-place update of a module buffer; lang/captured.py)
+    __slots__ = ("jaxpr", "consts", "out_tree", "program", "closed", "writes", "__weakref__")
 
 
 def _leaf_key(x):
@@ -165,6 +168,8 @@ class JitFunction:
 
     def __init__(self, fun, static_argnums, static_argnames, cache_size, executor):
         functools.update_wrapper(self, fun)
+        if not hasattr(self, "__name__"):  # a module or other callable object
+            self.__name__ = type(fun).__name__
         self.fun = fun
         static_argnums, static_argnames = _complete_statics(fun, static_argnums, static_argnames)
         self.static_argnums = tuple(static_argnums)
@@ -251,13 +256,19 @@ class JitFunction:
         in_avals = [
             _weak(get_aval(x)) if k in _SCALAR_KEYS else get_aval(x) for x, k in zip(leaves, keys)
         ]
-        closed, out_tree = trace_flat(flat, in_avals)
+        closed, out_tree = trace_flat(flat, in_avals, writeback=True)
         entry = _Entry()
         entry.closed = closed
         entry.jaxpr = closure_convert(closed.jaxpr)
         entry.consts = closed.consts
         entry.out_tree = out_tree
         entry.program = None
+        entry.writes = closed.writes
+        if closed.writes:  # consts among themselves, once (each call checks the arguments)
+            n = len(closed.consts)
+            check_write_aliases(
+                closed.consts, [w for w in closed.writes if w[0] < n], self.__name__
+            )
         return entry
 
     def _lookup(self, args, kwargs):
@@ -326,18 +337,26 @@ class JitFunction:
             prog = entry.program
             if prog is None:
                 prog = entry.program = compiled_for(entry.jaxpr, self._executor_for(leaves))
+            if entry.writes:
+                operands = (*entry.consts, *leaves)
+                check_write_aliases(operands, entry.writes, self.__name__, len(entry.consts))
             if _needs_autograd(leaves, entry.consts):
                 outs = prog.fn_plain(*entry.consts, *leaves)
             else:
                 outs = prog.fn(*entry.consts, *leaves)
+            if entry.writes:
+                outs = write_back(operands, entry.writes, outs)
             # the fast path's key has no axis env: only programs traced without one go there
-            fast = self._fast_ok and not kwargs and not axis_env()
+            # (nor programs that write back into captured tensors: the slow path does that)
+            fast = self._fast_ok and not kwargs and not axis_env() and not entry.writes
             if fast and all(type(a) in _PLAIN for a in args):
                 self._remember_fast(args, entry, prog)
         else:
             from thunderx.primitives.higher_order import jit_call_p
 
             outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
+            if entry.writes:
+                outs = write_traced((*entry.consts, *leaves), entry.writes, outs, self.__name__)
             if not torch.is_grad_enabled():  # called in a no_grad block of a traced function
                 from thunderx.primitives.higher_order import stop_gradient
 

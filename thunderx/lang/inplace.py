@@ -1,9 +1,11 @@
 """In-place ops on traced values are functionalized: the tracer object takes the new value, and a
 write to a view reaches its base and the other views of it (thunderx/lang/views.py).
 
-Only values created inside the traced function may be mutated; mutating an input of the
-transform (or a view of one) or a captured tensor is an error, because the transform could not
-honour it. The exceptions are vmap and jvp, which write their inputs' updates back to the caller's tensors."""
+Mutating an input of the transform (or a view of one) is an error under grad and vjp: reverse mode
+is functional, as torch's autograd refuses an in-place update of a leaf that requires grad. vmap
+and jvp write their inputs' updates back to the caller's tensors (transforms/input_updates.py);
+jit writes its arguments' and captured tensors' updates back after each call, as torch.compile
+does (lang/captured.py)."""
 
 from __future__ import annotations
 
@@ -24,21 +26,27 @@ class MutationError(ThunderxError, RuntimeError):
 
 def mutate(x, new, what: str):
     if not isinstance(x, Tracer):
-        hint = new._trace.foreign_write_hint if isinstance(new, Tracer) else ""
-        raise MutationError(
-            f"{what} writes a traced value into a concrete tensor at {user_frame()}: a transform "
-            "cannot mutate a captured Tensor (one from outside it, or created from no traced "
-            "value); create the tensor from a traced one (torch.zeros_like(x), x.new_zeros(...)) "
-            f"or build the result out of place (torch.where, torch.cat){hint}"
-        )
+        # a captured tensor (or one made from no traced value): written now where the value is
+        # known, else written back after each call of the staged program (lang/captured.py)
+        from thunderx.lang.captured import write_captured
+
+        new = S.broadcast_to(convert(new, x.dtype), tuple(x.shape))
+        write_captured(x, new, what)
+        return x
     if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
         # a value of an enclosing scope (e.g. a constant): make it a value of x's trace
         new = x._trace.lift(new)
-    if id(x) in x._trace_inputs() and not (
-        x._trace.writes_back_inputs and isinstance(new, Tracer) and new._trace is x._trace
-    ):
-        if x._trace.writes_back_inputs:
+    if id(x) in x._trace_inputs() and x._trace.writes_back_inputs:
+        # vmap / jvp: written back when the transform ends (transforms/input_updates.py)
+        if not (isinstance(new, Tracer) and new._trace is x._trace):
             raise _inner_write(x, new, what)
+    elif id(x) in x._trace_inputs() and getattr(x._trace, "writeback", False):
+        # an argument of jit: written back into the caller's tensor after each call, as
+        # torch.compile does (a write that needs a derivative or a batch dim is refused)
+        from thunderx.lang.captured import input_written
+
+        new = input_written(x, new, what)
+    elif id(x) in x._trace_inputs():
         raise MutationError(
             f"{what} mutates an input of the transformed function at {user_frame()}; "
             "transforms are functional: clone it first (y = x.clone()) and mutate the copy"

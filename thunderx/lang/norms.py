@@ -6,10 +6,10 @@ their fused backward kernels as derivatives; the affine part and normalizing wit
 statistics are elementwise primitives.
 
 Running statistics in training mode are torch's in-place update of the caller's buffers:
-`running = (1 - momentum) * running + momentum * batch_stat` (the variance unbiased). Where the
+`running = momentum * batch_stat + (1 - momentum) * running` (the variance unbiased). Where the
 transform knows the batch statistics' values (eager grad, vjp, jvp) the buffers are updated then,
-as torch.func does; where it does not (jit, vmap of batched statistics) the update cannot be
-expressed and a clear error says so, instead of silently leaving the buffers stale."""
+as torch.func does; under jit the update is written back into the buffers after each call
+(lang/captured.py); batched statistics under vmap have nowhere to go and are an error."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 
 from thunderx.core import Tracer
-from thunderx.errors import user_frame
-from thunderx.lang._base import aval, convert, dtype, known_value, ndim, register, shape
-from thunderx.lang.inplace import MutationError
+from thunderx.lang._base import aval, convert, dtype, ndim, register, shape
+from thunderx.lang.captured import write_captured
+from thunderx.lang.inplace import mutate
 from thunderx.lang.nn import layer_norm
 from thunderx.primitives import binary as B
 from thunderx.primitives import composite_channel_norm as KC
@@ -33,24 +33,16 @@ from thunderx.primitives.higher_order import stop_gradient
 
 
 def _update_running(buf, stat, momentum, what):
-    """buf <- (1 - momentum) * buf + momentum * stat, in place, with no derivative."""
+    """buf <- momentum * stat + (1 - momentum) * buf (torch's kernel's order), in place, with
+    no derivative: now where values are known, written back after each call under jit."""
     if buf is None:
         return
-    if isinstance(buf, Tracer):
-        raise MutationError(
-            f"{what} updates running statistics that are traced values at {user_frame()}: pass "
-            "the buffers as concrete tensors (module buffers), or use eval mode / "
-            "track_running_stats=False under the transform"
-        )
-    value = known_value(stat)
-    if value is None:
-        raise MutationError(
-            f"{what} in training mode updates its running statistics in place at {user_frame()}, "
-            "and this transform (jit or vmap) does not know the batch statistics' values: use "
-            "eval mode or track_running_stats=False inside it, or update the statistics outside"
-        )
-    with torch.no_grad():
-        buf.mul_(1.0 - momentum).add_(value.detach().to(buf.dtype), alpha=momentum)
+    new = B.add(B.mul(convert(stat, dtype(buf)), momentum), B.mul(buf, 1.0 - momentum))
+    if isinstance(buf, Tracer):  # an argument of jit, or a value of the traced function
+        with torch.no_grad():
+            mutate(buf, new, what)
+    else:
+        write_captured(buf, new, what, grad_enabled=False)
 
 
 def _per_channel(v, x):
@@ -253,7 +245,7 @@ def _running_update(name, x, running_mean, running_var, momentum):
     """The batch statistics written into the running buffers (training mode)."""
     if running_mean is None and running_var is None:
         return
-    mean, var = _moments(x, _channel_dims(x), correction=1)
+    mean, var = KC.batch_norm_stats(stop_gradient(x))
     _update_running(running_mean, mean, momentum, name)
     _update_running(running_var, var, momentum, name)
 
@@ -268,7 +260,7 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
 def _instance_running_update(merged, shp, running_mean, running_var, momentum):
     """torch updates instance_norm's running statistics with the per-instance statistics
     averaged over the batch."""
-    mean, var = _moments(merged, (0,) + tuple(range(2, len(shp))), correction=1)
+    mean, var = KC.batch_norm_stats(stop_gradient(merged))
     m = B.div(R.reduce_sum(S.reshape(mean, shp[:2]), (0,)), float(shp[0]))
     v = B.div(R.reduce_sum(S.reshape(var, shp[:2]), (0,)), float(shp[0]))
     _update_running(running_mean, m, momentum, "instance_norm")

@@ -70,6 +70,17 @@ class TensorMethod(property):
         return getattr, (torch._C.TensorBase, self.__name__)
 
 
+def accepting_tracers(func):
+    """`func`, or for one of torch's C method descriptors its shadow (or a dispatcher like it),
+    so that it may be called with a tracer as `self`."""
+    if not isinstance(func, _DESCRIPTORS):
+        return func
+    shadow = _shadows.get(func.__name__)
+    if shadow is not None and shadow._original is func:
+        return shadow
+    return TensorMethod(func.__name__, func)
+
+
 def install(operator_names) -> None:
     """Shadow every public method torch defines in C on TensorBase, and the operators among
     `operator_names` (methods torch writes in Python already dispatch a tracer through
