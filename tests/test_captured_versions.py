@@ -245,3 +245,13 @@ def test_inference_tensors_have_no_version_and_work():
     with torch.inference_mode():
         buf = torch.full((3,), 0.5)
     torch.testing.assert_close(tx.grad(_no_write(buf))(X), 0.5 * torch.cos(X * 0.5))
+
+
+def test_linear_transpose_keeps_its_constants_or_raises():
+    w = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    f_t = tx.linear_transpose(lambda x: w @ x, torch.zeros(2))
+    ct = torch.tensor([1.0, -1.0, 0.5])
+    torch.testing.assert_close(f_t(ct)[0], w.T @ ct)
+    w.mul_(2)
+    with pytest.raises(ModifiedInPlaceError, match=r"\(3, 2\)"):
+        f_t(ct)

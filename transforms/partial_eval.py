@@ -175,6 +175,17 @@ def _version(x: torch.Tensor) -> int | None:
         return None
 
 
+def record_versions(values: list) -> list[tuple]:
+    """(index, tensor, version) for each concrete tensor among `values`, for `check_versions`."""
+    out = []
+    for i, x in enumerate(values):
+        if isinstance(x, torch.Tensor):
+            v = _version(x)
+            if v is not None:
+                out.append((i, x, v))
+    return out
+
+
 def check_versions(linear: Jaxpr, consts: list, versions: list, when: str) -> None:
     """Raises ModifiedInPlaceError when a concrete tensor the linear jaxpr reads (a const recorded
     with its version by `PartialEvalTrace`; the jaxpr binds the consts first) was modified in
