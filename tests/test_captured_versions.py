@@ -255,3 +255,38 @@ def test_linear_transpose_keeps_its_constants_or_raises():
     w.mul_(2)
     with pytest.raises(ModifiedInPlaceError, match=r"\(3, 2\)"):
         f_t(ct)
+
+
+def test_autograd_function_saved_tensor_modified_later_raises_like_torch():
+    buf = torch.full((3,), 0.5)
+
+    class Scale(torch.autograd.Function):
+        @staticmethod
+        def forward(x, w):
+            return x * w
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            ctx.save_for_backward(inputs[1])
+
+        @staticmethod
+        def backward(ctx, g):
+            (w,) = ctx.saved_tensors
+            return g * w, None
+
+    def f(x):
+        y = Scale.apply(x, buf).sum()
+        with torch.no_grad():
+            buf.add_(1)
+        return y
+
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        _eager_grad(f, X)
+    buf.fill_(0.5)
+    with pytest.raises(RuntimeError, match="captured Tensor"):
+        tf.grad(f)(X)
+    buf.fill_(0.5)
+    with pytest.raises(ModifiedInPlaceError, match="custom"):
+        tx.grad(f)(X)
+    buf.fill_(0.5)
+    torch.testing.assert_close(tx.grad(lambda x: Scale.apply(x, buf).sum())(X), buf)
