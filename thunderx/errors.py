@@ -64,6 +64,14 @@ class IndependentOutputError(ThunderxError, RuntimeError):
     """`jvp(..., strict=True)`: an output does not depend on the inputs (torch.func's check)."""
 
 
+class ModifiedInPlaceError(ThunderxError, RuntimeError):
+    """A tensor that reverse mode keeps for the backward pass (a captured tensor, one the function
+    made itself, a residual) was modified in place after the differentiated computation read it:
+    the derivative would read its new value. torch raises a RuntimeError for the same misuse
+    (torch.func refuses in-place writes to captured tensors; torch.autograd's version counter
+    check refuses saved tensors modified in place)."""
+
+
 class FuncContractError(ThunderxError, RuntimeError):
     """A use torch.func refuses, refused by `thunderx.func` (which keeps torch.func's contract):
     a function's output or aux is not a tensor (pytree), a has_aux output is not a pair, an

@@ -27,7 +27,7 @@ from thunderx.ir import Jaxpr, eval_jaxpr
 from thunderx.tracing import StagingTracer
 from thunderx.transforms import holomorphic as H
 from thunderx.transforms.jvp import jvp_flat, no_grad_outputs
-from thunderx.transforms.partial_eval import PartialEvalTrace
+from thunderx.transforms.partial_eval import PartialEvalTrace, check_versions
 from thunderx.transforms.transpose import backward_pass
 
 _SCALARS = (bool, int, float)
@@ -83,6 +83,7 @@ class _Linearized:
         "tangent_avals",
         "in_diff",
         "in_avals",
+        "versions",
     )
 
 
@@ -129,13 +130,21 @@ def linearize_flat(
     lin.tangent_avals = [t.aval if type(t) is Zero else get_aval(t).strip_weak() for t in t_outs]
     lin.in_diff = in_diff
     lin.in_avals = in_avals
+    lin.versions = trace.versions
+    if lin.versions:
+        check_versions(lin.linear, lin.residuals, lin.versions, "later in the same function")
     return lin
+
+
+_AFTER = "after the function returned, before the derivative was evaluated"
 
 
 def _transpose_linearized(lin: _Linearized, cts: list, holomorphic: bool = False) -> list:
     # torch's cotangent convention for complex values, unless JAX's holomorphic one is asked for
     cts = cts if holomorphic else H.conj_leaves(cts)
     cts_unknown = [ct for ct, u in zip(cts, lin.tangent_unknown) if u]
+    if lin.versions:
+        check_versions(lin.linear, lin.residuals, lin.versions, _AFTER)
     cts_in = backward_pass(lin.linear, lin.residuals, cts_unknown)
     it = iter(cts_in)
     out = []
@@ -149,6 +158,8 @@ def _transpose_linearized(lin: _Linearized, cts: list, holomorphic: bool = False
 
 def _apply_linearized(lin: _Linearized, tangents: list) -> list:
     ts = [t for t, d in zip(tangents, lin.in_diff) if d]
+    if lin.versions:
+        check_versions(lin.linear, lin.residuals, lin.versions, _AFTER)
     outs = iter(eval_jaxpr(lin.linear, [], *lin.residuals, *ts))
     out = [
         next(outs) if u else instantiate(Zero(a))

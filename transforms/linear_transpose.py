@@ -14,7 +14,7 @@ from thunderx.errors import ThunderxError, user_frame
 from thunderx.ir import eval_jaxpr
 from thunderx.shapes import aval_of_argument
 from thunderx.tracing import trace_flat
-from thunderx.transforms.partial_eval import partial_eval_jaxpr
+from thunderx.transforms.partial_eval import check_versions, partial_eval_jaxpr, record_versions
 from thunderx.transforms.transpose import backward_pass
 
 
@@ -76,6 +76,9 @@ def linear_transpose(fun: Callable, *primals) -> Callable:
                 f"on the inputs, or a nonlinear operation such as `1 / x`) (at {user_frame()})"
             )
 
+    # the residuals (the function's captured tensors among them) are read when a cotangent comes
+    versions = record_versions(residuals)
+
     def transposed(out_cotangent):
         ct_leaves, ct_tree = tree.flatten(out_cotangent)
         if ct_tree != out_tree:
@@ -91,6 +94,8 @@ def linear_transpose(fun: Callable, *primals) -> Callable:
                     f"{a.str_short()} like the output (at {user_frame()})"
                 )
         cts = [c for c, u in zip(ct_leaves, out_unknowns) if u]
+        if versions:
+            check_versions(linear, residuals, versions, "after linear_transpose traced it")
         try:
             cts_in = backward_pass(linear, residuals, cts)
         except TypeError as e:  # a rule refusing a nonlinear use (x * x, a divisor, ...)

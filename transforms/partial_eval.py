@@ -21,7 +21,10 @@ as they execute and the optimizer sees one program, the same as staging the whol
 
 from __future__ import annotations
 
+import torch
+
 from thunderx.core import abstract_eval, get_aval, partial_eval_rules, set_trace
+from thunderx.errors import ModifiedInPlaceError, user_frame
 from thunderx.ir import Eqn, Jaxpr, Literal, Var, eval_jaxpr
 from thunderx.passes import call_primitives, dce, inline_calls
 from thunderx.tracing import StagingTrace, StagingTracer
@@ -91,7 +94,23 @@ class PartialEvalTrace(StagingTrace):
     are all known binds in the parent trace now; one touching an unknown value is staged, its known
     inputs becoming the staged jaxpr's constants (the residuals)."""
 
-    __slots__ = ()
+    __slots__ = ("versions",)
+
+    def __init__(self, parent):
+        super().__init__(parent)
+        # (index in consts, tensor, its version counter when first read) per concrete const
+        self.versions: list[tuple] = []
+
+    def const_var(self, x) -> Var:
+        # A concrete tensor read by the linear jaxpr is evaluated later, when cotangents (or
+        # tangents) arrive: its version counter, read now, tells whether it changed meanwhile.
+        n = len(self.consts)
+        var = StagingTrace.const_var(self, x)
+        if len(self.consts) != n and isinstance(x, torch.Tensor):
+            v = _version(x)
+            if v is not None:
+                self.versions.append((n, x, v))
+        return var
 
     def process_primitive(self, prim, args, params):
         unknowns = [type(a) is StagingTracer and a._trace is self for a in args]
@@ -147,6 +166,47 @@ class PartialEvalTrace(StagingTrace):
                 env[id(v)] = x
         outs = [env[id(v)] for v in out_vars]
         return outs if prim.multiple_results else outs[0]
+
+
+def _version(x: torch.Tensor) -> int | None:
+    try:
+        return x._version
+    except RuntimeError:  # an inference tensor keeps no version counter (and cannot be modified)
+        return None
+
+
+def record_versions(values: list) -> list[tuple]:
+    """(index, tensor, version) for each concrete tensor among `values`, for `check_versions`."""
+    out = []
+    for i, x in enumerate(values):
+        if isinstance(x, torch.Tensor):
+            v = _version(x)
+            if v is not None:
+                out.append((i, x, v))
+    return out
+
+
+def check_versions(linear: Jaxpr, consts: list, versions: list, when: str) -> None:
+    """Raises ModifiedInPlaceError when a concrete tensor the linear jaxpr reads (a const recorded
+    with its version by `PartialEvalTrace`; the jaxpr binds the consts first) was modified in
+    place since it was read, as torch's version counter check does for saved tensors: the
+    derivative would read the new value. `when` says where the write happened. A const replaced by a copy of its earlier value (a write that
+    thunderx intercepted: lang/captured.py `_keep_earlier_reads`) is not the tensor any more."""
+    for i, x, v in versions:
+        if consts[i] is x and x._version != v:
+            var = (linear.constvars + linear.invars)[i]  # the consts bind first
+            readers = [e.prim.name for e in linear.eqns if any(a is var for a in e.inputs)]
+            read_by = f" (read by `{readers[0]}`)" if readers else ""
+            raise ModifiedInPlaceError(
+                f"a tensor of shape {tuple(x.shape)} and dtype {x.dtype} that the derivative "
+                f"needs{read_by} was modified by an in-place operation {when} (its version went "
+                f"from {v} to {x._version}); the derivative would read its new value. torch "
+                "refuses this too (torch.func: an in-place operation that would mutate a captured "
+                "Tensor; torch.autograd: one of the variables needed for gradient computation "
+                "has been modified by an inplace operation). Modify a clone "
+                f"(buf = buf.clone()), or modify it after the derivative is computed "
+                f"(at {user_frame()})"
+            )
 
 
 def split_call_eqn(eqn: Eqn, unknowns: list[bool], jaxpr_param: str = "jaxpr"):
