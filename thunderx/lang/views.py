@@ -243,12 +243,37 @@ def write(x, new, what: str):
         _check_no_overlap(va.chain, st.value, what)
         _check_no_conjugation(va.chain, st.value, what)
         base = place(st.value, _positions(st.value, va.chain), new)
+        if any(s.torch_fn in _DETACH for s in va.chain) and isinstance(st.value, Tracer):
+            # torch's autograd does not see a write through `.detach()` / `.data`: the values
+            # change, the derivative stays that of the computation before the write
+            base = _keep_derivative()(st.value, base)
     else:
         base = new
     st.value = alias_of(_tracer(x, base))
     for m in st.live():
         assign(m, _tracer(m, read_chain(st.value, view_of(m).chain)))
     return x
+
+
+_DETACH = (torch.detach, torch._C.TensorBase.detach)
+_KEEP: list = []
+
+
+def _keep_derivative():
+    """f(old, new) = new, with old's derivative (a custom_jvp: tangent and cotangent of old)."""
+    if not _KEEP:
+        from thunderx.transforms.custom import custom_jvp
+
+        @custom_jvp
+        def keep(old, new):
+            return new
+
+        @keep.defjvp
+        def keep_jvp(primals, tangents):
+            return primals[1], tangents[0]
+
+        _KEEP.append(keep)
+    return _KEEP[0]
 
 
 def _tracer(like, value):
