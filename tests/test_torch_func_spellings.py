@@ -69,6 +69,8 @@ def test_bound_methods_and_other_objects_get_torchs_own_methods():
     with pytest.raises(TypeError, match="descriptor"):
         T.add_(object(), 1)  # torch's own check, outside any transform
     assert pickle.loads(pickle.dumps(T.add_)) is torch._C.TensorBase.add_
+    assert T.add_.__doc__ == torch._C.TensorBase.add_.__doc__  # help(torch.Tensor.add_)
+    assert T.view.__name__ == "view"
 
 
 def test_tensor_subclasses_keep_torchs_behaviour():

@@ -46,10 +46,12 @@ _DESCRIPTORS = (types.MethodDescriptorType, types.WrapperDescriptorType)
 
 
 class TensorMethod(property):
-    """A torch.Tensor method that also takes a tracer as `self` in its unbound form."""
+    # A torch.Tensor method that also takes a tracer as `self` in its unbound form. (No class
+    # docstring: an instance's `__doc__` is torch's, for help(torch.Tensor.add).)
 
     def __init__(self, name: str, original) -> None:
         super().__init__(original.__get__, None, None, original.__doc__)
+        self.__dict__["__doc__"] = original.__doc__  # torch's, for help(torch.Tensor.add)
         self.__name__ = name
         self.__qualname__ = f"Tensor.{name}"
         self.__module__ = "torch"
