@@ -2,11 +2,18 @@
 checked against torch.func or eager torch: unbound Tensor methods, torch.autograd.grad inside a
 transform, jvp(strict=), out_dims for one output, and the exception classes torch.func raises."""
 
+import os
+import pickle
+import subprocess
+import sys
+import types
+
 import pytest
 import torch
 import torch.func as tf
 
 import thunderx as tx
+from thunderx import core
 
 F64 = torch.float64
 T = torch.Tensor
@@ -45,20 +52,67 @@ def test_unbound_tensor_methods_match_torch_func(name):
     close(tx.grad(scalar)(x), tf.grad(scalar)(x))
 
 
-def test_unbound_methods_are_torchs_own_outside_transforms():
-    tx.vmap(UNBOUND["add_"])(torch.stack([x34(), x34()]))
-    assert T.add_ is torch._C.TensorBase.add_ and T.view is torch._C.TensorBase.view
+def test_unbound_methods_fetched_before_the_transform():
+    # what PyTorch's functorch tests do: `vmap(Tensor.copy_)`, `op = Tensor.acos_; vmap(op)`
+    copy_, acos_, view = T.copy_, T.acos_, T.view
+    xs = torch.stack([x34(), 0.5 * x34()]) / 3.0
+    fn = lambda a, b: view(acos_(copy_(a.clone(), b)), -1)  # noqa: E731
+    close(tx.vmap(fn)(xs, 0.5 * xs), tf.vmap(fn)(xs, 0.5 * xs))
+    close(tx.jit(fn)(xs, 0.5 * xs), fn(xs, 0.5 * xs))
+
+
+def test_bound_methods_and_other_objects_get_torchs_own_methods():
+    x = x34()
+    bound = x.add_
+    assert bound.__self__ is x and type(bound) is type(torch._C.TensorBase.add_.__get__(x))
+    assert isinstance(torch._C.TensorBase.add_, types.MethodDescriptorType)
     with pytest.raises(TypeError, match="descriptor"):
-        T.add_(object(), 1)  # torch's own check again, outside any transform
+        T.add_(object(), 1)  # torch's own check, outside any transform
+    assert pickle.loads(pickle.dumps(T.add_)) is torch._C.TensorBase.add_
 
 
-def test_unbound_methods_restored_after_an_exception():
+def test_tensor_subclasses_keep_torchs_behaviour():
+    class Sub(torch.Tensor):
+        pass
+
+    s = x34().as_subclass(Sub)
+    for out in (s + 1, 1 + s, s[0], s.add(1), T.add(s, 1), T.__radd__(s, 2.0)):
+        assert type(out) is Sub
+    close(T.__radd__(s, 2.0).as_subclass(torch.Tensor), x34() + 2.0)
+
+
+def test_bound_method_calls_compile_without_graph_breaks():
+    import torch._dynamo
+
+    fn = lambda a: a.add(1.0).sin().view(-1).sum(0)  # noqa: E731
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(fn)(x34()).graph_break_count == 0
+    torch._dynamo.reset()
+
+
+def test_unbound_methods_scoped_to_transforms_on_request():
+    code = (
+        "import torch, thunderx as tx\n"
+        "T = torch.Tensor\n"
+        "assert T.add_ is torch._C.TensorBase.add_\n"
+        "out = tx.vmap(lambda a: T.add_(a * 1.0, 1.0))(torch.zeros(2, 3))\n"
+        "assert bool((out == 1).all())\n"
+        "assert T.add_ is torch._C.TensorBase.add_\n"
+    )
+    env = dict(os.environ, THUNDERX_UNBOUND_METHODS="transforms")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=120)
+    assert res.returncode == 0, res.stderr.decode()[-2000:]
+
+
+def test_unbound_methods_work_after_an_exception():
     def bad(x):
         T.view(x, 5, 7)  # wrong size: torch-like error while tracing
 
     with pytest.raises(Exception):  # noqa: B017 - any error; what matters is the state after
         tx.vmap(bad)(torch.ones(2, 3, 4))
-    assert T.view is torch._C.TensorBase.view
+    assert core.is_top_level()
+    close(T.view(torch.arange(6.0), 2, 3), torch.arange(6.0).view(2, 3))
+    close(tx.vmap(lambda x: T.view(x, 3, 2))(torch.ones(2, 6)), torch.ones(2, 3, 2))
 
 
 def test_eager_times_tracer_inside_a_transform():
@@ -257,3 +311,60 @@ def test_matrix_norms_of_empty_matrices_are_torchs(size):
         want = torch.linalg.matrix_norm(e, order)
         got = tx.jit(lambda e: torch.linalg.matrix_norm(e, order))(e)  # noqa: B023
         assert got.shape == want.shape and torch.equal(got, want), (order, got, want)
+
+
+# torch's in-place twins: `x.name_(...)` writes `x.name(...)` into x
+INPLACE_UNARY = [
+    "acos_",
+    "asin_",
+    "atan_",
+    "cosh_",
+    "sinh_",
+    "tan_",
+    "frac_",
+    "lgamma_",
+    "digamma_",
+    "log10_",
+    "log2_",
+    "sign_",
+    "exp2_",
+    "erfc_",
+    "sinc_",
+    "deg2rad_",
+]
+
+
+@pytest.mark.parametrize("name", INPLACE_UNARY)
+def test_inplace_twins_bound_and_unbound(name):
+    xs = torch.stack([x34(), 0.7 * x34()]).abs() / 4.0 + 0.1  # inside every domain
+    unbound = getattr(T, name)
+    for fn in (lambda a: unbound(a * 1.0) * a, lambda a: getattr(a * 1.0, name)() * a):
+        close(tx.vmap(fn)(xs), tf.vmap(fn)(xs))
+        close(tx.grad(lambda a: fn(a).sum())(xs), tf.grad(lambda a: fn(a).sum())(xs))
+
+
+def test_inplace_twins_are_torchs_inplace_forms():
+    # each name in the list is the in-place overload set of its out-of-place op in aten
+    from thunderx.lang.inplace import _INPLACE
+
+    def arg_names(op):
+        return {o: [a.name for a in getattr(op, o)._schema.arguments] for o in op.overloads()}
+
+    for name in _INPLACE:
+        base, twin = (
+            arg_names(getattr(torch.ops.aten, name)),
+            arg_names(getattr(torch.ops.aten, name + "_")),
+        )
+        assert any(twin.get(o) == args for o, args in base.items() if "out" not in o), name
+
+
+def test_inplace_result_that_cannot_be_cast_raises_like_torch():
+    fn = lambda a: (a * 1).sin_()  # noqa: E731 - sin of an integer tensor is a float
+    xs = torch.arange(6).reshape(2, 3)
+    with pytest.raises(RuntimeError, match="can't be cast") as torch_err:
+        tf.vmap(fn)(xs)
+    with pytest.raises(
+        RuntimeError, match="result type Float can't be cast to the desired output type Long"
+    ):
+        tx.vmap(fn)(xs)
+    assert torch_err.type is RuntimeError

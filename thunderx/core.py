@@ -272,11 +272,18 @@ def bind(prim: Primitive, *args, **params):
 
 class Trace:
     __slots__ = ("parent", "alive", "input_ids", "__weakref__")
+    # Whether the transform writes an in-place update of one of its inputs back into the
+    # caller's tensor when it ends (as torch.func's vmap, grad and jvp do); where it does not
+    # (jit, staging), mutating an input is an error.
+    writes_back_inputs = False
+    # What torch.func says when a value of this trace is written into a tensor it does not
+    # track (appended to thunderx's own message).
+    foreign_write_hint = ""
 
     def __init__(self, parent: Trace | None):
         self.parent = parent
         self.alive = True
-        # ids of the tracers this trace's transform created for its inputs (never mutated)
+        # ids of the tracers this trace's transform created for its inputs
         self.input_ids: set[int] = set()
 
     def process_primitive(self, prim: Primitive, args, params):

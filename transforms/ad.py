@@ -210,7 +210,7 @@ def jvp(
         meta["n"] = len(leaves)
         return leaves + aux_leaves
 
-    p_out, t_out = jvp_flat(flat, p_leaves, t_leaves, write_back=True)
+    p_out, t_out = jvp_flat(flat, p_leaves, t_leaves)
     if not torch.is_grad_enabled():  # inside a no_grad block: see `jvp_flat`
         t_out = [t if type(t) is Zero else no_grad_outputs(t) for t in t_out]
     n = meta["n"]

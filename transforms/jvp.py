@@ -14,6 +14,7 @@ from thunderx.core import (
     abstract_eval,
     forward_jvp_rules,
     get_aval,
+    is_tensor_like,
     jvp_rules,
     missing_rule,
     set_trace,
@@ -61,14 +62,17 @@ class JVPTrace(Trace):
     blocks stop derivatives; forward mode (jvp, jacfwd, linearize) ignores them, as torch's
     forward AD does."""
 
-    __slots__ = ("reverse", "writes_back_inputs")
+    __slots__ = ("reverse",)
 
-    def __init__(self, parent, reverse: bool = False, writes_back_inputs: bool = False):
+    def __init__(self, parent, reverse: bool = False):
         super().__init__(parent)
         self.reverse = reverse
-        # the `jvp` API's level: an in-place update of an input is written back to the caller's
-        # primal and tangent when it ends (torch.func's semantics; thunderx/transforms/input_updates)
-        self.writes_back_inputs = writes_back_inputs
+
+    @property
+    def writes_back_inputs(self) -> bool:
+        # forward mode writes an input's in-place update back, as torch's forward AD does;
+        # reverse mode refuses it, as torch's autograd does for a leaf that requires grad
+        return not self.reverse
 
     def pair(self, x):
         if type(x) is JVPTracer and x._trace is self:
@@ -136,26 +140,23 @@ class JVPTrace(Trace):
         return JVPTracer(self, out, t)
 
 
-def jvp_flat(flat_fun, primals, tangents, reverse: bool = False, write_back: bool = False):
+def jvp_flat(flat_fun, primals, tangents, reverse: bool = False):
     """Run `flat_fun(*args) -> out_leaves` on JVP tracers. Returns (primal_outs, tangent_outs),
     tangents as symbolic `Zero`s where the output does not depend on the inputs. `reverse`: the
     level serves reverse mode (see `JVPTrace`).
 
     The function runs with grad mode on (a transform ignores a `no_grad` block around it, as
     torch.func's do); called inside such a block, its primal outputs carry no derivative for the
-    enclosing reverse-mode levels (tangent outputs: see `no_grad_outputs`' callers).
-    `write_back`: in-place updates of the inputs reach the caller's primals and tangents."""
+    enclosing reverse-mode levels (tangent outputs: see `no_grad_outputs`' callers)."""
     from thunderx.core import new_trace
-    from thunderx.transforms.input_updates import mutated_inputs, write_back_jvp
 
     outer_grad_mode = torch.is_grad_enabled()
-    with new_trace(JVPTrace, reverse, write_back) as trace:
+    with new_trace(JVPTrace, reverse) as trace:
         ins = [
             JVPTracer(trace, p, t) if t is not None and tangent_aval(get_aval(p)) is not None else p
             for p, t in zip(primals, tangents)
         ]
         trace.input_ids.update(id(t) for t in ins)
-        before = [(t.primal, t.tangent) if isinstance(t, JVPTracer) else None for t in ins]
         with torch.enable_grad():  # only no_grad blocks inside the function stop tangents
             outs = flat_fun(*ins)
         primal_outs, tangent_outs = [], []
@@ -163,9 +164,22 @@ def jvp_flat(flat_fun, primals, tangents, reverse: bool = False, write_back: boo
             p, t = trace.pair(o)
             primal_outs.append(p)
             tangent_outs.append(Zero(get_aval(p).strip_weak()) if t is None else t)
-        mutated = mutated_inputs(trace, ins, before, lambda t: (t.primal, t.tangent))
-    if mutated:
-        write_back_jvp(mutated, list(primals), list(tangents))
+        # an in-place update of an input reaches the caller's primal and tangent tensors, as
+        # torch's forward AD writes both
+        written = [
+            (p, t, x.primal, trace.pair(x)[1])
+            for p, t, x in zip(primals, tangents, ins)
+            if x is not p and x.primal is not p
+        ]
+    if written:
+        from thunderx.lang.inplace import refuse_aliased_writes, write_back
+
+        dests = [p for p, *_ in written] + [t for _, t, *_ in written if is_tensor_like(t)]
+        refuse_aliased_writes(dests, list(primals) + list(tangents), "jvp")
+        for p, t, final, final_t in written:
+            write_back(p, final, "jvp")
+            if is_tensor_like(t):
+                write_back(t, torch.zeros_like(p) if final_t is None else final_t, "jvp")
     if not outer_grad_mode:
         primal_outs = no_grad_outputs(primal_outs)
     return primal_outs, tangent_outs

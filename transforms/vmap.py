@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
+import torch
+
 from thunderx import tree, validate
 from thunderx.avals import ShapedArray
 from thunderx.core import (
@@ -23,7 +25,7 @@ from thunderx.core import (
     set_trace,
 )
 from thunderx.errors import ArgumentValueError, user_frame
-from thunderx.transforms.input_updates import mutated_inputs, write_back
+from thunderx.lang.inplace import refuse_aliased_writes, write_back
 
 
 class BatchTracer(Tracer):
@@ -43,9 +45,12 @@ class BatchTracer(Tracer):
 
 class BatchTrace(Trace):
     __slots__ = ("axis_size", "randomness", "axis")
-    # An in-place update of an input under vmap is written back to the caller's tensor when the
-    # vmap ends (torch.func's semantics: the batched input is the caller's memory)
     writes_back_inputs = True
+    foreign_write_hint = (
+        " (vmap: inplace arithmetic(self, *extra_args) is not possible because there exists a "
+        "Tensor `other` in extra_args that has more elements than `self`: `other` is vmapped "
+        "over and `self` is not)"
+    )
 
     def __init__(self, parent, axis_size: int, randomness: str = "error", axis_name=None):
         super().__init__(parent)
@@ -292,13 +297,11 @@ def vmap(
         else:
             size = axis_size
 
-        def run(xs, n, chunked=True):
-            return _vmap_flat(
-                fun, xs, norm_axes, in_tree, n, randomness, out_axes, axis_name, chunked
-            )
+        def run(xs, n):
+            return _vmap_flat(fun, xs, norm_axes, in_tree, n, randomness, out_axes, axis_name)
 
         if chunk_size is None or size <= chunk_size:
-            out_tree, results, _ = run(flat_args, size, chunked=False)
+            out_tree, results, _ = run(flat_args, size)
         else:
             out_tree, results = _chunked(run, flat_args, norm_axes, size, chunk_size, randomness)
         return tree.unflatten(out_tree, results)
@@ -307,16 +310,13 @@ def vmap(
     return batched
 
 
-def _vmap_flat(
-    fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, axis_name=None, chunked=False
-):
+def _vmap_flat(fun, flat_args, norm_axes, in_tree, size, randomness, out_axes, axis_name=None):
     """Run `fun` batched over `size` elements: (out tree, outputs, their normalized out axes)."""
     with new_trace(BatchTrace, size, randomness, axis_name) as trace:
         ins = [
             x if ax is None else BatchTracer(trace, x, ax) for x, ax in zip(flat_args, norm_axes)
         ]
         trace.input_ids.update(id(t) for t in ins)
-        before = [None if ax is None else (t.val, t.bdim) for t, ax in zip(ins, norm_axes)]
         env = () if trace.axis is None else (trace.axis,)
         with _random_mode(trace), extend_axis_env(env):
             call_args, call_kwargs = tree.unflatten(in_tree, ins)
@@ -324,9 +324,19 @@ def _vmap_flat(
         out_leaves, out_tree = tree.flatten(out)
         validate.check_leaves(out_leaves, "vmap", "the function's outputs")
         unpacked = [trace.unpack(o) for o in out_leaves]
-        mutated = mutated_inputs(trace, ins, before, trace.unpack)
-    if mutated:
-        write_back(mutated, flat_args, norm_axes, size, chunked)
+        written = [
+            (x, ax, t)
+            for x, ax, t in zip(flat_args, norm_axes, ins)
+            if ax is not None and (t.val is not x or t.bdim != ax)
+        ]
+    # an in-place update of an input reaches the caller's tensor, and an output that is the
+    # updated input is the caller's tensor (a view of it), as in torch.func
+    aliased = {}
+    refuse_aliased_writes([w[0] for w in written], flat_args, "vmap")
+    for x, ax, t in written:
+        val = torch.unsqueeze(t.val, ax) if t.bdim is None else torch.movedim(t.val, t.bdim, ax)
+        write_back(x, val, "vmap")
+        aliased[id(t)] = (x, ax)
     try:
         oaxes = _axes_for(out_axes, out, "out_axes")
     except ValueError:
@@ -339,7 +349,7 @@ def _vmap_flat(
     from thunderx.primitives import shape as S
 
     results, norm_oaxes = [], []
-    for (val, bdim), oax in zip(unpacked, oaxes):
+    for o, (val, bdim), oax in zip(out_leaves, unpacked, oaxes):
         if oax is None:
             if bdim is not None:
                 raise ValueError(
@@ -358,11 +368,46 @@ def _vmap_flat(
             oax, nd, "vmap", "out_axes", f"an output of rank {nd} (with the batch axis)"
         )
         norm_oaxes.append(oax)
-        if bdim is None:
+        view = _caller_view(o, ins, flat_args, norm_axes, oax, val, bdim)
+        if id(o) in aliased:
+            x, ax = aliased[id(o)]
+            results.append(x if ax == oax else torch.movedim(x, ax, oax))
+        elif view is not None:
+            results.append(view)
+        elif bdim is None:
             results.append(S.broadcast_batch(val, size, oax))
         else:
             results.append(S.moveaxis(val, bdim, oax))
     return out_tree, results, norm_oaxes
+
+
+def _caller_view(o, ins, flat_args, norm_axes, oax, val, bdim):
+    """An output that is a view of an input is, as in torch.func, a view of the caller's tensor
+    (`vmap(torch.diagonal)(x)._base is x`): the view chain replayed on the caller's tensor with
+    torch's own batched view functions. Only for a tensor from eager code; None otherwise."""
+    if not isinstance(o, Tracer) or bdim is None:
+        return None
+    from thunderx.lang.views import replay_concrete, view_of_input
+
+    found = view_of_input(o, ins)
+    if found is None:
+        return None
+    i, chain = found
+    x, ax = flat_args[i], norm_axes[i]
+    if ax is None or isinstance(x, Tracer) or not isinstance(x, torch.Tensor):
+        return None
+    try:
+        from torch.func import vmap as torch_vmap
+
+        view = torch_vmap(lambda e: replay_concrete(e, chain), in_dims=ax, out_dims=oax)(x)
+    except Exception:  # a view torch cannot batch: the computed value stands
+        return None
+    want = get_aval(val)
+    shape = list(want.shape)
+    shape.insert(oax, shape.pop(bdim))
+    if tuple(view.shape) != tuple(shape) or view.dtype != want.dtype:
+        return None
+    return view
 
 
 def _chunked(run, flat_args, norm_axes, size, chunk_size, randomness):

@@ -196,7 +196,7 @@ def _install():
     }
     for name, fn in props.items():
         setattr(Tracer, name, property(fn))
-    unbound.install([*_OPERATORS, *method_table])
+    unbound.install([n for n in _OPERATORS if callable(getattr(Tracer, n, None))])
 
 
 def _len(x):

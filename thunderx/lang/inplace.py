@@ -3,7 +3,7 @@ write to a view reaches its base and the other views of it (thunderx/lang/views.
 
 Only values created inside the traced function may be mutated; mutating an input of the
 transform (or a view of one) or a captured tensor is an error, because the transform could not
-honour it. The exceptions are vmap and jvp, which write their inputs' updates back to the caller's tensors."""
+honour it."""
 
 from __future__ import annotations
 
@@ -24,16 +24,21 @@ class MutationError(ThunderxError, RuntimeError):
 
 def mutate(x, new, what: str):
     if not isinstance(x, Tracer):
+        hint = new._trace.foreign_write_hint if isinstance(new, Tracer) else ""
         raise MutationError(
             f"{what} writes a traced value into a concrete tensor at {user_frame()}: a transform "
             "cannot mutate a captured Tensor (one from outside it, or created from no traced "
             "value); create the tensor from a traced one (torch.zeros_like(x), x.new_zeros(...)) "
-            "or build the result out of place (torch.where, torch.cat)"
+            f"or build the result out of place (torch.where, torch.cat){hint}"
         )
     if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
         # a value of an enclosing scope (e.g. a constant): make it a value of x's trace
         new = x._trace.lift(new)
-    if id(x) in x._trace_inputs() and not writes_back(x):
+    if id(x) in x._trace_inputs() and not (
+        x._trace.writes_back_inputs and isinstance(new, Tracer) and new._trace is x._trace
+    ):
+        if x._trace.writes_back_inputs:
+            raise _inner_write(x, new, what)
         raise MutationError(
             f"{what} mutates an input of the transformed function at {user_frame()}; "
             "transforms are functional: clone it first (y = x.clone()) and mutate the copy"
@@ -41,6 +46,11 @@ def mutate(x, new, what: str):
     if tuple(new.aval.shape) != tuple(x.aval.shape):
         new = S.broadcast_to(new, tuple(x.aval.shape))
     if new.aval.dtype != x.aval.dtype:
+        if not torch.can_cast(new.aval.dtype, x.aval.dtype):
+            raise MutationError(
+                f"{what} at {user_frame()}: result type {_dtype_name(new.aval.dtype)} can't be "
+                f"cast to the desired output type {_dtype_name(x.aval.dtype)}"
+            )
         new = convert(new, x.aval.dtype)
     if view_of(x) is not None:
         return write(x, new, what)
@@ -49,10 +59,49 @@ def mutate(x, new, what: str):
     return x
 
 
-def writes_back(x) -> bool:
-    """Whether x's transform writes in-place updates of its inputs back to the caller (vmap and
-    jvp, as torch.func does; see thunderx/transforms/input_updates.py)."""
-    return getattr(x._trace, "writes_back_inputs", False)
+def write_back(dest, value, transform: str) -> None:
+    """The end of a transform whose function updated its input `dest` in place: the caller's
+    value (a tensor, or a tracer of an enclosing transform) takes the final `value`."""
+    if tuple(value.shape) != tuple(dest.shape):
+        raise MutationError(
+            f"{transform}: an in-place update changed the shape of an input from "
+            f"{tuple(dest.shape)} to {tuple(value.shape)}; the caller's tensor cannot follow: "
+            "use the out-of-place form (x.unsqueeze(0) rather than x.unsqueeze_(0))"
+        )
+    dest.copy_(value)
+
+
+def refuse_aliased_writes(dests, args, transform: str) -> None:
+    """Before any write-back: an updated input that is also another argument, or shares its
+    memory, is refused. torch sees the update through the other argument (the same memory);
+    thunderx's inputs are separate values, so the other's reads inside the function would be
+    stale (a silently different result)."""
+    for d in dests:
+        for a in args:
+            shared = a is d and sum(b is d for b in args) > 1
+            if a is not d and isinstance(a, torch.Tensor) and isinstance(d, torch.Tensor):
+                sa, sd = a.untyped_storage(), d.untyped_storage()
+                shared = sa.nbytes() > 0 and sa.data_ptr() == sd.data_ptr()
+            if shared:
+                raise MutationError(
+                    f"{transform}: an input updated in place shares memory with another "
+                    f"argument (at {user_frame()}); thunderx treats the arguments as separate "
+                    "values, so the update would not be seen through the other: pass a clone"
+                )
+
+
+def _inner_write(x, new, what: str) -> MutationError:
+    # torch.func's case: the input is not batched (or tracked) at the level the new value is
+    return MutationError(
+        f"{what} at {user_frame()}: in-place update of an input of a {type(x._trace).__name__} "
+        "level with a value of a transform nested inside it is not possible; write out of "
+        f"place instead{new._trace.foreign_write_hint}"
+    )
+
+
+def _dtype_name(dtype) -> str:
+    # torch's spelling in its own message: Float, Long, ComplexDouble
+    return torch.empty((), dtype=dtype, device="meta").type().split(".")[-1].replace("Tensor", "")
 
 
 def _is_inner(new, x) -> bool:
@@ -75,7 +124,7 @@ def _inplace_method(name):
     return impl
 
 
-_INPLACE = [
+_INPLACE = [  # torch's `x.name_(...)` is `x.copy_(x.name(...))` for each of these names
     "add",
     "sub",
     "mul",
@@ -119,6 +168,80 @@ _INPLACE = [
     "scatter_add",
     "tril",
     "triu",
+    "absolute",
+    "acos",
+    "acosh",
+    "addbmm",
+    "addmm",
+    "addmv",
+    "addr",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan2",
+    "arctan",
+    "arctanh",
+    "asin",
+    "asinh",
+    "atan",
+    "atanh",
+    "baddbmm",
+    "bitwise_not",
+    "clip",
+    "conj_physical",
+    "cosh",
+    "cumprod",
+    "cumsum",
+    "deg2rad",
+    "digamma",
+    "divide",
+    "eq",
+    "erfc",
+    "erfinv",
+    "exp2",
+    "fix",
+    "frac",
+    "ge",
+    "greater",
+    "greater_equal",
+    "gt",
+    "i0",
+    "index_copy",
+    "index_fill",
+    "index_put",
+    "index_reduce",
+    "le",
+    "less",
+    "less_equal",
+    "lgamma",
+    "log10",
+    "log2",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "lt",
+    "masked_scatter",
+    "multiply",
+    "mvlgamma",
+    "nan_to_num",
+    "ne",
+    "negative",
+    "nextafter",
+    "not_equal",
+    "put",
+    "rad2deg",
+    "renorm",
+    "scatter_reduce",
+    "sgn",
+    "sign",
+    "sinc",
+    "sinh",
+    "subtract",
+    "tan",
+    "true_divide",
+    "xlogy",
 ]
 
 

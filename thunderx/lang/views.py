@@ -99,6 +99,26 @@ def view_of(x) -> ViewOf | None:
         return None
 
 
+def view_of_input(out, inputs):
+    """(i, chain) when tracer `out` is a view of `inputs[i]` (the base of its storage) reached
+    by `chain`, else None."""
+    va = view_of(out)
+    if va is None or not va.chain or any(_has_tracer((s.args, s.kwargs)) for s in va.chain):
+        return None
+    for i, t in enumerate(inputs):
+        vt = view_of(t)
+        if vt is not None and vt.storage is va.storage and not vt.chain:
+            return i, va.chain
+    return None
+
+
+def replay_concrete(value, chain):
+    """The view `chain` read from a torch tensor with torch's own view functions."""
+    for step in chain:
+        value = _apply(step, value, concrete=True)
+    return value
+
+
 def _apply(step: Step, value, *, concrete: bool = False):
     fn = step.torch_fn if concrete else step.impl
     out = fn(value, *step.args, **step.kwargs)
@@ -122,7 +142,7 @@ def _member(x, out, step: Step):
             return out
     va = view_of(x)
     if va is None:
-        readonly = id(x) in x._trace_inputs() and not getattr(x._trace, "writes_back_inputs", 0)
+        readonly = id(x) in x._trace_inputs() and not x._trace.writes_back_inputs
         st = Storage(alias_of(x), readonly=readonly)
         va = ViewOf(st, ())
         x._alias = va
@@ -208,6 +228,11 @@ def write(x, new, what: str):
 
     va = view_of(x)
     st = va.storage
+    if isinstance(new, Tracer) and new._trace is not x._trace:
+        if any(id(m) in x._trace_inputs() for m in st.live()):
+            from thunderx.lang.inplace import _inner_write
+
+            raise _inner_write(x, new, what)
     if st.readonly:
         raise MutationError(
             f"{what} writes through a view of an input of the transformed function at "
@@ -325,7 +350,7 @@ def _views():
     view += [(torch.moveaxis, "moveaxis"), (torch.narrow, "narrow"), (torch.select, "select")]
     view += [(torch.diagonal, "diagonal"), (torch.detach, "detach")]
     expand = [(None, "expand"), (None, "expand_as"), (torch.broadcast_to, "broadcast_to")]
-    expand += [(torch.as_strided, "as_strided")]  # its windows may overlap
+    expand += [(torch.as_strided, "as_strided"), (None, "unfold")]  # windows may overlap
     multi = [(torch.split, "split"), (torch.tensor_split, "tensor_split")]
     multi += [(torch.chunk, "chunk"), (torch.unbind, "unbind")]
     out = [(T.__getitem__, None, "getitem")]

@@ -56,18 +56,7 @@ CATEGORIES = {
 
 # What thunderx does not support, with the reason: whole variants by (name, variant), and single
 # samples by a predicate. Their samples are not run; the report lists them.
-KNOWN_FAILURES: dict[tuple, str] = {
-    ("__getitem__", ""): "the OpInfo holds torch's C descriptor Tensor.__getitem__, taken before "
-    "any transform ran, and that accepts only real Tensors; `x[idx]` and an unbound "
-    "`torch.Tensor.__getitem__(x, idx)` written inside the function both work "
-    "(tests/test_torch_func_spellings.py)",
-    **{
-        (name, ""): f"the OpInfo holds torch's C descriptor Tensor.{name}, taken before any "
-        f"transform ran, and that accepts only real Tensors; `x.{name}()` and an unbound "
-        f"`torch.Tensor.{name}(x)` written inside the function both work (tests/test_complex.py)"
-        for name in ("cfloat", "cdouble")
-    },
-}
+KNOWN_FAILURES: dict[tuple, str] = {}
 SAMPLE_XFAIL = [
     (
         "scatter",
