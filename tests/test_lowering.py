@@ -268,3 +268,62 @@ def test_the_inductor_host_function_keeps_the_gemm_epilogues():
     src = f.lower(x, w, b).as_text()
     assert "torch.nn.functional.linear(" in src and "tensordot" not in src, src
     torch.testing.assert_close(f(x, w, b), F.linear(x.permute(1, 0, 2), w, b))
+
+
+def test_small_constants_are_made_once_and_never_written():
+    # a `full` that is only read becomes one tensor of the program (no torch call per call);
+    # in-place reuse never picks it, so every call sees the same value
+    def f(x):
+        c = torch.ones_like(x)
+        return c.exp() + x, (c * 2 - x).sin()
+
+    x = torch.randn(3)
+    j = tx.jit(f)
+    src = j.lower(x).as_text()
+    assert "# full((3,), 1)" in src and "torch.full" not in src, src
+    for _ in range(3):
+        for a, e in zip(j(x), f(x)):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+    # the gradient's seed too
+    g = tx.jit(tx.grad(lambda x: x.sin().sum()))
+    assert "torch.full" not in g.lower(x).as_text()
+    for _ in range(2):
+        torch.testing.assert_close(g(x), x.cos())
+
+
+def test_constants_the_caller_receives_are_fresh_tensors():
+    # an output that is (or views) a constant must not be the program's own tensor: the
+    # caller may write into it
+    for f in (
+        lambda x: (x.sin(), torch.ones_like(x)),
+        lambda x: (x.sin(), torch.ones_like(x)[None]),
+    ):
+        j = tx.jit(f)
+        x = torch.randn(3)
+        first = j(x)[1]
+        first.add_(5.0)
+        second = j(x)[1]
+        torch.testing.assert_close(second, f(x)[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("case", ["2d", "1d", "all_ignored", "empty"])
+def test_nll_loss_backward_kernel_call_matches_torch(reduction, case):
+    # the generated call reads the input's shape from an expanded scalar and the total weight
+    # from the forward kernel: the same numbers as torch's autograd, ignored targets included
+    x = {"2d": torch.randn(6, 5), "1d": torch.randn(5), "all_ignored": torch.randn(3, 4)}.get(
+        case, torch.randn(0, 4)
+    )
+    t = {
+        "2d": torch.tensor([0, 4, -100, 1, 4, -100]),
+        "1d": torch.tensor(3),
+        "all_ignored": torch.full((3,), -100),
+    }.get(case, torch.zeros(0, dtype=torch.int64))
+    ct = torch.randn(F.nll_loss(x, t, reduction=reduction).shape)
+
+    def f(z):
+        return (F.nll_loss(z.log_softmax(-1), t, reduction=reduction) * ct).sum()
+
+    got = tx.jit(tx.grad(f))(x)
+    torch.testing.assert_close(got, tf.grad(f)(x), rtol=0, atol=0, equal_nan=True)
+    assert "nll_loss_backward" in tx.jit(tx.grad(f)).lower(x).as_text()

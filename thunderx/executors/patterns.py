@@ -1,11 +1,16 @@
 """Equation patterns the torch executor emits as one torch call: `select(le(x, 0), 0, x)` as
 `relu`, `dot_general` plus a broadcast bias as `F.linear` (torch's addmm: the bias added in the
-matmul's epilogue, one kernel and one pass over the output instead of two)."""
+matmul's epilogue, one kernel and one pass over the output instead of two); and which small
+constants the program may make once instead of on every call."""
 
 from __future__ import annotations
 
-from thunderx.ir import Literal, Var
+import math
+
+from thunderx.core import split_phase_rules, statement_rules
+from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.binary import add_p, le_p, mul_p, sub_p
+from thunderx.primitives.creation import full_p
 from thunderx.primitives.linalg import dot_general_p
 from thunderx.primitives.shape import broadcast_in_dim_p
 from thunderx.primitives.unary import select_p
@@ -84,9 +89,9 @@ def gemm_patterns(jaxpr, last_use: dict) -> dict:
 # (contracting dims of x, of w) of a 2-D product -> how addmm reads x ({1}) and w ({2})
 _MM_OPERANDS = {
     ((1,), (0,)): "{1}, {2}",
-    ((1,), (1,)): "{1}, {2}.T",
-    ((0,), (0,)): "{1}.T, {2}",
-    ((0,), (1,)): "{1}.T, {2}.T",
+    ((1,), (1,)): "{1}, {2}.t()",
+    ((0,), (0,)): "{1}.t(), {2}",
+    ((0,), (1,)): "{1}.t(), {2}.t()",
 }
 
 
@@ -127,7 +132,7 @@ def _bias_add(jaxpr, prod, bias, uses, producer):
     if nx == 2 and contracting in _MM_OPERANDS:
         return (b, x, w), "torch.addmm({0}, " + _MM_OPERANDS[contracting] + ")", skipped
     if nx >= 1 and contracting in (((nx - 1,), (1,)), ((nx - 1,), (0,))):
-        weight = "{1}" if contracting[1] == (1,) else "{1}.T"
+        weight = "{1}" if contracting[1] == (1,) else "{1}.t()"
         return (x, w, b), "torch.nn.functional.linear({0}, " + weight + ", {2})", skipped
     return None
 
@@ -154,3 +159,32 @@ def _scaled_subtract(jaxpr, e, uses, producer):
         src = "torch.addmm({0}, " + _MM_OPERANDS[contracting] + f", alpha={-c.val!r})"
         return (a, x, w), src, {p, m}
     return None
+
+
+# A `full` of at most this many elements that is only read becomes a constant of the program
+HOIST_MAX_NUMEL = 1024
+
+
+def read_only_constants(jaxpr: Jaxpr) -> set[int]:
+    """Indices of the `full` equations whose result the program only reads: small, not an
+    output, and every consumer an ordinary equation that returns no view of it (a view could
+    reach the caller, a statement or a collective could write into it). One tensor made when
+    the program is compiled then serves every call."""
+    found = {
+        i: e.outputs[0]
+        for i, e in enumerate(jaxpr.eqns)
+        if e.prim is full_p and math.prod(e.params["shape"]) <= HOIST_MAX_NUMEL
+    }
+    if not found:
+        return set()
+    candidates = {id(v): i for i, v in found.items()}
+    for x in jaxpr.outvars:
+        candidates.pop(id(x), None)
+    for e in jaxpr.eqns:
+        aliases = e.prim.props.alias_positions(len(e.inputs))
+        for k, x in enumerate(e.inputs):
+            if id(x) in candidates and (
+                k in aliases or e.prim in statement_rules or e.prim in split_phase_rules
+            ):
+                del candidates[id(x)]
+    return set(candidates.values())

@@ -25,7 +25,7 @@ from thunderx.core import (
     torch_codegen_rules,
 )
 from thunderx.executors.base import Executor, register_executor
-from thunderx.executors.patterns import gemm_patterns, relu_patterns
+from thunderx.executors.patterns import gemm_patterns, read_only_constants, relu_patterns
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
@@ -151,9 +151,11 @@ def generate_source(
     bare_return: bool = False,
     namespace: dict | None = None,
     prelude: list | None = None,
+    hoist_constants: bool = False,
 ):
     """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple; the
-    functions of control-flow bodies come first in the source."""
+    functions of control-flow bodies come first in the source. `hoist_constants`: small `full`
+    results that are only read are made once, here, instead of on every call."""
     namer = _Namer()
     top = prelude is None
     prelude = [] if prelude is None else prelude
@@ -179,10 +181,20 @@ def generate_source(
     linears = gemm_patterns(jaxpr, last_use)
     skipped |= {j for fused in linears.values() for j in fused[2]}
     starts, waits = _split_phase_plan(jaxpr, namer, namespace)
+    hoisted = read_only_constants(jaxpr) if hoist_constants else set()
     for i, e in enumerate(jaxpr.eqns):
         while starts and starts[0][0] < i:  # collectives whose operands exist by now
             lines.append(starts.pop(0)[1])
         if i in skipped:
+            continue
+        if i in hoisted:
+            # made once: never owned, so nothing writes into it
+            v = e.outputs[0]
+            value = impl_rules[e.prim](**e.params)
+            shown = f"{e.params['shape']}, {_literal(e.params['fill_value'])}"
+            lines.append(f"    {namer(v)} = {_param_src(value, namespace)}  # full({shown})")
+            root[id(v)] = id(v)
+            live_views[id(v)] = live_views.get(id(v), 0) + 1
             continue
         args = [namer(x) for x in e.inputs]
         avals = [x.aval for x in e.inputs]
@@ -402,15 +414,16 @@ def _reusable(x, out_aval, i, last_use, root, owned, live_views) -> bool:
 
 def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted") -> CompiledProgram:
     """Generate, compile and return the program; consts are its leading arguments."""
-    src, ns = generate_source(jaxpr, name, reuse_buffers=True)
-    src_plain, ns_plain = generate_source(jaxpr, name, reuse_buffers=False)
+    src, ns = generate_source(jaxpr, name, reuse_buffers=True, hoist_constants=True)
+    src_plain, ns_plain = generate_source(jaxpr, name, reuse_buffers=False, hoist_constants=True)
     fn = _exec(src, ns, name)
     fn_plain = fn if src_plain == src else _exec(src_plain, ns_plain, name)
     prog = CompiledProgram(fn, src, fn_plain, src_plain)
     if len(jaxpr.outvars) == 1:
         # jit's fast path calls these: the one output without a tuple around it
-        prog.fn_single = _exec(*generate_source(jaxpr, name, True, bare_return=True), name)
-        prog.fn_single_plain = _exec(*generate_source(jaxpr, name, False, bare_return=True), name)
+        single = dict(bare_return=True, hoist_constants=True)
+        prog.fn_single = _exec(*generate_source(jaxpr, name, True, **single), name)
+        prog.fn_single_plain = _exec(*generate_source(jaxpr, name, False, **single), name)
     return prog
 
 
