@@ -327,3 +327,24 @@ def test_nll_loss_backward_kernel_call_matches_torch(reduction, case):
     got = tx.jit(tx.grad(f))(x)
     torch.testing.assert_close(got, tf.grad(f)(x), rtol=0, atol=0, equal_nan=True)
     assert "nll_loss_backward" in tx.jit(tx.grad(f)).lower(x).as_text()
+
+
+def test_layer_norm_backward_reads_the_forward_statistics():
+    # the backward kernel takes mean and rstd from the forward's kernel call instead of a second
+    # forward; the numbers are torch autograd's, for two norms of different inputs and a jvp
+    w = torch.randn(6, 6)
+
+    def f(x):
+        h = F.layer_norm(x, (6,)) @ w
+        return F.layer_norm(h.tanh(), (3, 6), eps=1e-3).square().sum()
+
+    x = torch.randn(4, 3, 6)
+    j = tx.jit(tx.grad(f))
+    src = j.lower(x).as_text().split("# execution program")[1]
+    assert src.count("torch.native_layer_norm(") == 2, src
+    assert src.count("native_layer_norm_backward(") == 2, src
+    torch.testing.assert_close(j(x), tf.grad(f)(x), rtol=1e-6, atol=1e-6)
+    t = torch.randn_like(x)
+    got = tx.jit(lambda x, t: tx.jvp(f, (x,), (t,)))(x, t)
+    for a, b in zip(got, tf.jvp(f, (x,), (t,))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

@@ -188,3 +188,34 @@ def read_only_constants(jaxpr: Jaxpr) -> set[int]:
             ):
                 del candidates[id(x)]
     return set(candidates.values())
+
+
+def shared_statistics(jaxpr: Jaxpr) -> dict:
+    """A layer_norm backward that follows the forward of the same input reads the statistics
+    the forward computed (torch's kernels return mean and rstd) instead of running the forward
+    again. Returns {equation index: source template of its arguments as {0}, {1}, ...}."""
+    from thunderx.primitives.composite_norm import layer_norm_backward_p, layer_norm_p
+
+    forwards: dict = {}
+    out: dict = {}
+    for i, e in enumerate(jaxpr.eqns):
+        if e.prim is layer_norm_p and isinstance(e.inputs[0], Var):
+            key = (id(e.inputs[0]), e.params["normalized_ndim"], e.params["eps"])
+            forwards.setdefault(key, (i, e))
+        elif e.prim is layer_norm_backward_p and isinstance(e.inputs[1], Var):
+            key = (id(e.inputs[1]), e.params["normalized_ndim"], e.params["eps"])
+            if key not in forwards:
+                continue
+            j, fwd = forwards[key]
+            x = e.inputs[1].aval
+            shape = tuple(x.shape[x.ndim - e.params["normalized_ndim"] :])
+            stats = f"_ln_stats{j}"
+            out[j] = (
+                f"({stats} := torch.native_layer_norm({{0}}, {shape}, None, None, "
+                f"{fwd.params['eps']!r}))[0]"
+            )
+            out[i] = (
+                f"torch.ops.aten.native_layer_norm_backward({{0}}, {{1}}, {shape}, {stats}[1], "
+                f"{stats}[2], None, None, [True, False, False])[0]"
+            )
+    return out

@@ -25,7 +25,12 @@ from thunderx.core import (
     torch_codegen_rules,
 )
 from thunderx.executors.base import Executor, register_executor
-from thunderx.executors.patterns import gemm_patterns, read_only_constants, relu_patterns
+from thunderx.executors.patterns import (
+    gemm_patterns,
+    read_only_constants,
+    relu_patterns,
+    shared_statistics,
+)
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
@@ -178,6 +183,7 @@ def generate_source(
     live_views: dict[int, int] = {}  # root -> number of live vars on it
 
     relus, skipped = relu_patterns(jaxpr)
+    shared = shared_statistics(jaxpr)
     linears = gemm_patterns(jaxpr, last_use)
     skipped |= {j for fused in linears.values() for j in fused[2]}
     starts, waits = _split_phase_plan(jaxpr, namer, namespace)
@@ -206,6 +212,8 @@ def generate_source(
                 x, out[0].aval, i, last_use, root, owned, live_views
             )
             expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
+        elif i in shared:
+            expr = shared[i].format(*args)
         elif i in linears:
             operands, template, _ = linears[i]
             expr = template.format(*(namer(x) for x in operands))
