@@ -13,6 +13,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     composite_vision,
     cond,
     conv,
+    conv_input_grad,
     creation,
     custom,
     debug,
