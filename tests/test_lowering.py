@@ -348,3 +348,84 @@ def test_layer_norm_backward_reads_the_forward_statistics():
     got = tx.jit(lambda x, t: tx.jvp(f, (x,), (t,)))(x, t)
     for a, b in zip(got, tf.jvp(f, (x,), (t,))):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _ln_args(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(4, 3, 6, generator=g),
+        torch.randn(6, generator=g),
+        torch.randn(6, generator=g),
+    )
+
+
+def test_layer_norm_affine_runs_in_torchs_kernels_with_torchs_numbers():
+    # F.layer_norm(x, s, w, b) and its three cotangents: one native_layer_norm with the weight
+    # and bias, one native_layer_norm_backward for all three; the bits of torch.func's gradient
+    def f(x, w, b):
+        return F.layer_norm(x, (6,), w, b).square().sum()
+
+    x, w, b = _ln_args()
+    j = tx.jit(tx.grad(f, argnums=(0, 1, 2)))
+    src = j.lower(x, w, b).as_text().split("# execution program")[1]
+    assert src.count("torch.native_layer_norm(a, (6,), b, c,") == 1, src
+    assert "[True, True, True]" in src and " * " not in src, src
+    for got, want in zip(j(x, w, b), tf.grad(f, argnums=(0, 1, 2))(x, w, b)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    fwd = tx.jit(lambda x, w, b: F.layer_norm(x, (6,), w, b))
+    torch.testing.assert_close(fwd(x, w, b), F.layer_norm(x, (6,), w, b), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("argnums", [0, (0, 1), (0, 2), 1])
+def test_layer_norm_affine_with_some_cotangents(argnums):
+    def f(x, w, b):
+        return (F.layer_norm(x, (3, 6), w, b) * x).sum()
+
+    x, w, b = _ln_args(1)
+    w, b = w.repeat(3, 1), b.repeat(3, 1)
+    got = tx.jit(tx.grad(f, argnums=argnums))(x, w, b)
+    want = tf.grad(f, argnums=argnums)(x, w, b)
+    for a, e in zip(tx.tree.flatten(got)[0], tx.tree.flatten(want)[0]):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
+
+
+def test_layer_norm_groups_read_elsewhere_keep_the_primitives():
+    # the normalized value read outside the affine group, a batched weight, forward mode: no
+    # rewrite, and the numbers of torch
+    def f(x, w, b):
+        y = F.layer_norm(x, (6,))
+        return (y * w + b + y.sin()).sum()
+
+    x, w, b = _ln_args(2)
+    j = tx.jit(tx.grad(f, argnums=(0, 1, 2)))
+    src = j.lower(x, w, b).as_text().split("# execution program")[1]
+    assert "None, None, 1e-05" in src and "[True, True, True]" not in src, src
+    for a, e in zip(j(x, w, b), tf.grad(f, argnums=(0, 1, 2))(x, w, b)):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
+
+    def g(x, w, b):
+        return F.layer_norm(x, (6,), w, b).square().sum()
+
+    ws = torch.randn(4, 6)
+    got = tx.jit(tx.vmap(tx.grad(g, argnums=(0, 1)), in_axes=(0, 0, None)))(x, ws, b)
+    want = tf.vmap(tf.grad(g, argnums=(0, 1)), in_dims=(0, 0, None))(x, ws, b)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+    t = tuple(torch.randn_like(v) for v in (x, w, b))
+    got = tx.jit(lambda *a: tx.jvp(g, a[:3], a[3:]))(x, w, b, *t)
+    for a, e in zip(got, tf.jvp(g, (x, w, b), t)):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_norm_weight_written_nowhere_before_the_fused_backward():
+    # the weight is an intermediate also read by a later equation: the fused backward still
+    # reads its value (no in-place reuse of it before)
+    def f(x, w0, b):
+        w = w0.exp()
+        out = F.layer_norm(x, (6,), w, b)
+        return out.square().sum() + (w * 3).sum()
+
+    x, w, b = _ln_args(3)
+    got = tx.jit(tx.grad(f, argnums=(0, 1, 2)))(x, w, b)
+    for a, e in zip(got, tf.grad(f, argnums=(0, 1, 2))(x, w, b)):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)

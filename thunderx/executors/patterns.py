@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from thunderx.core import split_phase_rules, statement_rules
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.binary import add_p, le_p, mul_p, sub_p
@@ -219,3 +221,48 @@ def shared_statistics(jaxpr: Jaxpr) -> dict:
                 f"{stats}[2], None, None, [True, False, False])[0]"
             )
     return out
+
+
+# torch.where on CPU runs a scalar loop (~7 ns an element against ~0.1 for relu in torch
+# 2.13); a choice between a float tensor and zero is a bit mask on the tensor's bits instead:
+# three vectorized kernels, the same bits (NaN payloads and -0.0 kept, +0.0 where zeroed).
+_SAME_WIDTH_INT = {
+    torch.float16: "torch.int16",
+    torch.bfloat16: "torch.int16",
+    torch.float32: "torch.int32",
+    torch.float64: "torch.int64",
+}
+
+
+def select_with_zero(e, args) -> str | None:
+    """`select(pred, 0, x)` / `select(pred, x, 0)` on CPU floats as a mask of x's bits."""
+    pred, on_true, on_false = e.inputs
+    out = e.outputs[0].aval
+    ints = _SAME_WIDTH_INT.get(out.dtype)
+    if ints is None or torch.device(out.device).type != "cpu" or not isinstance(pred, Var):
+        return None
+    zero_true = _positive_zero(on_true) and isinstance(on_false, Var)
+    zero_false = _positive_zero(on_false) and isinstance(on_true, Var)
+    if zero_true:  # keep x where pred is False: mask = pred - 1 (all ones where False)
+        x, mask = args[2], f"{args[0]}.to({ints}).sub_(1)"
+    elif zero_false:  # keep x where pred is True: mask = -pred (all ones where True)
+        x, mask = args[1], f"{args[0]}.to({ints}).neg_()"
+    else:
+        return None
+    if any(getattr(v.aval, "shape", None) != out.shape for v in (pred, e.inputs[1 + zero_true])):
+        return None
+    return f"({x}.view({ints}) & {mask}).view({_dtype_name(out.dtype)})"
+
+
+def _positive_zero(x) -> bool:
+    """A literal +0 (the mask writes +0.0 bits; a -0.0 literal keeps torch.where)."""
+    return (
+        isinstance(x, Literal)
+        and type(x.val) in (int, float, bool)
+        and x.val == 0
+        and math.copysign(1.0, float(x.val)) > 0
+    )
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return "torch." + str(dtype).removeprefix("torch.")

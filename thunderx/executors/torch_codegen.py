@@ -29,8 +29,10 @@ from thunderx.executors.patterns import (
     gemm_patterns,
     read_only_constants,
     relu_patterns,
+    select_with_zero,
     shared_statistics,
 )
+from thunderx.executors.patterns_norm import layer_norm_affine
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
@@ -184,6 +186,11 @@ def generate_source(
 
     relus, skipped = relu_patterns(jaxpr)
     shared = shared_statistics(jaxpr)
+    affine, affine_skipped = layer_norm_affine(jaxpr)
+    skipped |= affine_skipped
+    for i, (_, _, operands) in affine.items():
+        for x in operands:  # read by the fused call: no equation before it writes them
+            last_use[id(x)] = max(last_use.get(id(x), i), i)
     linears = gemm_patterns(jaxpr, last_use)
     skipped |= {j for fused in linears.values() for j in fused[2]}
     starts, waits = _split_phase_plan(jaxpr, namer, namespace)
@@ -192,6 +199,16 @@ def generate_source(
         while starts and starts[0][0] < i:  # collectives whose operands exist by now
             lines.append(starts.pop(0)[1])
         if i in skipped:
+            continue
+        if i in affine:
+            outs, template, operands = affine[i]
+            lhs = ", ".join("_" if v is None else namer(v) for v in outs)
+            lines.append(f"    {lhs} = {template.format(*(namer(x) for x in operands))}")
+            for v in outs:
+                if v is not None:  # fresh tensors of torch's kernels
+                    root[id(v)] = id(v)
+                    owned.add(id(v))
+                    live_views[id(v)] = live_views.get(id(v), 0) + 1
             continue
         if i in hoisted:
             # made once: never owned, so nothing writes into it
@@ -218,7 +235,7 @@ def generate_source(
             operands, template, _ = linears[i]
             expr = template.format(*(namer(x) for x in operands))
         elif e.prim is select_p:
-            expr = _select_with_zero(e, args)
+            expr = select_with_zero(e, args)
         elif i in waits:
             expr = waits[i]
         if expr is None and reuse_buffers and len(out) == 1:
@@ -332,51 +349,6 @@ def _wait_buckets(wait, handles, layout) -> list:
     """The outputs of a collective started in buckets, in operand order."""
     results = [wait(h) for h in handles]
     return [results[b][j] for b, j in layout]
-
-
-# torch.where on CPU runs a scalar loop (~7 ns an element against ~0.1 for relu in torch
-# 2.13); a choice between a float tensor and zero is a bit mask on the tensor's bits instead:
-# three vectorized kernels, the same bits (NaN payloads and -0.0 kept, +0.0 where zeroed).
-_SAME_WIDTH_INT = {
-    torch.float16: "torch.int16",
-    torch.bfloat16: "torch.int16",
-    torch.float32: "torch.int32",
-    torch.float64: "torch.int64",
-}
-
-
-def _select_with_zero(e, args) -> str | None:
-    """`select(pred, 0, x)` / `select(pred, x, 0)` on CPU floats as a mask of x's bits."""
-    pred, on_true, on_false = e.inputs
-    out = e.outputs[0].aval
-    ints = _SAME_WIDTH_INT.get(out.dtype)
-    if ints is None or torch.device(out.device).type != "cpu" or not isinstance(pred, Var):
-        return None
-    zero_true = _positive_zero(on_true) and isinstance(on_false, Var)
-    zero_false = _positive_zero(on_false) and isinstance(on_true, Var)
-    if zero_true:  # keep x where pred is False: mask = pred - 1 (all ones where False)
-        x, mask = args[2], f"{args[0]}.to({ints}).sub_(1)"
-    elif zero_false:  # keep x where pred is True: mask = -pred (all ones where True)
-        x, mask = args[1], f"{args[0]}.to({ints}).neg_()"
-    else:
-        return None
-    if any(getattr(v.aval, "shape", None) != out.shape for v in (pred, e.inputs[1 + zero_true])):
-        return None
-    return f"({x}.view({ints}) & {mask}).view({_dtype_name(out.dtype)})"
-
-
-def _positive_zero(x) -> bool:
-    """A literal +0 (the mask writes +0.0 bits; a -0.0 literal keeps torch.where)."""
-    return (
-        isinstance(x, Literal)
-        and type(x.val) in (int, float, bool)
-        and x.val == 0
-        and math.copysign(1.0, float(x.val)) > 0
-    )
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return "torch." + str(dtype).removeprefix("torch.")
 
 
 def _inplace(e, args, i, last_use, root, owned, live_views):
