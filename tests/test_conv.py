@@ -205,3 +205,51 @@ def test_input_grad_transposes_in_each_operand(data):
     ct, w = sample.args
     check_transpose(lambda c: prim.bind(c, w, **sample.params), [ct])
     check_transpose(lambda k: prim.bind(ct, k, **sample.params), [w])
+
+
+# --------------------------------------------------------------------------- average pooling
+
+AVG_POOLS = [
+    (2, dict(kernel_size=3, stride=2, padding=1)),
+    (2, dict(kernel_size=2)),
+    (2, dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+    (2, dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0), divisor_override=5)),
+    (1, dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    (3, dict(kernel_size=2, stride=1, padding=1, count_include_pad=False)),
+]
+_AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+@pytest.mark.parametrize("case", AVG_POOLS)
+def test_avg_pool_and_its_gradient_are_torchs_kernels(case):
+    # one forward kernel and one backward kernel (no slice and padded add per window offset):
+    # the bits of torch, for values, gradients, per-example gradients, second order and jvp
+    n, kw = case
+    x = torch.randn((2, 3) + (7,) * n, dtype=D)
+
+    def f(x):
+        return _AVG[n](x, **kw).sin().sum()
+
+    names = [e.prim.name for e in tx.make_jaxpr(tx.grad(f))(x).jaxpr.eqns]
+    assert "avg_pool_backward" in names and "pad" not in names and "slice" not in names, names
+    exact = dict(rtol=0, atol=0)
+    torch.testing.assert_close(tx.jit(lambda x: _AVG[n](x, **kw))(x), _AVG[n](x, **kw), **exact)
+    torch.testing.assert_close(tx.jit(tx.grad(f))(x), tf.grad(f)(x), **exact)
+    per_example = lambda x: f(x[None])  # noqa: E731
+    torch.testing.assert_close(
+        tx.jit(tx.vmap(tx.grad(per_example)))(x), tf.vmap(tf.grad(per_example))(x), **exact
+    )
+    _close(
+        tx.grad(lambda x: tx.grad(f)(x).square().sum())(x),
+        tf.grad(lambda x: tf.grad(f)(x).square().sum())(x),
+    )
+    t = torch.randn_like(x)
+    _close(tx.jvp(f, (x,), (t,))[1], tf.jvp(f, (x,), (t,))[1])
+
+
+@pytest.mark.parametrize("name", ["avg_pool", "avg_pool_backward"])
+@given(data=st.data())
+def test_avg_pool_pair_transposes(name, data):
+    sample = SAMPLES[name](Draw(data))
+    prim = core.primitives[name]
+    check_transpose(lambda v: prim.bind(v, **sample.params), list(sample.args))
