@@ -429,3 +429,21 @@ def test_layer_norm_weight_written_nowhere_before_the_fused_backward():
     got = tx.jit(tx.grad(f, argnums=(0, 1, 2)))(x, w, b)
     for a, e in zip(got, tf.grad(f, argnums=(0, 1, 2))(x, w, b)):
         torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
+
+
+def test_an_embedding_gradient_adds_into_a_fresh_table():
+    # index_add(full(0), idx, src) runs as full(...).index_add_(...): no copy of the zeros, the
+    # bits of torch's embedding backward, and an index out of range still raises
+    w, i = torch.randn(50, 8), torch.randint(0, 50, (6, 5))
+
+    def f(w, i):
+        return F.embedding(i, w).square().sum()
+
+    j = tx.jit(tx.grad(f))
+    src = j.lower(w, i).as_text().split("# execution program")[1]
+    assert ".index_add_(0," in src and src.count("torch.full(") == 1, src
+    torch.testing.assert_close(j(w, i), tf.grad(f)(w, i), rtol=0, atol=0)
+    lin = tx.jit(tx.grad(lambda w, i: F.embedding(i, w).sum()))  # the lookup itself is unused
+    torch.testing.assert_close(lin(w, i), tf.grad(lambda w: F.embedding(i, w).sum())(w))
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        lin(w, torch.tensor([3, 50]))

@@ -266,3 +266,36 @@ def _positive_zero(x) -> bool:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return "torch." + str(dtype).removeprefix("torch.")
+
+
+def fresh_index_adds(jaxpr: Jaxpr) -> tuple[dict, set]:
+    """`index_add(full(...), idx, src)` where nothing else reads the full (an embedding's
+    gradient, a gather's transpose): the full is made and added into in place, one pass over
+    the table fewer than `index_add`'s copy of it (the same numbers; index_add_ checks the
+    indices as index_add does). Returns ({index: expression}, skipped full indices)."""
+    from thunderx.primitives.indexing import index_add_p
+
+    uses, producer = _uses_and_producers(jaxpr)
+    found, skipped = {}, set()
+    for i, e in enumerate(jaxpr.eqns):
+        if e.prim is not index_add_p or not all(isinstance(x, Var) for x in e.inputs):
+            continue
+        x, idx, src = e.inputs
+        p = producer.get(id(x))
+        if p is None or jaxpr.eqns[p].prim is not full_p or uses.get(id(x)) != 1:
+            continue
+        fp = jaxpr.eqns[p].params
+        fill = fp["fill_value"]
+        if type(fill) not in (int, float, bool) or not math.isfinite(fill):
+            continue
+        axis = e.params["axis"]
+        shape = tuple(x.aval.shape)
+        flat = shape[:axis] + (math.prod(idx.aval.shape),) + shape[axis + 1 :]
+        found[i] = (
+            f"torch.full({shape}, {fp['fill_value']!r}, dtype={_dtype_name(fp['dtype'])}, "
+            f"device={str(fp['device'])!r}).index_add_({axis}, {{0}}.reshape(-1), "
+            f"{{1}}.reshape({flat}))",
+            (idx, src),
+        )
+        skipped.add(p)
+    return found, skipped

@@ -26,6 +26,7 @@ from thunderx.core import (
 )
 from thunderx.executors.base import Executor, register_executor
 from thunderx.executors.patterns import (
+    fresh_index_adds,
     gemm_patterns,
     read_only_constants,
     relu_patterns,
@@ -188,6 +189,8 @@ def generate_source(
     shared = shared_statistics(jaxpr)
     affine, affine_skipped = layer_norm_affine(jaxpr)
     skipped |= affine_skipped
+    index_adds, full_skipped = fresh_index_adds(jaxpr)
+    skipped |= full_skipped
     for i, (_, _, operands) in affine.items():
         for x in operands:  # read by the fused call: no equation before it writes them
             last_use[id(x)] = max(last_use.get(id(x), i), i)
@@ -229,6 +232,9 @@ def generate_source(
                 x, out[0].aval, i, last_use, root, owned, live_views
             )
             expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
+        elif i in index_adds:
+            template, operands = index_adds[i]
+            expr = template.format(*(namer(x) for x in operands))
         elif i in shared:
             expr = shared[i].format(*args)
         elif i in linears:
