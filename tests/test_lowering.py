@@ -447,3 +447,15 @@ def test_an_embedding_gradient_adds_into_a_fresh_table():
     torch.testing.assert_close(lin(w, i), tf.grad(lambda w: F.embedding(i, w).sum())(w))
     with pytest.raises(RuntimeError, match="out of bounds"):
         lin(w, torch.tensor([3, 50]))
+
+
+def test_a_constant_made_in_inference_mode_serves_autograd_later():
+    # the program compiled inside inference_mode keeps a normal tensor as its constant, so a
+    # later call that torch autograd records can save it
+    f = tx.jit(lambda x: torch.atan2(x, torch.ones_like(x)).sum())
+    x = torch.randn(3)
+    with torch.inference_mode():
+        f(x)
+    y = x.clone().requires_grad_()
+    f(y).backward()
+    torch.testing.assert_close(y.grad, 1 / (1 + x * x))

@@ -216,7 +216,8 @@ def generate_source(
         if i in hoisted:
             # made once: never owned, so nothing writes into it
             v = e.outputs[0]
-            value = impl_rules[e.prim](**e.params)
+            with torch.inference_mode(False):  # usable by autograd later, whatever mode now
+                value = impl_rules[e.prim](**e.params)
             shown = f"{e.params['shape']}, {_literal(e.params['fill_value'])}"
             lines.append(f"    {namer(v)} = {_param_src(value, namespace)}  # full({shown})")
             root[id(v)] = id(v)
