@@ -1,6 +1,7 @@
 """The primitive set, one module per family; every rule of a primitive sits beside it."""
 
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
+    avg_pool,
     binary,
     collectives,
     complex,
@@ -13,6 +14,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     composite_vision,
     cond,
     conv,
+    conv_input_grad,
     creation,
     custom,
     debug,

@@ -110,9 +110,13 @@ def nll_loss_backward(g, target, shape: tuple, reduction: str, ignore_index: int
 
 
 def _nll_backward_impl(g, t, *, shape, reduction, ignore_index):
-    total = (t != ignore_index).sum().to(g.dtype) if reduction == "mean" else g.new_ones(())
     # the kernel reads only the input's shape: an expanded scalar stands for it
-    like = g.new_empty(()).expand(shape)
+    like = g.expand(shape) if g.dim() == 0 else g.new_empty(()).expand(shape)
+    if reduction == "mean":
+        # the forward kernel's total weight: the count of targets not ignored, as a float
+        total = torch.ops.aten.nll_loss_forward(like, t, None, 1, ignore_index)[1]
+    else:
+        total = g.new_ones(())
     return torch.ops.aten.nll_loss_backward(
         g, like, t, None, _REDUCTIONS[reduction], ignore_index, total
     )
@@ -120,13 +124,16 @@ def _nll_backward_impl(g, t, *, shape, reduction, ignore_index):
 
 def _nll_backward_codegen(args, avals, *, shape, reduction, ignore_index):
     g, t = args
-    total = (
-        f"({t} != {ignore_index}).sum().to({avals[0].dtype})"
-        if reduction == "mean"
-        else f"{g}.new_ones(())"
-    )
+    # one call each: the input's stand-in (g itself, expanded, when it is a scalar) and the
+    # total weight from the forward kernel, which counts the targets not ignored
+    like = f"{g}.expand({shape})" if avals[0].ndim == 0 else f"{g}.new_empty(()).expand({shape})"
+    if reduction == "mean":
+        like = f"(_nll_like := {like})"
+        total = f"torch.ops.aten.nll_loss_forward(_nll_like, {t}, None, 1, {ignore_index})[1]"
+    else:
+        total = f"{g}.new_ones(())"
     return (
-        f"torch.ops.aten.nll_loss_backward({g}, {g}.new_empty(()).expand({shape}), {t}, None, "
+        f"torch.ops.aten.nll_loss_backward({g}, {like}, {t}, None, "
         f"{_REDUCTIONS[reduction]}, {ignore_index}, {total})"
     )
 

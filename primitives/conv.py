@@ -111,6 +111,12 @@ def _conv_transpose(ct, x, w, *, window_strides, padding, lhs_dilation, rhs_dila
         raise TypeError("conv is not linear in both operands at once")
     if is_undefined(x):
         x_shape, w_shape = x.aval.shape, S._shape(w)
+        if _kernel_grad_applies(padding, lhs_dilation):
+            # torch's convolution_backward (primitives/conv_input_grad.py)
+            from thunderx.primitives.conv_input_grad import conv_input_grad
+
+            args = (window_strides, padding, rhs_dilation, groups)
+            return [conv_input_grad(ct, w, x_shape, *args), None]
         ct_shape = S._shape(ct)
         pads = []
         for i in range(len(x_shape) - 2):

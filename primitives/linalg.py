@@ -52,10 +52,12 @@ def _dot_codegen(args, avals, *, dimension_numbers):
         return outer
     if xn == 2 and yn == 2 and not lb:
         pattern = {
-            ((1,), (0,)): f"{x} @ {y}",
-            ((1,), (1,)): f"{x} @ {y}.T",
-            ((0,), (0,)): f"{x}.T @ {y}",
-            ((0,), (1,)): f"{x}.T @ {y}.T",
+            # torch.mm is what `@` reaches for two matrices, without matmul's dispatch on
+            # ranks; `.t()` is the cheapest transposed view
+            ((1,), (0,)): f"torch.mm({x}, {y})",
+            ((1,), (1,)): f"torch.mm({x}, {y}.t())",
+            ((0,), (0,)): f"torch.mm({x}.t(), {y})",
+            ((0,), (1,)): f"torch.mm({x}.t(), {y}.t())",
         }
         if dn[0] in pattern:
             return pattern[dn[0]]

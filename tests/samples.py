@@ -558,6 +558,63 @@ def _(d):
     return Sample([d.tensor(out), d.tensor((n, c) + spatial)], params)
 
 
+def _avg_pool_sample(d):
+    nsp = d.int(1, 3)
+    kernel = tuple(d.int(1, 3) for _ in range(nsp))
+    divisor = d.choice([None, None, 3])
+    params = {
+        "kernel": kernel,
+        "stride": tuple(d.int(1, 2) for _ in range(nsp)),
+        "padding": tuple(d.int(0, k // 2) for k in kernel),
+        "ceil_mode": d.bool(),
+        "count_include_pad": d.bool(),
+        "divisor_override": divisor,
+    }
+    spatial = tuple(d.int(k, k + 3) for k in kernel)
+    return d.shape(1, 2, max_side=3) + spatial, params
+
+
+@sample("avg_pool")
+def _(d):
+    shape, params = _avg_pool_sample(d)
+    return Sample([d.tensor(shape)], params)
+
+
+@sample("avg_pool_backward")
+def _(d):
+    from thunderx.primitives.avg_pool import _out_shape
+
+    shape, params = _avg_pool_sample(d)
+    out = _out_shape(
+        shape, params["kernel"], params["stride"], params["padding"], params["ceil_mode"]
+    )
+    return Sample([d.tensor(out)], {"input_shape": shape, **params})
+
+
+@sample("conv_input_grad")
+def _(d):
+    from thunderx.primitives.conv import _out_shape
+
+    nsp = d.int(1, 2)
+    groups = d.choice([1, 2])
+    c, o, n = 2 * groups, 2 * groups, d.int(1, 2)
+    window = tuple(d.int(1, 3) for _ in range(nsp))
+    strides = tuple(d.int(1, 2) for _ in range(nsp))
+    padding = tuple((p, p) for p in (d.int(0, 1) for _ in range(nsp)))
+    dilation = tuple(d.choice([1, 1, 2]) for _ in range(nsp))
+    spatial = tuple(max(d.int(w + 1, w + 4), (w - 1) * r + 1) for w, r in zip(window, dilation))
+    kernel = (o, c // groups) + window
+    out = _out_shape((n, c) + spatial, kernel, strides, padding, (1,) * nsp, dilation)
+    params = {
+        "input_shape": (n, c) + spatial,
+        "window_strides": strides,
+        "padding": padding,
+        "rhs_dilation": dilation,
+        "groups": groups,
+    }
+    return Sample([d.tensor(out), d.tensor(kernel)], params)
+
+
 def _control_flow(name):
     from .samples_control_flow import SAMPLERS
 

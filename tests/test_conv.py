@@ -141,3 +141,115 @@ def test_max_pool_runs_torch_kernel_and_routes_ties_like_torch(kw):
     values, idx = tx.jit(lambda v: F.max_pool2d(v, **kw, return_indices=True))(x)
     want_values, want_idx = F.max_pool2d(x, **kw, return_indices=True)
     assert torch.equal(idx, want_idx) and torch.equal(values, want_values)
+
+
+# ------------------------------------------------------------------ the input's cotangent
+
+
+def _input_loss(stride, pad, dil, groups):
+    def f(x, w):
+        return F.conv2d(x, w, stride=stride, padding=pad, dilation=dil, groups=groups).tanh().sum()
+
+    return f
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_input_grad_is_convolution_backward_and_matches_torch_func(cfg):
+    # torch's kernel, not a convolution with a flipped kernel over a zero-dilated cotangent:
+    # the same bits as torch.func
+    f = _input_loss(*cfg)
+    w, x = _args(cfg[3])
+    jaxpr = tx.make_jaxpr(tx.grad(f))(x, w).jaxpr
+    names = [e.prim.name for e in jaxpr.eqns]
+    assert names.count("conv_input_grad") == 1 and names.count("conv") == 1, names
+    torch.testing.assert_close(tx.jit(tx.grad(f))(x, w), tf.grad(f)(x, w), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_input_grads_under_vmap_of_either_operand(cfg):
+    f = _input_loss(*cfg)
+    w, x = _args(cfg[3], seed=3)
+    per_example = lambda x, w: f(x[None], w)  # noqa: E731
+    _close(
+        tx.jit(tx.vmap(tx.grad(per_example), in_axes=(0, None)))(x, w),
+        tf.vmap(tf.grad(per_example), in_dims=(0, None))(x, w),
+    )
+    ws = torch.randn((2,) + tuple(w.shape), dtype=D)
+    ours = tx.vmap(tx.grad(f), in_axes=(None, 0))
+    jaxpr = tx.make_jaxpr(ours)(x, ws).jaxpr
+    (ig,) = [e for e in jaxpr.eqns if e.prim.name == "conv_input_grad"]
+    assert ig.params["groups"] == 2 * cfg[3]  # the kernels' batch folded into the groups
+    _close(tx.jit(ours)(x, ws), tf.vmap(tf.grad(f), in_dims=(None, 0))(x, ws))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+def test_second_order_through_the_input_grad(cfg):
+    f = _input_loss(*cfg)
+    w, x = _args(cfg[3], seed=4)
+    for argnums in (0, 1):
+        _close(
+            tx.grad(lambda x, w: tx.grad(f)(x, w).square().sum(), argnums=argnums)(x, w),
+            tf.grad(lambda x, w: tf.grad(f)(x, w).square().sum(), argnums=argnums)(x, w),
+        )
+    t = torch.randn_like(x)
+    _close(
+        tx.jvp(lambda x: tx.grad(f)(x, w), (x,), (t,))[1],
+        tf.jvp(lambda x: tf.grad(f)(x, w), (x,), (t,))[1],
+    )
+
+
+@given(data=st.data())
+def test_input_grad_transposes_in_each_operand(data):
+    sample = SAMPLES["conv_input_grad"](Draw(data))
+    prim = core.primitives["conv_input_grad"]
+    ct, w = sample.args
+    check_transpose(lambda c: prim.bind(c, w, **sample.params), [ct])
+    check_transpose(lambda k: prim.bind(ct, k, **sample.params), [w])
+
+
+# --------------------------------------------------------------------------- average pooling
+
+AVG_POOLS = [
+    (2, dict(kernel_size=3, stride=2, padding=1)),
+    (2, dict(kernel_size=2)),
+    (2, dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False)),
+    (2, dict(kernel_size=(3, 2), stride=(1, 2), padding=(1, 0), divisor_override=5)),
+    (1, dict(kernel_size=3, stride=2, padding=1, ceil_mode=True)),
+    (3, dict(kernel_size=2, stride=1, padding=1, count_include_pad=False)),
+]
+_AVG = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+
+
+@pytest.mark.parametrize("case", AVG_POOLS)
+def test_avg_pool_and_its_gradient_are_torchs_kernels(case):
+    # one forward kernel and one backward kernel (no slice and padded add per window offset):
+    # the bits of torch, for values, gradients, per-example gradients, second order and jvp
+    n, kw = case
+    x = torch.randn((2, 3) + (7,) * n, dtype=D)
+
+    def f(x):
+        return _AVG[n](x, **kw).sin().sum()
+
+    names = [e.prim.name for e in tx.make_jaxpr(tx.grad(f))(x).jaxpr.eqns]
+    assert "avg_pool_backward" in names and "pad" not in names and "slice" not in names, names
+    exact = dict(rtol=0, atol=0)
+    torch.testing.assert_close(tx.jit(lambda x: _AVG[n](x, **kw))(x), _AVG[n](x, **kw), **exact)
+    torch.testing.assert_close(tx.jit(tx.grad(f))(x), tf.grad(f)(x), **exact)
+    per_example = lambda x: f(x[None])  # noqa: E731
+    torch.testing.assert_close(
+        tx.jit(tx.vmap(tx.grad(per_example)))(x), tf.vmap(tf.grad(per_example))(x), **exact
+    )
+    _close(
+        tx.grad(lambda x: tx.grad(f)(x).square().sum())(x),
+        tf.grad(lambda x: tf.grad(f)(x).square().sum())(x),
+    )
+    t = torch.randn_like(x)
+    _close(tx.jvp(f, (x,), (t,))[1], tf.jvp(f, (x,), (t,))[1])
+
+
+@pytest.mark.parametrize("name", ["avg_pool", "avg_pool_backward"])
+@given(data=st.data())
+def test_avg_pool_pair_transposes(name, data):
+    sample = SAMPLES[name](Draw(data))
+    prim = core.primitives[name]
+    check_transpose(lambda v: prim.bind(v, **sample.params), list(sample.args))

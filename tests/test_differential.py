@@ -49,6 +49,8 @@ NOT_IN_TABLE = {
     },
     "conv_kernel_grad": "conv's weight cotangent: it appears only in conv's derivative, never in "
     "a forward program the table draws; its own rules: tests/test_conv.py",
+    "conv_input_grad": "conv's input cotangent: it appears only in conv's derivative, never in "
+    "a forward program the table draws; its own rules: tests/test_conv.py",
     "debug_callback": "a host callback (printing), no value of its own: tests/test_api_pieces.py",
     **{
         p: "a collective over a named axis, or shard_map's boundary: bound only inside "

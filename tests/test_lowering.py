@@ -268,3 +268,215 @@ def test_the_inductor_host_function_keeps_the_gemm_epilogues():
     src = f.lower(x, w, b).as_text()
     assert "torch.nn.functional.linear(" in src and "tensordot" not in src, src
     torch.testing.assert_close(f(x, w, b), F.linear(x.permute(1, 0, 2), w, b))
+
+
+def test_small_constants_are_made_once_and_never_written():
+    # a `full` that is only read becomes one tensor of the program (no torch call per call);
+    # in-place reuse never picks it, so every call sees the same value
+    def f(x):
+        c = torch.ones_like(x)
+        return c.exp() + x, (c * 2 - x).sin()
+
+    x = torch.randn(3)
+    j = tx.jit(f)
+    src = j.lower(x).as_text()
+    assert "# full((3,), 1)" in src and "torch.full" not in src, src
+    for _ in range(3):
+        for a, e in zip(j(x), f(x)):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+    # the gradient's seed too
+    g = tx.jit(tx.grad(lambda x: x.sin().sum()))
+    assert "torch.full" not in g.lower(x).as_text()
+    for _ in range(2):
+        torch.testing.assert_close(g(x), x.cos())
+
+
+def test_constants_the_caller_receives_are_fresh_tensors():
+    # an output that is (or views) a constant must not be the program's own tensor: the
+    # caller may write into it
+    for f in (
+        lambda x: (x.sin(), torch.ones_like(x)),
+        lambda x: (x.sin(), torch.ones_like(x)[None]),
+    ):
+        j = tx.jit(f)
+        x = torch.randn(3)
+        first = j(x)[1]
+        first.add_(5.0)
+        second = j(x)[1]
+        torch.testing.assert_close(second, f(x)[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("case", ["2d", "1d", "all_ignored", "empty"])
+def test_nll_loss_backward_kernel_call_matches_torch(reduction, case):
+    # the generated call reads the input's shape from an expanded scalar and the total weight
+    # from the forward kernel: the same numbers as torch's autograd, ignored targets included
+    x = {"2d": torch.randn(6, 5), "1d": torch.randn(5), "all_ignored": torch.randn(3, 4)}.get(
+        case, torch.randn(0, 4)
+    )
+    t = {
+        "2d": torch.tensor([0, 4, -100, 1, 4, -100]),
+        "1d": torch.tensor(3),
+        "all_ignored": torch.full((3,), -100),
+    }.get(case, torch.zeros(0, dtype=torch.int64))
+    ct = torch.randn(F.nll_loss(x, t, reduction=reduction).shape)
+
+    def f(z):
+        return (F.nll_loss(z.log_softmax(-1), t, reduction=reduction) * ct).sum()
+
+    got = tx.jit(tx.grad(f))(x)
+    torch.testing.assert_close(got, tf.grad(f)(x), rtol=0, atol=0, equal_nan=True)
+    assert "nll_loss_backward" in tx.jit(tx.grad(f)).lower(x).as_text()
+
+
+def test_layer_norm_backward_reads_the_forward_statistics():
+    # the backward kernel takes mean and rstd from the forward's kernel call instead of a second
+    # forward; the numbers are torch autograd's, for two norms of different inputs and a jvp
+    w = torch.randn(6, 6)
+
+    def f(x):
+        h = F.layer_norm(x, (6,)) @ w
+        return F.layer_norm(h.tanh(), (3, 6), eps=1e-3).square().sum()
+
+    x = torch.randn(4, 3, 6)
+    j = tx.jit(tx.grad(f))
+    src = j.lower(x).as_text().split("# execution program")[1]
+    assert src.count("torch.native_layer_norm(") == 2, src
+    assert src.count("native_layer_norm_backward(") == 2, src
+    torch.testing.assert_close(j(x), tf.grad(f)(x), rtol=1e-6, atol=1e-6)
+    t = torch.randn_like(x)
+    got = tx.jit(lambda x, t: tx.jvp(f, (x,), (t,)))(x, t)
+    for a, b in zip(got, tf.jvp(f, (x,), (t,))):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _ln_args(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(4, 3, 6, generator=g),
+        torch.randn(6, generator=g),
+        torch.randn(6, generator=g),
+    )
+
+
+def test_layer_norm_affine_runs_in_torchs_kernels_with_torchs_numbers():
+    # F.layer_norm(x, s, w, b) and its three cotangents: one native_layer_norm with the weight
+    # and bias, one native_layer_norm_backward for all three; the bits of torch.func's gradient
+    def f(x, w, b):
+        return F.layer_norm(x, (6,), w, b).square().sum()
+
+    x, w, b = _ln_args()
+    j = tx.jit(tx.grad(f, argnums=(0, 1, 2)))
+    src = j.lower(x, w, b).as_text().split("# execution program")[1]
+    assert src.count("torch.native_layer_norm(a, (6,), b, c,") == 1, src
+    assert "[True, True, True]" in src and " * " not in src, src
+    for got, want in zip(j(x, w, b), tf.grad(f, argnums=(0, 1, 2))(x, w, b)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    fwd = tx.jit(lambda x, w, b: F.layer_norm(x, (6,), w, b))
+    torch.testing.assert_close(fwd(x, w, b), F.layer_norm(x, (6,), w, b), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("argnums", [0, (0, 1), (0, 2), 1])
+def test_layer_norm_affine_with_some_cotangents(argnums):
+    def f(x, w, b):
+        return (F.layer_norm(x, (3, 6), w, b) * x).sum()
+
+    x, w, b = _ln_args(1)
+    w, b = w.repeat(3, 1), b.repeat(3, 1)
+    got = tx.jit(tx.grad(f, argnums=argnums))(x, w, b)
+    want = tf.grad(f, argnums=argnums)(x, w, b)
+    for a, e in zip(tx.tree.flatten(got)[0], tx.tree.flatten(want)[0]):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
+
+
+def test_layer_norm_groups_read_elsewhere_keep_the_primitives():
+    # the normalized value read outside the affine group, a batched weight, forward mode: no
+    # rewrite, and the numbers of torch
+    def f(x, w, b):
+        y = F.layer_norm(x, (6,))
+        return (y * w + b + y.sin()).sum()
+
+    x, w, b = _ln_args(2)
+    j = tx.jit(tx.grad(f, argnums=(0, 1, 2)))
+    src = j.lower(x, w, b).as_text().split("# execution program")[1]
+    assert "None, None, 1e-05" in src and "[True, True, True]" not in src, src
+    for a, e in zip(j(x, w, b), tf.grad(f, argnums=(0, 1, 2))(x, w, b)):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
+
+    def g(x, w, b):
+        return F.layer_norm(x, (6,), w, b).square().sum()
+
+    ws = torch.randn(4, 6)
+    got = tx.jit(tx.vmap(tx.grad(g, argnums=(0, 1)), in_axes=(0, 0, None)))(x, ws, b)
+    want = tf.vmap(tf.grad(g, argnums=(0, 1)), in_dims=(0, 0, None))(x, ws, b)
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+    t = tuple(torch.randn_like(v) for v in (x, w, b))
+    got = tx.jit(lambda *a: tx.jvp(g, a[:3], a[3:]))(x, w, b, *t)
+    for a, e in zip(got, tf.jvp(g, (x, w, b), t)):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_norm_weight_written_nowhere_before_the_fused_backward():
+    # the weight is an intermediate also read by a later equation: the fused backward still
+    # reads its value (no in-place reuse of it before)
+    def f(x, w0, b):
+        w = w0.exp()
+        out = F.layer_norm(x, (6,), w, b)
+        return out.square().sum() + (w * 3).sum()
+
+    x, w, b = _ln_args(3)
+    got = tx.jit(tx.grad(f, argnums=(0, 1, 2)))(x, w, b)
+    for a, e in zip(got, tf.grad(f, argnums=(0, 1, 2))(x, w, b)):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
+
+
+def test_an_embedding_gradient_adds_into_a_fresh_table():
+    # index_add(full(0), idx, src) runs as full(...).index_add_(...): no copy of the zeros, the
+    # bits of torch's embedding backward, and an index out of range still raises
+    w, i = torch.randn(50, 8), torch.randint(0, 50, (6, 5))
+
+    def f(w, i):
+        return F.embedding(i, w).square().sum()
+
+    j = tx.jit(tx.grad(f))
+    src = j.lower(w, i).as_text().split("# execution program")[1]
+    assert ".index_add_(0," in src and src.count("torch.full(") == 1, src
+    torch.testing.assert_close(j(w, i), tf.grad(f)(w, i), rtol=0, atol=0)
+    lin = tx.jit(tx.grad(lambda w, i: F.embedding(i, w).sum()))  # the lookup itself is unused
+    torch.testing.assert_close(lin(w, i), tf.grad(lambda w: F.embedding(i, w).sum())(w))
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        lin(w, torch.tensor([3, 50]))
+
+
+def test_a_constant_made_in_inference_mode_serves_autograd_later():
+    # the program compiled inside inference_mode keeps a normal tensor as its constant, so a
+    # later call that torch autograd records can save it
+    f = tx.jit(lambda x: torch.atan2(x, torch.ones_like(x)).sum())
+    x = torch.randn(3)
+    with torch.inference_mode():
+        f(x)
+    y = x.clone().requires_grad_()
+    f(y).backward()
+    torch.testing.assert_close(y.grad, 1 / (1 + x * x))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_transformer_layer_gradients_are_torchs(norm_first):
+    # attention, layer norms (affine part included), linear layers and relu all run as torch's
+    # forward and backward kernels: the post-norm layer's gradients are torch.func's bit for bit
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(
+        16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first
+    )
+    p = {k: v.detach() for k, v in layer.named_parameters()}
+    x = torch.randn(3, 5, 16)
+
+    def loss(p, x, call):
+        return call(layer, p, (x,)).square().mean()
+
+    got = tx.jit(tx.grad(lambda p, x: loss(p, x, tx.functional_call)))(p, x)
+    want = tf.grad(lambda p, x: loss(p, x, tf.functional_call))(p, x)
+    tol = dict(rtol=1e-6, atol=1e-7) if norm_first else dict(rtol=0, atol=0)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], **tol)

@@ -171,7 +171,7 @@ LINEAR = [
     n for n in TESTED if core.primitives[n] in core.linear_primitives and n not in COMPLEX_PRIMS
 ]
 # For bilinear primitives only the first operand is taken as the linear one.
-_BILINEAR = {"mul", "div", "dot_general", "conv", "conv_kernel_grad"}
+_BILINEAR = {"mul", "div", "dot_general", "conv", "conv_kernel_grad", "conv_input_grad"}
 # The backward kernels of composites are linear in their gradient operand (the first) only.
 _LINEAR_IN_GRAD = {
     n

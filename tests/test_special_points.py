@@ -44,6 +44,7 @@ SECOND = {n: d[1] for n, d in _BINARY_DOMAINS.items()}
 DOCUMENTED = {
     ("conv", "inf"): ("bilinear-at-infinity", "forward over forward"),
     ("conv_kernel_grad", "inf"): ("bilinear-at-infinity", "forward over forward"),
+    ("conv_input_grad", "inf"): ("bilinear-at-infinity", "forward over forward"),
     ("cumprod", "inf"): ("cumprod-at-infinity", "jvp"),
 }
 

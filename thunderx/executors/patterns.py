@@ -1,11 +1,18 @@
 """Equation patterns the torch executor emits as one torch call: `select(le(x, 0), 0, x)` as
 `relu`, `dot_general` plus a broadcast bias as `F.linear` (torch's addmm: the bias added in the
-matmul's epilogue, one kernel and one pass over the output instead of two)."""
+matmul's epilogue, one kernel and one pass over the output instead of two); and which small
+constants the program may make once instead of on every call."""
 
 from __future__ import annotations
 
-from thunderx.ir import Literal, Var
+import math
+
+import torch
+
+from thunderx.core import split_phase_rules, statement_rules
+from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.binary import add_p, le_p, mul_p, sub_p
+from thunderx.primitives.creation import full_p
 from thunderx.primitives.linalg import dot_general_p
 from thunderx.primitives.shape import broadcast_in_dim_p
 from thunderx.primitives.unary import select_p
@@ -84,9 +91,9 @@ def gemm_patterns(jaxpr, last_use: dict) -> dict:
 # (contracting dims of x, of w) of a 2-D product -> how addmm reads x ({1}) and w ({2})
 _MM_OPERANDS = {
     ((1,), (0,)): "{1}, {2}",
-    ((1,), (1,)): "{1}, {2}.T",
-    ((0,), (0,)): "{1}.T, {2}",
-    ((0,), (1,)): "{1}.T, {2}.T",
+    ((1,), (1,)): "{1}, {2}.t()",
+    ((0,), (0,)): "{1}.t(), {2}",
+    ((0,), (1,)): "{1}.t(), {2}.t()",
 }
 
 
@@ -127,7 +134,7 @@ def _bias_add(jaxpr, prod, bias, uses, producer):
     if nx == 2 and contracting in _MM_OPERANDS:
         return (b, x, w), "torch.addmm({0}, " + _MM_OPERANDS[contracting] + ")", skipped
     if nx >= 1 and contracting in (((nx - 1,), (1,)), ((nx - 1,), (0,))):
-        weight = "{1}" if contracting[1] == (1,) else "{1}.T"
+        weight = "{1}" if contracting[1] == (1,) else "{1}.t()"
         return (x, w, b), "torch.nn.functional.linear({0}, " + weight + ", {2})", skipped
     return None
 
@@ -154,3 +161,141 @@ def _scaled_subtract(jaxpr, e, uses, producer):
         src = "torch.addmm({0}, " + _MM_OPERANDS[contracting] + f", alpha={-c.val!r})"
         return (a, x, w), src, {p, m}
     return None
+
+
+# A `full` of at most this many elements that is only read becomes a constant of the program
+HOIST_MAX_NUMEL = 1024
+
+
+def read_only_constants(jaxpr: Jaxpr) -> set[int]:
+    """Indices of the `full` equations whose result the program only reads: small, not an
+    output, and every consumer an ordinary equation that returns no view of it (a view could
+    reach the caller, a statement or a collective could write into it). One tensor made when
+    the program is compiled then serves every call."""
+    found = {
+        i: e.outputs[0]
+        for i, e in enumerate(jaxpr.eqns)
+        if e.prim is full_p and math.prod(e.params["shape"]) <= HOIST_MAX_NUMEL
+    }
+    if not found:
+        return set()
+    candidates = {id(v): i for i, v in found.items()}
+    for x in jaxpr.outvars:
+        candidates.pop(id(x), None)
+    for e in jaxpr.eqns:
+        aliases = e.prim.props.alias_positions(len(e.inputs))
+        for k, x in enumerate(e.inputs):
+            if id(x) in candidates and (
+                k in aliases or e.prim in statement_rules or e.prim in split_phase_rules
+            ):
+                del candidates[id(x)]
+    return set(candidates.values())
+
+
+def shared_statistics(jaxpr: Jaxpr) -> dict:
+    """A layer_norm backward that follows the forward of the same input reads the statistics
+    the forward computed (torch's kernels return mean and rstd) instead of running the forward
+    again. Returns {equation index: source template of its arguments as {0}, {1}, ...}."""
+    from thunderx.primitives.composite_norm import layer_norm_backward_p, layer_norm_p
+
+    forwards: dict = {}
+    out: dict = {}
+    for i, e in enumerate(jaxpr.eqns):
+        if e.prim is layer_norm_p and isinstance(e.inputs[0], Var):
+            key = (id(e.inputs[0]), e.params["normalized_ndim"], e.params["eps"])
+            forwards.setdefault(key, (i, e))
+        elif e.prim is layer_norm_backward_p and isinstance(e.inputs[1], Var):
+            key = (id(e.inputs[1]), e.params["normalized_ndim"], e.params["eps"])
+            if key not in forwards:
+                continue
+            j, fwd = forwards[key]
+            x = e.inputs[1].aval
+            shape = tuple(x.shape[x.ndim - e.params["normalized_ndim"] :])
+            stats = f"_ln_stats{j}"
+            out[j] = (
+                f"({stats} := torch.native_layer_norm({{0}}, {shape}, None, None, "
+                f"{fwd.params['eps']!r}))[0]"
+            )
+            out[i] = (
+                f"torch.ops.aten.native_layer_norm_backward({{0}}, {{1}}, {shape}, {stats}[1], "
+                f"{stats}[2], None, None, [True, False, False])[0]"
+            )
+    return out
+
+
+# torch.where on CPU runs a scalar loop (~7 ns an element against ~0.1 for relu in torch
+# 2.13); a choice between a float tensor and zero is a bit mask on the tensor's bits instead:
+# three vectorized kernels, the same bits (NaN payloads and -0.0 kept, +0.0 where zeroed).
+_SAME_WIDTH_INT = {
+    torch.float16: "torch.int16",
+    torch.bfloat16: "torch.int16",
+    torch.float32: "torch.int32",
+    torch.float64: "torch.int64",
+}
+
+
+def select_with_zero(e, args) -> str | None:
+    """`select(pred, 0, x)` / `select(pred, x, 0)` on CPU floats as a mask of x's bits."""
+    pred, on_true, on_false = e.inputs
+    out = e.outputs[0].aval
+    ints = _SAME_WIDTH_INT.get(out.dtype)
+    if ints is None or torch.device(out.device).type != "cpu" or not isinstance(pred, Var):
+        return None
+    zero_true = _positive_zero(on_true) and isinstance(on_false, Var)
+    zero_false = _positive_zero(on_false) and isinstance(on_true, Var)
+    if zero_true:  # keep x where pred is False: mask = pred - 1 (all ones where False)
+        x, mask = args[2], f"{args[0]}.to({ints}).sub_(1)"
+    elif zero_false:  # keep x where pred is True: mask = -pred (all ones where True)
+        x, mask = args[1], f"{args[0]}.to({ints}).neg_()"
+    else:
+        return None
+    if any(getattr(v.aval, "shape", None) != out.shape for v in (pred, e.inputs[1 + zero_true])):
+        return None
+    return f"({x}.view({ints}) & {mask}).view({_dtype_name(out.dtype)})"
+
+
+def _positive_zero(x) -> bool:
+    """A literal +0 (the mask writes +0.0 bits; a -0.0 literal keeps torch.where)."""
+    return (
+        isinstance(x, Literal)
+        and type(x.val) in (int, float, bool)
+        and x.val == 0
+        and math.copysign(1.0, float(x.val)) > 0
+    )
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return "torch." + str(dtype).removeprefix("torch.")
+
+
+def fresh_index_adds(jaxpr: Jaxpr) -> tuple[dict, set]:
+    """`index_add(full(...), idx, src)` where nothing else reads the full (an embedding's
+    gradient, a gather's transpose): the full is made and added into in place, one pass over
+    the table fewer than `index_add`'s copy of it (the same numbers; index_add_ checks the
+    indices as index_add does). Returns ({index: expression}, skipped full indices)."""
+    from thunderx.primitives.indexing import index_add_p
+
+    uses, producer = _uses_and_producers(jaxpr)
+    found, skipped = {}, set()
+    for i, e in enumerate(jaxpr.eqns):
+        if e.prim is not index_add_p or not all(isinstance(x, Var) for x in e.inputs):
+            continue
+        x, idx, src = e.inputs
+        p = producer.get(id(x))
+        if p is None or jaxpr.eqns[p].prim is not full_p or uses.get(id(x)) != 1:
+            continue
+        fp = jaxpr.eqns[p].params
+        fill = fp["fill_value"]
+        if type(fill) not in (int, float, bool) or not math.isfinite(fill):
+            continue
+        axis = e.params["axis"]
+        shape = tuple(x.aval.shape)
+        flat = shape[:axis] + (math.prod(idx.aval.shape),) + shape[axis + 1 :]
+        found[i] = (
+            f"torch.full({shape}, {fp['fill_value']!r}, dtype={_dtype_name(fp['dtype'])}, "
+            f"device={str(fp['device'])!r}).index_add_({axis}, {{0}}.reshape(-1), "
+            f"{{1}}.reshape({flat}))",
+            (idx, src),
+        )
+        skipped.add(p)
+    return found, skipped

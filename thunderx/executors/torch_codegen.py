@@ -25,7 +25,15 @@ from thunderx.core import (
     torch_codegen_rules,
 )
 from thunderx.executors.base import Executor, register_executor
-from thunderx.executors.patterns import gemm_patterns, relu_patterns
+from thunderx.executors.patterns import (
+    fresh_index_adds,
+    gemm_patterns,
+    read_only_constants,
+    relu_patterns,
+    select_with_zero,
+    shared_statistics,
+)
+from thunderx.executors.patterns_norm import layer_norm_affine
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
@@ -151,9 +159,11 @@ def generate_source(
     bare_return: bool = False,
     namespace: dict | None = None,
     prelude: list | None = None,
+    hoist_constants: bool = False,
 ):
     """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple; the
-    functions of control-flow bodies come first in the source."""
+    functions of control-flow bodies come first in the source. `hoist_constants`: small `full`
+    results that are only read are made once, here, instead of on every call."""
     namer = _Namer()
     top = prelude is None
     prelude = [] if prelude is None else prelude
@@ -176,13 +186,42 @@ def generate_source(
     live_views: dict[int, int] = {}  # root -> number of live vars on it
 
     relus, skipped = relu_patterns(jaxpr)
+    shared = shared_statistics(jaxpr)
+    affine, affine_skipped = layer_norm_affine(jaxpr)
+    skipped |= affine_skipped
+    index_adds, full_skipped = fresh_index_adds(jaxpr)
+    skipped |= full_skipped
+    for i, (_, _, operands) in affine.items():
+        for x in operands:  # read by the fused call: no equation before it writes them
+            last_use[id(x)] = max(last_use.get(id(x), i), i)
     linears = gemm_patterns(jaxpr, last_use)
     skipped |= {j for fused in linears.values() for j in fused[2]}
     starts, waits = _split_phase_plan(jaxpr, namer, namespace)
+    hoisted = read_only_constants(jaxpr) if hoist_constants else set()
     for i, e in enumerate(jaxpr.eqns):
         while starts and starts[0][0] < i:  # collectives whose operands exist by now
             lines.append(starts.pop(0)[1])
         if i in skipped:
+            continue
+        if i in affine:
+            outs, template, operands = affine[i]
+            lhs = ", ".join("_" if v is None else namer(v) for v in outs)
+            lines.append(f"    {lhs} = {template.format(*(namer(x) for x in operands))}")
+            for v in outs:
+                if v is not None:  # fresh tensors of torch's kernels
+                    root[id(v)] = id(v)
+                    owned.add(id(v))
+                    live_views[id(v)] = live_views.get(id(v), 0) + 1
+            continue
+        if i in hoisted:
+            # made once: never owned, so nothing writes into it
+            v = e.outputs[0]
+            with torch.inference_mode(False):  # usable by autograd later, whatever mode now
+                value = impl_rules[e.prim](**e.params)
+            shown = f"{e.params['shape']}, {_literal(e.params['fill_value'])}"
+            lines.append(f"    {namer(v)} = {_param_src(value, namespace)}  # full({shown})")
+            root[id(v)] = id(v)
+            live_views[id(v)] = live_views.get(id(v), 0) + 1
             continue
         args = [namer(x) for x in e.inputs]
         avals = [x.aval for x in e.inputs]
@@ -194,11 +233,16 @@ def generate_source(
                 x, out[0].aval, i, last_use, root, owned, live_views
             )
             expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
+        elif i in index_adds:
+            template, operands = index_adds[i]
+            expr = template.format(*(namer(x) for x in operands))
+        elif i in shared:
+            expr = shared[i].format(*args)
         elif i in linears:
             operands, template, _ = linears[i]
             expr = template.format(*(namer(x) for x in operands))
         elif e.prim is select_p:
-            expr = _select_with_zero(e, args)
+            expr = select_with_zero(e, args)
         elif i in waits:
             expr = waits[i]
         if expr is None and reuse_buffers and len(out) == 1:
@@ -314,51 +358,6 @@ def _wait_buckets(wait, handles, layout) -> list:
     return [results[b][j] for b, j in layout]
 
 
-# torch.where on CPU runs a scalar loop (~7 ns an element against ~0.1 for relu in torch
-# 2.13); a choice between a float tensor and zero is a bit mask on the tensor's bits instead:
-# three vectorized kernels, the same bits (NaN payloads and -0.0 kept, +0.0 where zeroed).
-_SAME_WIDTH_INT = {
-    torch.float16: "torch.int16",
-    torch.bfloat16: "torch.int16",
-    torch.float32: "torch.int32",
-    torch.float64: "torch.int64",
-}
-
-
-def _select_with_zero(e, args) -> str | None:
-    """`select(pred, 0, x)` / `select(pred, x, 0)` on CPU floats as a mask of x's bits."""
-    pred, on_true, on_false = e.inputs
-    out = e.outputs[0].aval
-    ints = _SAME_WIDTH_INT.get(out.dtype)
-    if ints is None or torch.device(out.device).type != "cpu" or not isinstance(pred, Var):
-        return None
-    zero_true = _positive_zero(on_true) and isinstance(on_false, Var)
-    zero_false = _positive_zero(on_false) and isinstance(on_true, Var)
-    if zero_true:  # keep x where pred is False: mask = pred - 1 (all ones where False)
-        x, mask = args[2], f"{args[0]}.to({ints}).sub_(1)"
-    elif zero_false:  # keep x where pred is True: mask = -pred (all ones where True)
-        x, mask = args[1], f"{args[0]}.to({ints}).neg_()"
-    else:
-        return None
-    if any(getattr(v.aval, "shape", None) != out.shape for v in (pred, e.inputs[1 + zero_true])):
-        return None
-    return f"({x}.view({ints}) & {mask}).view({_dtype_name(out.dtype)})"
-
-
-def _positive_zero(x) -> bool:
-    """A literal +0 (the mask writes +0.0 bits; a -0.0 literal keeps torch.where)."""
-    return (
-        isinstance(x, Literal)
-        and type(x.val) in (int, float, bool)
-        and x.val == 0
-        and math.copysign(1.0, float(x.val)) > 0
-    )
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return "torch." + str(dtype).removeprefix("torch.")
-
-
 def _inplace(e, args, i, last_use, root, owned, live_views):
     props = e.prim.props
     method = props.inplace
@@ -402,15 +401,16 @@ def _reusable(x, out_aval, i, last_use, root, owned, live_views) -> bool:
 
 def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted") -> CompiledProgram:
     """Generate, compile and return the program; consts are its leading arguments."""
-    src, ns = generate_source(jaxpr, name, reuse_buffers=True)
-    src_plain, ns_plain = generate_source(jaxpr, name, reuse_buffers=False)
+    src, ns = generate_source(jaxpr, name, reuse_buffers=True, hoist_constants=True)
+    src_plain, ns_plain = generate_source(jaxpr, name, reuse_buffers=False, hoist_constants=True)
     fn = _exec(src, ns, name)
     fn_plain = fn if src_plain == src else _exec(src_plain, ns_plain, name)
     prog = CompiledProgram(fn, src, fn_plain, src_plain)
     if len(jaxpr.outvars) == 1:
         # jit's fast path calls these: the one output without a tuple around it
-        prog.fn_single = _exec(*generate_source(jaxpr, name, True, bare_return=True), name)
-        prog.fn_single_plain = _exec(*generate_source(jaxpr, name, False, bare_return=True), name)
+        single = dict(bare_return=True, hoist_constants=True)
+        prog.fn_single = _exec(*generate_source(jaxpr, name, True, **single), name)
+        prog.fn_single_plain = _exec(*generate_source(jaxpr, name, False, **single), name)
     return prog
 
 

@@ -184,6 +184,16 @@ def _avg_pool(
     kernel = _tuple(kernel_size, nsp)
     stride = _tuple(stride if stride is not None and len(_tuple(stride, 1)) else kernel_size, nsp)
     padding = _tuple(padding, nsp)
+    if (
+        dtype(x).is_floating_point
+        and ndim(x) > nsp
+        and all(2 * p <= k for p, k in zip(padding, kernel))
+        and divisor_override != 0
+    ):
+        # torch's pooling kernel, and its backward kernel as the transpose
+        from thunderx.primitives.avg_pool import avg_pool
+
+        return avg_pool(x, kernel, stride, padding, ceil_mode, count_include_pad, divisor_override)
     pads = _pool_pads(x, nsp, kernel, stride, padding, (1,) * nsp, ceil_mode)
     lead = ndim(x) - nsp
     if _tiles(kernel, stride, (1,) * nsp, pads):

@@ -236,6 +236,8 @@ def _step(kind, name, xs, params):
         return F.conv1d(x.unsqueeze(0), w, padding=1).squeeze(0)
     if kind == "max_pool":
         return F.max_pool1d(x.unsqueeze(0), 2, 1).squeeze(0)
+    if kind == "avg_pool":
+        return F.avg_pool1d(x.unsqueeze(0), 2, 1).squeeze(0)
     if kind == "view_reuse":
         # a view of an intermediate that dies right after an elementwise op on the view:
         # writing that op into the view's buffer would change h, read again below
@@ -297,7 +299,7 @@ def _shape_after(kind, name, shapes, params):
         return tuple(out)
     if kind == "conv":
         return (s[0], s[1] + 1)
-    if kind == "max_pool":
+    if kind in ("max_pool", "avg_pool"):
         return (s[0], s[1] - 1)
     raise ValueError(kind)
 
@@ -317,7 +319,7 @@ def _kinds(s) -> list:
     if len(s) >= 2:
         kinds += ["transpose", "reshape", "matmul"]
     if len(s) == 2:
-        kinds += ["conv", "max_pool"] if s[1] >= 2 else ["conv"]
+        kinds += ["conv", "max_pool", "avg_pool"] if s[1] >= 2 else ["conv"]
     if len(s) < 3:
         kinds.append("unsqueeze_expand")
     return kinds
@@ -458,6 +460,7 @@ def single_step_programs(shape=(3, 4)) -> list[Program]:
         ("conv", {"weight": [[[0.5, -0.25]] * s[0]] * s[0]}),
         ("inplace_chain", {}),
         ("max_pool", {}),
+        ("avg_pool", {}),
     ):
         add(kind, kind, params)
     for view in ("narrow", "slice", "transpose", "reshape", "expand"):
