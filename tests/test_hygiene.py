@@ -122,3 +122,33 @@ def test_jit_cache_is_thread_safe_with_a_tiny_cache():
     assert not errors, f"jit raised under 8 threads: {errors[:3]}"
     assert not wrong, f"wrong results for shapes {wrong[:3]}"
     assert f.cache_info()["size"] <= 2
+
+
+def test_a_program_collected_inside_linecache_checkcache_does_not_break_it(monkeypatch, tmp_path):
+    # linecache.checkcache loops over the keys it listed; a generated program collected during
+    # that loop (a GC run inside its os.stat) must not remove its entry under the loop (KeyError)
+    real = tmp_path / "real_module.py"
+    real.write_text("x = 1\n")
+    others = _generated_files()
+    holder = {"f": tx.jit(lambda a: torch.cos(a) * 2.0)}
+    holder["f"](torch.ones(2))
+    ours = _generated_files() - others
+    assert ours
+    # a stale entry of a real file first, so that checkcache stats it before reaching ours
+    entries = list(linecache.cache.items())
+    linecache.cache.clear()
+    linecache.cache[str(real)] = (6, 0.0, ["x = 1\n"], str(real))
+    linecache.cache.update(entries)
+    real_stat = linecache.os.stat
+
+    def stat_and_collect(path, *a, **k):
+        holder.pop("f", None)
+        gc.collect()
+        return real_stat(path, *a, **k)
+
+    monkeypatch.setattr(linecache.os, "stat", stat_and_collect)
+    linecache.checkcache()  # raised KeyError when an entry was removed under its loop
+    monkeypatch.setattr(linecache.os, "stat", real_stat)
+    assert "f" not in holder
+    tx.jit(lambda a: torch.sin(a) + 1.0)(torch.ones(2))  # the next compile removes what waited
+    assert not ours & _generated_files(), "a collected program's source must leave linecache"

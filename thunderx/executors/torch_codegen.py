@@ -12,6 +12,7 @@ import itertools
 import keyword
 import linecache
 import math
+import sys
 import weakref
 from typing import Callable
 
@@ -415,6 +416,7 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted") -> CompiledProgram:
 
 
 def _exec(src: str, namespace: dict, name: str):
+    _forget_pending()
     try:
         number = _free_numbers.pop()  # list.pop and next(count) are atomic: no lock, which a
     except IndexError:  # finalizer run by the garbage collector could deadlock on
@@ -430,8 +432,40 @@ def _exec(src: str, namespace: dict, name: str):
 
 
 def _forget_source(filename: str, number: int) -> None:
+    if _inside_checkcache():
+        # The collector ran this inside linecache.checkcache, which is looping over the keys it
+        # listed and would raise KeyError for one removed under it: removed later instead (the
+        # number stays taken until then, so no new program reuses the name meanwhile).
+        _pending_forget.append((filename, number))
+        return
     linecache.cache.pop(filename, None)
     _free_numbers.append(number)
+    _forget_pending()
+
+
+_pending_forget: list = []
+
+
+def _forget_pending() -> None:
+    while _pending_forget and not _inside_checkcache():
+        try:
+            filename, number = _pending_forget.pop()
+        except IndexError:  # emptied meanwhile by another thread's call
+            return
+        linecache.cache.pop(filename, None)
+        _free_numbers.append(number)
+
+
+def _inside_checkcache() -> bool:
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code is _CHECKCACHE_CODE:
+            return True
+        f = f.f_back
+    return False
+
+
+_CHECKCACHE_CODE = linecache.checkcache.__code__
 
 
 def eqn_source(e, namer, namespace, prelude: list) -> list[str]:
