@@ -433,9 +433,8 @@ def _exec(src: str, namespace: dict, name: str):
 
 def _forget_source(filename: str, number: int) -> None:
     if _inside_checkcache():
-        # The collector ran this inside linecache.checkcache, which is looping over the keys it
-        # listed and would raise KeyError for one removed under it: removed later instead (the
-        # number stays taken until then, so no new program reuses the name meanwhile).
+        # Run by the collector inside linecache.checkcache's loop over its keys (a removal would
+        # raise KeyError there): removed later, the number staying taken until then.
         _pending_forget.append((filename, number))
         return
     linecache.cache.pop(filename, None)
