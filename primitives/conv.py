@@ -83,16 +83,21 @@ def conv(x, w, window_strides, padding, lhs_dilation=None, rhs_dilation=None, gr
     )
 
 
-def _conv_jvp(primals, tangents, **params):
-    x, w = primals
-    tx, tw = tangents
-    out = conv_p.bind(x, w, **params)
+def bilinear_jvp(prim, primals, tangents, params):
+    """The jvp of a primitive bilinear in its two operands: prim(ta, b) + prim(a, tb)."""
+    a, b = primals
+    ta, tb = tangents
+    out = prim.bind(a, b, **params)
     t = Zero(get_aval(out))
-    if type(tx) is not Zero:
-        t = add_tangents(t, conv_p.bind(tx, w, **params))
-    if type(tw) is not Zero:
-        t = add_tangents(t, conv_p.bind(x, tw, **params))
+    if type(ta) is not Zero:
+        t = add_tangents(t, prim.bind(ta, b, **params))
+    if type(tb) is not Zero:
+        t = add_tangents(t, prim.bind(a, tb, **params))
     return out, t
+
+
+def _conv_jvp(primals, tangents, **params):
+    return bilinear_jvp(conv_p, primals, tangents, params)
 
 
 def _swap_kernel_io(w, groups):
@@ -289,7 +294,15 @@ def _kg_impl(ct, x, *, kernel_shape, window_strides, padding, rhs_dilation, grou
     if ct.numel() == 0 or x.numel() == 0 or math.prod(kernel_shape) == 0:
         return x.new_zeros(kernel_shape)  # sums with no terms, as in _conv_impl
     w = x.new_empty(kernel_shape)
-    n = len(kernel_shape) - 2
+    return convolution_backward(
+        ct, x, w, window_strides, padding, rhs_dilation, groups, (False, True, False)
+    )[1]
+
+
+def convolution_backward(ct, x, w, window_strides, padding, rhs_dilation, groups, mask):
+    """torch's convolution_backward for conv_p's parameters (symmetric padding, no input
+    dilation); `mask` picks which of the input, weight and bias cotangents it computes."""
+    n = x.ndim - 2
     return torch.ops.aten.convolution_backward(
         ct,
         x,
@@ -301,11 +314,12 @@ def _kg_impl(ct, x, *, kernel_shape, window_strides, padding, rhs_dilation, grou
         False,
         [0] * n,
         groups,
-        [False, True, False],
-    )[1]
+        list(mask),
+    )
 
 
-def _kg_conv_params(padding, window_strides, rhs_dilation, groups, n):
+def conv_params(window_strides, padding, rhs_dilation, groups, n):
+    """conv_p's parameters for a convolution without input dilation."""
     return dict(
         window_strides=window_strides,
         padding=padding,
@@ -316,20 +330,12 @@ def _kg_conv_params(padding, window_strides, rhs_dilation, groups, n):
 
 
 def _kg_jvp(primals, tangents, **params):
-    ct, x = primals
-    t_ct, t_x = tangents
-    out = conv_kernel_grad_p.bind(ct, x, **params)
-    t = Zero(get_aval(out))
-    if type(t_ct) is not Zero:
-        t = add_tangents(t, conv_kernel_grad_p.bind(t_ct, x, **params))
-    if type(t_x) is not Zero:
-        t = add_tangents(t, conv_kernel_grad_p.bind(ct, t_x, **params))
-    return out, t
+    return bilinear_jvp(conv_kernel_grad_p, primals, tangents, params)
 
 
 def _kg_transpose(ct_w, ct, x, *, kernel_shape, window_strides, padding, rhs_dilation, groups):
     n = len(kernel_shape) - 2
-    cp = _kg_conv_params(padding, window_strides, rhs_dilation, groups, n)
+    cp = conv_params(window_strides, padding, rhs_dilation, groups, n)
     if type(ct_w) is Zero:
         return [None, None]
     if is_undefined(ct) and is_undefined(x):

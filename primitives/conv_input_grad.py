@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import math
 
-import torch
-
-from thunderx.ad_util import Zero, add_tangents, is_undefined
+from thunderx.ad_util import Zero, is_undefined
 from thunderx.avals import ShapedArray
-from thunderx.core import declare, get_aval
+from thunderx.core import declare
 from thunderx.primitives import shape as S
-from thunderx.primitives.conv import _out_shape, conv_kernel_grad_p, conv_p
+from thunderx.primitives.conv import (
+    _out_shape,
+    bilinear_jvp,
+    conv_kernel_grad_p,
+    conv_p,
+    conv_params,
+    convolution_backward,
+)
 
 
 def conv_input_grad(ct, w, input_shape, window_strides, padding, rhs_dilation, groups):
@@ -50,42 +55,13 @@ def _impl(ct, w, *, input_shape, window_strides, padding, rhs_dilation, groups):
         return ct.new_zeros(input_shape)  # sums with no terms, as in conv's own impl
     # only the input's shape is read when just its cotangent is asked for
     like = ct.new_empty(input_shape)
-    n = len(input_shape) - 2
-    return torch.ops.aten.convolution_backward(
-        ct,
-        like,
-        w,
-        None,
-        list(window_strides),
-        [lo for lo, _ in padding],
-        list(rhs_dilation),
-        False,
-        [0] * n,
-        groups,
-        [True, False, False],
+    return convolution_backward(
+        ct, like, w, window_strides, padding, rhs_dilation, groups, (True, False, False)
     )[0]
 
 
-def _conv_params(window_strides, padding, rhs_dilation, groups, n):
-    return dict(
-        window_strides=window_strides,
-        padding=padding,
-        lhs_dilation=(1,) * n,
-        rhs_dilation=rhs_dilation,
-        groups=groups,
-    )
-
-
 def _jvp(primals, tangents, **params):
-    ct, w = primals
-    t_ct, t_w = tangents
-    out = conv_input_grad_p.bind(ct, w, **params)
-    t = Zero(get_aval(out))
-    if type(t_ct) is not Zero:
-        t = add_tangents(t, conv_input_grad_p.bind(t_ct, w, **params))
-    if type(t_w) is not Zero:
-        t = add_tangents(t, conv_input_grad_p.bind(ct, t_w, **params))
-    return out, t
+    return bilinear_jvp(conv_input_grad_p, primals, tangents, params)
 
 
 def _transpose(ct_x, ct, w, *, input_shape, window_strides, padding, rhs_dilation, groups):
@@ -94,7 +70,7 @@ def _transpose(ct_x, ct, w, *, input_shape, window_strides, padding, rhs_dilatio
     if is_undefined(ct) and is_undefined(w):
         raise TypeError("conv_input_grad is not linear in both operands at once")
     n = len(input_shape) - 2
-    cp = _conv_params(window_strides, padding, rhs_dilation, groups, n)
+    cp = conv_params(window_strides, padding, rhs_dilation, groups, n)
     if is_undefined(ct):
         # <conv_input_grad(ct, w), X> = <ct, conv(X, w)>
         return [conv_p.bind(ct_x, w, **cp), None]
