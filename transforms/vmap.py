@@ -386,7 +386,7 @@ def _caller_view(o, ins, flat_args, norm_axes, oax, val, bdim):
     torch's own batched view functions. Only for a tensor from eager code; None otherwise."""
     if not isinstance(o, Tracer) or bdim is None:
         return None
-    from thunderx.lang.views import replay_concrete, view_of_input
+    from thunderx.lang.views import read_chain, view_of_input
 
     found = view_of_input(o, ins)
     if found is None:
@@ -399,7 +399,9 @@ def _caller_view(o, ins, flat_args, norm_axes, oax, val, bdim):
         # torch's own batching (not `torch.func.vmap`, which a user may have rebound to ours)
         from torch._functorch.apis import vmap as torch_vmap
 
-        view = torch_vmap(lambda e: replay_concrete(e, chain), in_dims=ax, out_dims=oax)(x)
+        view = torch_vmap(lambda e: read_chain(e, chain, concrete=True), in_dims=ax, out_dims=oax)(
+            x
+        )
     except Exception:  # a view torch cannot batch: the computed value stands
         return None
     want = get_aval(val)

@@ -112,22 +112,17 @@ def view_of_input(out, inputs):
     return None
 
 
-def replay_concrete(value, chain):
-    """The view `chain` read from a torch tensor with torch's own view functions."""
-    for step in chain:
-        value = _apply(step, value, concrete=True)
-    return value
-
-
 def _apply(step: Step, value, *, concrete: bool = False):
     fn = step.torch_fn if concrete else step.impl
     out = fn(value, *step.args, **step.kwargs)
     return out if step.index is None else out[step.index]
 
 
-def read_chain(value, chain):
+def read_chain(value, chain, *, concrete: bool = False):
+    """The view `chain` read from `value`; `concrete`: from a torch tensor, with torch's own
+    view functions."""
     for step in chain:
-        value = _apply(step, value)
+        value = _apply(step, value, concrete=concrete)
     return value
 
 
@@ -169,9 +164,7 @@ def _layout_is_view(x, torch_fn, args, kwargs) -> bool:
     if _has_tracer((args, kwargs)) or any(_has_tracer((s.args, s.kwargs)) for s in va.chain):
         return True
     a = va.storage.value.aval
-    m = torch.empty(a.shape, dtype=a.dtype, device="meta")
-    for step in va.chain:
-        m = _apply(step, m, concrete=True)
+    m = read_chain(torch.empty(a.shape, dtype=a.dtype, device="meta"), va.chain, concrete=True)
     r = torch_fn(m, *args, **kwargs)
     return r is m or r._is_view()
 
@@ -344,9 +337,7 @@ def _check_no_overlap(chain, base, what: str) -> None:
     if _has_tracer(tuple((s.args, s.kwargs) for s in chain)):
         return
     a = base.aval
-    pos = torch.arange(math.prod(a.shape)).reshape(a.shape)
-    for step in chain:
-        pos = _apply(step, pos, concrete=True)
+    pos = read_chain(torch.arange(math.prod(a.shape)).reshape(a.shape), chain, concrete=True)
     if pos.numel() != pos.unique().numel():
         raise MutationError(
             f"{what} at {user_frame()}: unsupported operation: more than one element of the "
