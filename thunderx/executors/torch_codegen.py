@@ -8,12 +8,8 @@ declared properties (`prim.props`), proved against its implementation by the pro
 
 from __future__ import annotations
 
-import itertools
 import keyword
-import linecache
 import math
-import sys
-import weakref
 from typing import Callable
 
 import torch
@@ -35,15 +31,12 @@ from thunderx.executors.patterns import (
     shared_statistics,
 )
 from thunderx.executors.patterns_norm import layer_norm_affine
+from thunderx.executors.sources import exec_source
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
 
 _RESERVED = {"torch", "math", "inf", "nan", "device"}
-# Numbers of generated files; those of collected programs are reused, because CPython keeps
-# every distinct code filename it has compiled (about 60 bytes each, for good).
-_file_numbers = itertools.count(1)
-_free_numbers: list[int] = []
 
 
 class _Namer:
@@ -404,67 +397,15 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted") -> CompiledProgram:
     """Generate, compile and return the program; consts are its leading arguments."""
     src, ns = generate_source(jaxpr, name, reuse_buffers=True, hoist_constants=True)
     src_plain, ns_plain = generate_source(jaxpr, name, reuse_buffers=False, hoist_constants=True)
-    fn = _exec(src, ns, name)
-    fn_plain = fn if src_plain == src else _exec(src_plain, ns_plain, name)
+    fn = exec_source(src, ns, name)
+    fn_plain = fn if src_plain == src else exec_source(src_plain, ns_plain, name)
     prog = CompiledProgram(fn, src, fn_plain, src_plain)
     if len(jaxpr.outvars) == 1:
         # jit's fast path calls these: the one output without a tuple around it
         single = dict(bare_return=True, hoist_constants=True)
-        prog.fn_single = _exec(*generate_source(jaxpr, name, True, **single), name)
-        prog.fn_single_plain = _exec(*generate_source(jaxpr, name, False, **single), name)
+        prog.fn_single = exec_source(*generate_source(jaxpr, name, True, **single), name)
+        prog.fn_single_plain = exec_source(*generate_source(jaxpr, name, False, **single), name)
     return prog
-
-
-def _exec(src: str, namespace: dict, name: str):
-    _forget_pending()
-    try:
-        number = _free_numbers.pop()  # list.pop and next(count) are atomic: no lock, which a
-    except IndexError:  # finalizer run by the garbage collector could deadlock on
-        number = next(_file_numbers)
-    filename = f"<thunderx-generated-{number}>"
-    # Register the source so tracebacks and inspect show the generated lines, for as long as the
-    # function lives: long runs compile many programs and must not keep every source.
-    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-    exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - our own generated code
-    fn = namespace[name]
-    weakref.finalize(fn, _forget_source, filename, number)
-    return fn
-
-
-def _forget_source(filename: str, number: int) -> None:
-    if _inside_checkcache():
-        # Run by the collector inside linecache.checkcache's loop over its keys (a removal would
-        # raise KeyError there): removed later, the number staying taken until then.
-        _pending_forget.append((filename, number))
-        return
-    linecache.cache.pop(filename, None)
-    _free_numbers.append(number)
-    _forget_pending()
-
-
-_pending_forget: list = []
-
-
-def _forget_pending() -> None:
-    while _pending_forget and not _inside_checkcache():
-        try:
-            filename, number = _pending_forget.pop()
-        except IndexError:  # emptied meanwhile by another thread's call
-            return
-        linecache.cache.pop(filename, None)
-        _free_numbers.append(number)
-
-
-def _inside_checkcache() -> bool:
-    f = sys._getframe(1)
-    while f is not None:
-        if f.f_code is _CHECKCACHE_CODE:
-            return True
-        f = f.f_back
-    return False
-
-
-_CHECKCACHE_CODE = linecache.checkcache.__code__
 
 
 def eqn_source(e, namer, namespace, prelude: list) -> list[str]:
@@ -497,11 +438,6 @@ def base_namespace() -> dict:
     ns: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
     ns.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
     return ns
-
-
-def exec_source(src: str, namespace: dict, name: str):
-    """Compile generated source (registered for tracebacks) and return its function `name`."""
-    return _exec(src, namespace, name)
 
 
 class TorchExecutor(Executor):

@@ -1,0 +1,69 @@
+"""Generated source as Python functions: each compiled under its own `<thunderx-generated-N>`
+filename and registered in linecache, so tracebacks and `inspect` show the generated lines, for
+as long as the function lives (long runs compile many programs and must not keep every source).
+"""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import sys
+import weakref
+
+# Numbers of generated files; those of collected programs are reused, because CPython keeps
+# every distinct code filename it has compiled (about 60 bytes each, for good).
+_file_numbers = itertools.count(1)
+_free_numbers: list[int] = []
+
+
+def exec_source(src: str, namespace: dict, name: str):
+    """Compile generated source (registered for tracebacks) and return its function `name`."""
+    _forget_pending()
+    try:
+        number = _free_numbers.pop()  # list.pop and next(count) are atomic: no lock, which a
+    except IndexError:  # finalizer run by the garbage collector could deadlock on
+        number = next(_file_numbers)
+    filename = f"<thunderx-generated-{number}>"
+    # Register the source so tracebacks and inspect show the generated lines, for as long as the
+    # function lives: long runs compile many programs and must not keep every source.
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+    fn = namespace[name]
+    weakref.finalize(fn, _forget_source, filename, number)
+    return fn
+
+
+def _forget_source(filename: str, number: int) -> None:
+    if _inside_checkcache():
+        # Run by the collector inside linecache.checkcache's loop over its keys (a removal would
+        # raise KeyError there): removed later, the number staying taken until then.
+        _pending_forget.append((filename, number))
+        return
+    linecache.cache.pop(filename, None)
+    _free_numbers.append(number)
+    _forget_pending()
+
+
+_pending_forget: list = []
+
+
+def _forget_pending() -> None:
+    while _pending_forget and not _inside_checkcache():
+        try:
+            filename, number = _pending_forget.pop()
+        except IndexError:  # emptied meanwhile by another thread's call
+            return
+        linecache.cache.pop(filename, None)
+        _free_numbers.append(number)
+
+
+def _inside_checkcache() -> bool:
+    f = sys._getframe(1)
+    while f is not None:
+        if f.f_code is _CHECKCACHE_CODE:
+            return True
+        f = f.f_back
+    return False
+
+
+_CHECKCACHE_CODE = linecache.checkcache.__code__
