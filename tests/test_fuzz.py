@@ -46,7 +46,11 @@ def test_random_programs_through_every_transform(prog):
     # per-example gradients: jit(vmap(grad)) vs vmap(grad) vs torch.func
     g_ours = tx.vmap(tx.grad(scalar, argnums=(0, 1)))(*bxs)
     g_jit = tx.jit(tx.vmap(tx.grad(scalar, argnums=(0, 1))))(*bxs)
-    g_ref = tf.vmap(tf.grad(scalar, argnums=(0, 1)))(*bxs)
+    try:
+        g_ref = tf.vmap(tf.grad(scalar, argnums=(0, 1)))(*bxs)
+    except RuntimeError:  # torch.func's own batching refuses some (group_norm of a slice)
+        per = [tf.grad(scalar, argnums=(0, 1))(*[b[i] for b in bxs]) for i in range(3)]
+        g_ref = tuple(torch.stack(g) for g in zip(*per))
     for a, b, c in zip(g_ours, g_jit, g_ref):
         close(a, c, 1e-7)
         close(b, c, 1e-7)

@@ -10,7 +10,9 @@ import torch.nn.functional as F
 
 
 def _group_norm(x):
-    # the whole tensor as one group of one sample
+    # the whole tensor as one group of one sample (torch refuses a group of one value)
+    if x.numel() <= 1:
+        return x
     return F.group_norm(x.reshape(1, 1, -1), 1, eps=1.0).reshape(x.shape)
 
 
