@@ -464,7 +464,9 @@ def test_a_constant_made_in_inference_mode_serves_autograd_later():
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_transformer_layer_gradients_are_torchs(norm_first):
     # attention, layer norms (affine part included), linear layers and relu all run as torch's
-    # forward and backward kernels: the post-norm layer's gradients are torch.func's bit for bit
+    # forward and backward kernels: the gradients are torch.func's to float32 rounding (bit for
+    # bit on some CPUs; on others the gemm kernel picked for an operand's layout differs, as
+    # torch's own forward differs between grad and no-grad mode there)
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(
         16, 2, 32, dropout=0.0, batch_first=True, norm_first=norm_first
@@ -477,6 +479,5 @@ def test_transformer_layer_gradients_are_torchs(norm_first):
 
     got = tx.jit(tx.grad(lambda p, x: loss(p, x, tx.functional_call)))(p, x)
     want = tf.grad(lambda p, x: loss(p, x, tf.functional_call))(p, x)
-    tol = dict(rtol=1e-6, atol=1e-7) if norm_first else dict(rtol=0, atol=0)
     for k in want:
-        torch.testing.assert_close(got[k], want[k], **tol)
+        torch.testing.assert_close(got[k], want[k], rtol=1e-6, atol=1e-7)

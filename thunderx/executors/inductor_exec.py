@@ -13,17 +13,14 @@ import math
 import shutil
 import threading
 
+from thunderx.core import Primitive
 from thunderx.executors.base import Executor, register_executor
-from thunderx.executors.patterns import gemm_patterns
+from thunderx.executors.patterns import fresh_index_adds, gemm_patterns
+from thunderx.executors.patterns_norm import layer_norm_affine
 from thunderx.executors.regions import fusible, partition, refine, schedule
-from thunderx.executors.torch_codegen import (
-    base_namespace,
-    eqn_source,
-    exec_source,
-    generate_source,
-    new_namer,
-)
-from thunderx.ir import Jaxpr
+from thunderx.executors.torch_codegen import compile_jaxpr, exec_source, generate_source
+from thunderx.ir import Eqn, Jaxpr
+from thunderx.properties import ALL_OPERANDS, Properties
 
 _CACHE_SIZE = 512
 _kernels: collections.OrderedDict = collections.OrderedDict()
@@ -71,6 +68,12 @@ def _check() -> str | None:
     return None
 
 
+def _elements(unit) -> tuple[int, bool]:
+    """(elements a region reads and writes, whether all of them live on the CPU)."""
+    avals = [v.aval for v in list(unit.inputs) + list(unit.outputs)]
+    return sum(math.prod(a.shape) for a in avals), all(a.device.type == "cpu" for a in avals)
+
+
 class RegionKernel:
     """One fusion region: its generated torch function, compiled by torch.compile when first
     called with these input descriptors."""
@@ -78,6 +81,7 @@ class RegionKernel:
     def __init__(self, unit, name: str):
         sub = Jaxpr([], unit.inputs, unit.eqns, unit.outputs, check=False)
         self.name = name
+        self.region = unit.region
         self.n_eqns = len(unit.eqns)
         self.source, namespace = generate_source(sub, name, reuse_buffers=False)
         self.eager = exec_source(self.source, namespace, name)
@@ -85,10 +89,17 @@ class RegionKernel:
         desc = tuple((v.aval.shape, v.aval.dtype, str(v.aval.device)) for v in unit.inputs)
         self.key = (self.source, desc) if shares else (id(self), desc)
         self._by_layout: dict = {}
-        avals = [v.aval for v in list(unit.inputs) + list(unit.outputs)]
-        self.elements = sum(math.prod(a.shape) for a in avals)
-        on_cpu = all(a.device.type == "cpu" for a in avals)
+        self.elements, on_cpu = _elements(unit)
         self.compiles = not (on_cpu and self.elements < CPU_MIN_ELEMENTS)
+        # The host program's view of the call: fresh outputs (inductor allocates every computed
+        # result), unless an output is a view or an expanded tensor, which inductor may return
+        # as a view of an input; then the host assumes it aliases any input.
+        made = {id(v): e.prim.props for e in unit.eqns for v in e.outputs}
+        fresh = all(
+            not made[id(v)].alias_positions(1) and not made[id(v)].overlapping for v in unit.outputs
+        )
+        self.prim = Primitive(name, multiple_results=True)
+        self.prim.props = Properties() if fresh else Properties(aliases=ALL_OPERANDS)
 
     def __call__(self, *args):
         if not self.compiles:
@@ -136,76 +147,78 @@ def _compile_region(fn, args):
 
 
 class InductorProgram:
-    """A generated host function: torch calls for unclaimed equations, a compiled kernel call
-    per fusion region."""
+    """The torch executor's program (its gemm epilogues, fused norms, in-place buffer reuse,
+    hoisted constants) in which each fusion region worth compiling is one call of its inductor
+    kernel. Equations the torch executor already fuses into one torch call stay out of regions,
+    and a region too small to gain from a compiled kernel runs as the torch executor's code."""
 
     def __init__(self, jaxpr: Jaxpr, name: str = "inductor_program"):
         self.jaxpr = jaxpr
-        self.units = schedule(jaxpr, refine(jaxpr, partition(jaxpr)))
-        namer, namespace, prelude = new_namer(), base_namespace(), []
-        params = [namer(v) for v in jaxpr.constvars + jaxpr.invars]
-        lines = [f"def {name}({', '.join(params)}):"]
-        self.kernels: list[RegionKernel] = []
-        index, gemms = _host_gemm_patterns(jaxpr, self.units)
+        regions, self.kernels, self.uncompiled = _compiled_regions(jaxpr)
+        self.units = schedule(jaxpr, regions)
+        by_region = {k.region: k for k in self.kernels}
+        eqns, namespace = [], {}
         for u in self.units:
             if u.region is None:
-                i = index[id(u.eqns[0])]
-                if i not in gemms:
-                    lines.extend(eqn_source(u.eqns[0], namer, namespace, prelude))
-                    continue
-                if gemms[i] is None:  # absorbed by a fused call
-                    continue
-                operands, template, _ = gemms[i]
-                expr = template.format(*(namer(x) for x in operands))
-                lines.append(f"    {namer(u.eqns[0].outputs[0])} = {expr}")
-                continue
-            if not u.outputs:
-                continue
-            kernel = RegionKernel(u, f"region{u.region}")
-            self.kernels.append(kernel)
-            namespace[f"_{kernel.name}"] = kernel
-            lhs = ", ".join(namer(v) for v in u.outputs) + ("," if len(u.outputs) == 1 else "")
-            ins = ", ".join(namer(x) for x in u.inputs)
-            lines.append(f"    {lhs} = _{kernel.name}({ins})")
-        outs = ", ".join(namer(x) for x in jaxpr.outvars)
-        lines.append(f"    return ({outs}{',' if len(jaxpr.outvars) == 1 else ''})")
-        self.source = "\n".join(prelude + lines) + "\n"  # control-flow bodies first
-        self.fn = self.fn_plain = exec_source(self.source, namespace, name)
-        self.fn_single = self.fn_single_plain = None
+                eqns.extend(u.eqns)
+            elif u.outputs:
+                k = by_region[u.region]
+                namespace[f"_impl_{k.name}"] = k
+                eqns.append(Eqn(k.prim, list(u.inputs), list(u.outputs), {}))
+        host = Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars, check=False)
+        prog = compile_jaxpr(host, name, namespace)
+        self.source = prog.source
+        self.fn, self.fn_plain = prog.fn, prog.fn_plain
+        self.fn_single, self.fn_single_plain = prog.fn_single, prog.fn_single_plain
 
     def __call__(self, *args):
         return self.fn(*args)
 
     def as_text(self) -> str:
         parts = [self.source]
-        for k in self.kernels:
-            how = (
-                "compiled by inductor on first call (per input layout)"
-                if k.compiles
-                else f"runs uncompiled: {k.elements} elements < {CPU_MIN_ELEMENTS} on CPU"
+        for n_eqns, elements in self.uncompiled:
+            parts.append(
+                f"# a region of {n_eqns} equations runs uncompiled, as torch calls in the host: "
+                f"{elements} elements < {CPU_MIN_ELEMENTS} on CPU"
             )
-            parts.append(f"# _{k.name}: {how}; {k.n_eqns} equations\n{k.source}")
+        for k in self.kernels:
+            how = "compiled by inductor on first call (per input layout)"
+            parts.append(f"# _impl_{k.name}: {how}; {k.n_eqns} equations\n{k.source}")
         return "\n".join(parts)
 
     def __repr__(self) -> str:
         return self.as_text()
 
 
-def _host_gemm_patterns(jaxpr: Jaxpr, units) -> tuple[dict, dict]:
-    """The torch executor's gemm patterns (addmm, F.linear) among the host function's own
-    equations: ({id(eqn): index} of every equation, {index of a fused update: pattern, index of
-    an equation it absorbs: None})."""
+def host_fused(jaxpr: Jaxpr) -> set[int]:
+    """Indices of the equations the torch executor runs as part of one torch call (a gemm with
+    its bias or SGD update, layer_norm with its affine, a fresh index_add): left out of fusion
+    regions, they cost no kernel of their own."""
+    found = set()
+    for i, (_, _, absorbed) in gemm_patterns(jaxpr, {}).items():
+        found |= {i, *absorbed}
+    for patterns, skipped in (layer_norm_affine(jaxpr), fresh_index_adds(jaxpr)):
+        found |= set(patterns) | skipped
+    return found
+
+
+def _compiled_regions(jaxpr: Jaxpr) -> tuple[list, list, list]:
+    """(region id of each equation, None where it runs as a torch call; the kernels of the
+    regions; (equations, elements) of each region left uncompiled for its size)."""
+    fused = host_fused(jaxpr)
     index = {id(e): i for i, e in enumerate(jaxpr.eqns)}
-    region = {index[id(e)]: u.region for u in units for e in u.eqns}
-    patterns = {
-        i: f
-        for i, f in gemm_patterns(jaxpr, {}).items()
-        if region.get(i) is None and all(region.get(j) is None for j in f[2])
-    }
-    table: dict = dict(patterns)
-    for f in patterns.values():
-        table.update(dict.fromkeys(f[2]))
-    return index, table
+    regions = refine(jaxpr, partition(jaxpr, lambda e: fusible(e) and index[id(e)] not in fused))
+    kernels, uncompiled = [], []
+    for u in schedule(jaxpr, regions):
+        if u.region is None or not u.outputs:
+            continue
+        elements, on_cpu = _elements(u)
+        if on_cpu and elements < CPU_MIN_ELEMENTS:
+            uncompiled.append((len(u.eqns), elements))
+        else:
+            kernels.append(RegionKernel(u, f"region{u.region}"))
+    kept = {k.region for k in kernels}
+    return [r if r in kept else None for r in regions], kernels, uncompiled
 
 
 class InductorExecutor(Executor):
@@ -222,7 +235,7 @@ class InductorExecutor(Executor):
         return fusible(eqn)
 
     def partition(self, jaxpr: Jaxpr) -> list[int | None]:
-        return refine(jaxpr, partition(jaxpr))
+        return _compiled_regions(jaxpr)[0]
 
     def lower(self, jaxpr: Jaxpr) -> InductorProgram:
         reason = self.unavailable_reason()

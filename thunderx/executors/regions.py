@@ -26,9 +26,12 @@ def partition(jaxpr: Jaxpr, claims: Callable = fusible) -> list[int | None]:
 
     A fusible equation joins a producer's region unless another of its producers already depends
     on that region (the region would then both feed and follow that producer: a cycle). Checked
-    on the graph of units as it grows, so regions stay schedulable.
+    on the graph of units as it grows, so regions stay schedulable. With no producer region to
+    join, it joins a region that reads one of its operands (siblings: `sigmoid(h)` beside
+    `tanh(h)` read `h` once), under the same check.
     """
     producer: dict[int, int] = {}
+    readers: dict[int, list] = {}  # var -> regions reading it, in order of first read
     unit_of: list = []
     unit_preds: dict = {}
     region: list[int | None] = []
@@ -52,7 +55,8 @@ def partition(jaxpr: Jaxpr, claims: Callable = fusible) -> list[int | None]:
         }
         chosen = None
         if claims(e):
-            for r in sorted(u for u in pred_units if u[0] == "r"):
+            siblings = [r for x in e.inputs if isinstance(x, Var) for r in readers.get(id(x), ())]
+            for r in sorted(u for u in pred_units if u[0] == "r") + siblings:
                 if not any(depends_on(q, r) for q in pred_units if q != r):
                     chosen = r
                     break
@@ -66,6 +70,10 @@ def partition(jaxpr: Jaxpr, claims: Callable = fusible) -> list[int | None]:
             unit = ("t", i)
         unit_of.append(unit)
         unit_preds.setdefault(unit, set()).update(pred_units - {unit})
+        if unit[0] == "r":
+            for x in e.inputs:
+                if isinstance(x, Var) and unit not in readers.setdefault(id(x), []):
+                    readers[id(x)].append(unit)
         for v in e.outputs:
             producer[id(v)] = i
     return region

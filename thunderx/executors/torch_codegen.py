@@ -393,18 +393,24 @@ def _reusable(x, out_aval, i, last_use, root, owned, live_views) -> bool:
     )
 
 
-def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted") -> CompiledProgram:
-    """Generate, compile and return the program; consts are its leading arguments."""
-    src, ns = generate_source(jaxpr, name, reuse_buffers=True, hoist_constants=True)
-    src_plain, ns_plain = generate_source(jaxpr, name, reuse_buffers=False, hoist_constants=True)
+def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted", calls: dict | None = None) -> CompiledProgram:
+    """Generate, compile and return the program; consts are its leading arguments. `calls`:
+    `{"_impl_<name>": callable}` for equations of primitives made outside the registry (the
+    inductor executor's compiled regions)."""
+
+    def gen(reuse: bool, **kw):
+        ns = base_namespace() | (calls or {})
+        return generate_source(jaxpr, name, reuse, namespace=ns, hoist_constants=True, **kw)
+
+    src, ns = gen(True)
+    src_plain, ns_plain = gen(False)
     fn = exec_source(src, ns, name)
     fn_plain = fn if src_plain == src else exec_source(src_plain, ns_plain, name)
     prog = CompiledProgram(fn, src, fn_plain, src_plain)
     if len(jaxpr.outvars) == 1:
         # jit's fast path calls these: the one output without a tuple around it
-        single = dict(bare_return=True, hoist_constants=True)
-        prog.fn_single = exec_source(*generate_source(jaxpr, name, True, **single), name)
-        prog.fn_single_plain = exec_source(*generate_source(jaxpr, name, False, **single), name)
+        prog.fn_single = exec_source(*gen(True, bare_return=True), name)
+        prog.fn_single_plain = exec_source(*gen(False, bare_return=True), name)
     return prog
 
 
