@@ -249,3 +249,37 @@ def test_static_arguments_by_name_or_position():
     close(j2(torch.ones(2), n=4), torch.full((2,), 4.0))  # passed by keyword: still static
     with pytest.raises(ValueError, match="out of range"):
         tx.jit(lambda x: x, static_argnums=3)(torch.ones(1))
+
+
+def test_pytree_arguments_take_the_cached_fast_path_and_stay_exact():
+    # a dict of parameters and a tensor: a hit is keyed by the structure and each leaf's
+    # (shape, dtype, device); another structure, a scalar leaf or a leaf that torch autograd
+    # records takes the general path, with the right answer each time
+    def f(p, x):
+        return {"y": torch.tanh(x @ p["w"] + p["b"]), "s": (x @ p["w"] * p["b"]).sum()}
+
+    g = torch.Generator().manual_seed(0)
+    p = {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g)}
+    x = torch.randn(2, 3, generator=g)
+    j = tx.jit(f)
+    hits = j.jit_function._fast_hits
+    for _ in range(3):
+        got = j(p, x)
+        want = f(p, x)
+        assert got.keys() == want.keys()
+        for k in want:
+            torch.testing.assert_close(got[k], want[k])
+    assert hits[0] == 2, "the second and third calls should hit the fast path"
+    p2 = dict(p, extra=torch.ones(1))  # another structure: traced again
+    torch.testing.assert_close(j(p2, x)["y"], f(p2, x)["y"])
+    x5 = torch.randn(5, 3, generator=g)  # another leaf shape
+    torch.testing.assert_close(j(p, x5)["s"], f(p, x5)["s"])
+    torch.testing.assert_close(
+        j({"w": p["w"], "b": 0.5}, x)["s"], f({"w": p["w"], "b": 0.5}, x)["s"]
+    )
+    w = p["w"].clone().requires_grad_()
+    out = j({"w": w, "b": p["b"]}, x)["y"].sum()
+    (gw,) = torch.autograd.grad(out, w)
+    w2 = p["w"].clone().requires_grad_()
+    (want_gw,) = torch.autograd.grad(f({"w": w2, "b": p["b"]}, x)["y"].sum(), w2)
+    torch.testing.assert_close(gw, want_gw)

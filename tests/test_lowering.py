@@ -228,6 +228,24 @@ def test_a_matmul_with_a_broadcast_bias_lowers_to_linear():
     torch.testing.assert_close(f(x, w, b), torch.nn.functional.linear(x.sin(), w, b))
 
 
+def test_a_linear_of_permuted_rows_runs_on_the_unpermuted_rows():
+    # nn.MultiheadAttention's (seq, batch) transpose before its in-projection: one GEMM over
+    # the untransposed rows, then the permutation (torch would copy and batch the GEMM)
+    x, w, b = torch.randn(4, 5, 6), torch.randn(3, 6), torch.randn(3)
+
+    def f(x, w, b):
+        return torch.nn.functional.linear(x.sin().transpose(0, 1), w, b) * 2
+
+    j = tx.jit(f)
+    src = j.lower(x, w, b).as_text().split("# execution program")[1]
+    assert ".permute(1, 0, 2)" in src and src.count("permute") == 1, src
+    assert src.index("linear(") < src.index(".permute("), src
+    torch.testing.assert_close(j(x, w, b), f(x, w, b))
+    jf = tx.jit(tx.grad(lambda w, x, b: f(x, w, b).square().sum()))
+    want = torch.func.grad(lambda w, x, b: f(x, w, b).square().sum())(w, x, b)
+    torch.testing.assert_close(jf(w, x, b), want)
+
+
 def test_linear_operands_are_not_overwritten_before_the_fused_call_reads_them():
     # h's last textual reader is `h * 2`, between the matmul and the bias add: it must not
     # run in place on h, which the fused linear reads afterwards

@@ -10,6 +10,7 @@ import inspect
 import threading
 from typing import Any, Callable
 
+import optree
 import torch
 
 from thunderx import tree, validate
@@ -294,6 +295,7 @@ class JitFunction:
         """The function `jit` returns: a cache hit on plain tensor arguments costs a key built
         from (shape, dtype, device), one dict lookup and one call of the generated code."""
         fast, slow, state, counts = self._fast, self._call_slow, _state, self._fast_hits
+        flatten, NAMESPACE = optree.tree_flatten, tree.NAMESPACE  # noqa: N806
         grad_enabled = torch.is_grad_enabled
         fast_ok = self._fast_ok
 
@@ -313,8 +315,8 @@ class JitFunction:
                             return tree.unflatten(single, fn(*consts, a) if consts else fn(a))
                         return slow(args, kwargs)
                     key = tuple([(a.shape, a.dtype, a.device) for a in args])
-                except AttributeError:  # a Python scalar or other leaf: the general path
-                    return slow(args, kwargs)
+                except AttributeError:  # a pytree of tensors, a Python scalar: keyed by leaves
+                    return tree_call(args)
                 hit = fast.get(key)
                 if hit is not None and state.trace.__class__ is EvalTrace:
                     fn, fn_plain, consts, single, consts_need_grad = hit
@@ -325,6 +327,24 @@ class JitFunction:
                     outs = fn(*consts, *args) if consts else fn(*args)
                     return outs if single is True else tree.unflatten(single, outs)
             return slow(args, kwargs)
+
+        def tree_call(args):
+            # arguments that are pytrees of tensors (a dict of parameters): the key is their
+            # structure and each leaf's (shape, dtype, device)
+            leaves, treedef = flatten(args, namespace=NAMESPACE)
+            try:
+                key = (treedef, tuple([(a.shape, a.dtype, a.device) for a in leaves]))
+            except AttributeError:  # a Python scalar leaf: the general path
+                return slow(args, {})
+            hit = fast.get(key)
+            if hit is None or state.trace.__class__ is not EvalTrace:
+                return slow(args, {})
+            fn, fn_plain, consts, single, consts_need_grad = hit
+            if grad_enabled() and (consts_need_grad or _any_requires_grad(leaves)):
+                fn = fn_plain
+            counts[0] += 1
+            outs = fn(*consts, *leaves) if consts else fn(*leaves)
+            return outs if single is True else tree.unflatten(single, outs)
 
         return jitted
 
@@ -351,6 +371,11 @@ class JitFunction:
             fast = self._fast_ok and not kwargs and not axis_env() and not entry.writes
             if fast and all(type(a) in _PLAIN for a in args):
                 self._remember_fast(args, entry, prog)
+            elif fast and all(type(a) in _PLAIN for a in leaves):
+                flat, treedef = tree.flatten(args)
+                if len(flat) == len(leaves) and all(a is b for a, b in zip(flat, leaves)):
+                    keys = tuple((a.shape, a.dtype, a.device) for a in leaves)
+                    self._remember_fast(leaves, entry, prog, key=(treedef, keys))
         else:
             from thunderx.primitives.higher_order import jit_call_p
 
@@ -363,9 +388,10 @@ class JitFunction:
                 outs = stop_gradient(outs)
         return tree.unflatten(entry.out_tree, outs)
 
-    def _remember_fast(self, args, entry, prog):
-        keys = tuple((a.shape, a.dtype, a.device) for a in args)
-        key = keys[0] if len(args) == 1 else keys  # as `make_caller` builds it
+    def _remember_fast(self, args, entry, prog, key=None):
+        if key is None:
+            keys = tuple((a.shape, a.dtype, a.device) for a in args)
+            key = keys[0] if len(args) == 1 else keys  # as `make_caller` builds it
         single = entry.out_tree.num_leaves == 1 and tree.unflatten(entry.out_tree, [0]) == 0
         with self._lock:
             if len(self._fast) >= self.cache_size:

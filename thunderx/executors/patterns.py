@@ -14,7 +14,7 @@ from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.binary import add_p, le_p, mul_p, sub_p
 from thunderx.primitives.creation import full_p
 from thunderx.primitives.linalg import dot_general_p
-from thunderx.primitives.shape import broadcast_in_dim_p
+from thunderx.primitives.shape import broadcast_in_dim_p, transpose_p
 from thunderx.primitives.unary import select_p
 
 
@@ -135,7 +135,18 @@ def _bias_add(jaxpr, prod, bias, uses, producer):
         return (b, x, w), "torch.addmm({0}, " + _MM_OPERANDS[contracting] + ")", skipped
     if nx >= 1 and contracting in (((nx - 1,), (1,)), ((nx - 1,), (0,))):
         weight = "{1}" if contracting[1] == (1,) else "{1}.t()"
-        return (x, w, b), "torch.nn.functional.linear({0}, " + weight + ", {2})", skipped
+        linear = "torch.nn.functional.linear({0}, " + weight + ", {2})"
+        t = producer.get(id(x))
+        tr = jaxpr.eqns[t] if t is not None else None
+        if tr is not None and tr.prim is transpose_p and isinstance(tr.inputs[0], Var):
+            perm = tuple(tr.params["permutation"])
+            if nx > 2 and perm[-1] == nx - 1:
+                # rows in another order: the linear of the untransposed rows (one GEMM over a
+                # view of them, where torch runs a batched GEMM on the transposed copy), then
+                # the same permutation of the result
+                skipped |= {t} if uses.get(id(x)) == 1 else set()
+                return (tr.inputs[0], w, b), f"{linear}.permute{perm}", skipped
+        return (x, w, b), linear, skipped
     return None
 
 
