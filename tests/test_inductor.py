@@ -13,6 +13,7 @@ from thunderx.executors import (
     executor_names,
     get_executor,
     inductor_exec,
+    inductor_whole,
     register_executor,
     unregister_executor,
 )
@@ -31,8 +32,14 @@ needs_inductor = pytest.mark.skipif(
 
 
 @pytest.fixture
-def compile_small(monkeypatch):
-    """Compile regions of any size (on CPU small ones otherwise run uncompiled)."""
+def regions(monkeypatch):
+    """The region mode (of programs with control flow or effects) for straight-line programs."""
+    monkeypatch.setattr(inductor_whole, "WHOLE_PROGRAM", [False])
+
+
+@pytest.fixture
+def compile_small(monkeypatch, regions):
+    """Region mode, compiling regions of any size (on CPU small ones otherwise run uncompiled)."""
     monkeypatch.setattr(inductor_exec, "CPU_MIN_ELEMENTS", 0)
 
 
@@ -239,7 +246,7 @@ def test_explorer_shows_the_inductor_choice_and_its_regions(compile_small):
 
 
 @needs_inductor
-def test_small_cpu_regions_run_uncompiled_and_large_ones_compile():
+def test_small_cpu_regions_run_uncompiled_and_large_ones_compile(regions):
     f = lambda x: torch.sigmoid(torch.tanh(x) * 2) + 1  # noqa: E731
     small, large = torch.randn(8, 8), torch.randn(512, 512)
     assert tx.jit(f, executor="inductor").lower(small).program.kernels == []
@@ -263,3 +270,110 @@ def test_control_flow_runs_in_the_host_program():
         torch.testing.assert_close(tx.jit(f, executor="inductor")(x), f(x), rtol=0, atol=0)
     text = tx.jit(f, executor="inductor").lower(x).as_text()
     assert "for " in text and "if " in text
+
+
+# ----------------------------------------------------------------- inductor: whole programs
+
+
+def _mlp_step(params, x, y):
+    def loss(params):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = h @ w + b
+            if i < len(params) - 1:
+                h = torch.relu(h)
+        return torch.nn.functional.cross_entropy(h, y)
+
+    grads = tx.grad(loss)(params)
+    return [(w - 0.1 * gw, b - 0.1 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+
+
+@needs_inductor
+def test_a_straight_line_program_is_one_inductor_graph_with_torch_funcs_numbers(monkeypatch):
+    # forward, backward and SGD of an MLP: one graph, compiled once per input layout, the
+    # numbers of torch.func's gradients
+    g = torch.Generator().manual_seed(0)
+    params = [
+        (torch.randn(6, 8, generator=g, dtype=torch.float64), torch.randn(8, dtype=torch.float64)),
+        (torch.randn(8, 3, generator=g, dtype=torch.float64), torch.randn(3, dtype=torch.float64)),
+    ]
+    x, y = torch.randn(5, 6, generator=g, dtype=torch.float64), torch.tensor([0, 2, 1, 1, 0])
+    compiles = []
+    real = inductor_whole.WholeProgram._inductor
+    monkeypatch.setattr(
+        inductor_whole.WholeProgram,
+        "_inductor",
+        lambda self, args: compiles.append(1) or real(self, args),
+    )
+    inductor_exec.clear_kernel_cache()
+    j = tx.jit(_mlp_step, executor="inductor")
+
+    def ref_loss(params):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = h @ w + b
+            h = torch.relu(h) if i < len(params) - 1 else h
+        return torch.nn.functional.cross_entropy(h, y)
+
+    want_g = tf.grad(ref_loss)(params)
+    for _ in range(3):
+        got = j(params, x, y)
+        for (w, b), (gw, gb), (nw, nb) in zip(params, want_g, got):
+            torch.testing.assert_close(nw, w - 0.1 * gw, rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(nb, b - 0.1 * gb, rtol=1e-12, atol=1e-12)
+    assert len(compiles) == 1
+    prog = j.lower(params, x, y).program
+    assert prog.whole is not None and prog.whole.failure is None
+    assert "the whole program is one inductor graph" in j.lower(params, x, y).as_text()
+    ex = tx.explain(j)(params, x, y)
+    assert "1 inductor regions" in ex.stages[-1].note
+
+
+@needs_inductor
+def test_whole_program_recompiles_for_another_layout_and_serves_torch_autograd():
+    def f(x, w):
+        return torch.tanh(x @ w) * torch.sigmoid(x.sum(-1, keepdim=True))
+
+    g = torch.Generator().manual_seed(1)
+    x, w = torch.randn(6, 5, generator=g), torch.randn(5, 4, generator=g)
+    xt = x.t().contiguous().t()  # x's values, transposed strides
+    j = tx.jit(f, executor="inductor")
+    for arg in (x, xt, x):
+        torch.testing.assert_close(j(arg, w), f(x, w))
+    (entry,) = j.jit_function._cache.values()
+    assert len(entry.program.whole._by_layout) == 2
+    wr = w.clone().requires_grad_()
+    (gw,) = torch.autograd.grad(j(x, wr).sum(), wr)
+    torch.testing.assert_close(gw, tf.grad(lambda w: f(x, w).sum())(w))
+
+
+@needs_inductor
+def test_programs_with_effects_or_control_flow_compile_regions_instead():
+    from thunderx import lax
+
+    x = torch.randn(4, 4)
+    draw = tx.jit(lambda x: torch.rand_like(x) * 0 + torch.tanh(x) * 2 + 1, executor="inductor")
+    text = draw.lower(x).as_text()
+    assert "fusion regions compiled by inductor: rand" in text and "has effects" in text
+    torch.testing.assert_close(draw(x), torch.tanh(x) * 2 + 1)
+    loop = tx.jit(lambda x: lax.fori_loop(0, 2, lambda i, c: c * 2, x), executor="inductor")
+    assert "control flow (scan) runs in the host program" in loop.lower(x).as_text()
+    torch.testing.assert_close(loop(x), x * 4)
+
+
+@needs_inductor
+def test_a_program_inductor_refuses_runs_as_the_torch_program(monkeypatch):
+    import torch._inductor.compile_fx as cfx
+
+    def refuse(*a, **k):
+        raise RuntimeError("no kernel for this")
+
+    monkeypatch.setattr(cfx, "compile_fx", refuse)
+    inductor_exec.clear_kernel_cache()
+    f = lambda x: torch.exp(x) * 3 - x  # noqa: E731
+    j = tx.jit(f, executor="inductor")
+    x = torch.randn(7)
+    torch.testing.assert_close(j(x), f(x))
+    (entry,) = j.jit_function._cache.values()
+    text = entry.program.as_text()
+    assert "inductor refused the program (RuntimeError: no kernel for this)" in text

@@ -1,5 +1,5 @@
 """Executors behind one protocol (`base.Executor`), registered by name: generated torch code
-(any device), nvFuser fusion regions (CUDA) and inductor fusion regions (`torch.compile`)."""
+(any device), nvFuser fusion regions (CUDA) and inductor (whole programs or fusion regions)."""
 
 # Registration order is presentation order (explorer tabs).
 from thunderx.executors import torch_codegen  # noqa: F401, I001

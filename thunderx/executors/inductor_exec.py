@@ -1,7 +1,8 @@
-"""The inductor executor: the nvFuser executor's partition, with each fusion region compiled by
-`torch.compile` (TorchInductor: C++/OpenMP on CPU, Triton on CUDA) from the region's generated
-torch function. Matmuls, convolutions and everything else outside the regions stay direct torch
-calls in a generated host function.
+"""The inductor executor (TorchInductor: C++/OpenMP on CPU, Triton on CUDA). A straight-line
+program goes to inductor whole (inductor_whole.py). A program with control flow or effects keeps
+the torch executor's program, in which each fusion region of the shared partition worth
+compiling becomes one call of its compiled kernel; matmuls, convolutions and everything else
+outside the regions stay the torch executor's calls.
 
 A region is compiled on its first call and cached by its structure (its generated source) and
 its input descriptors, so two programs holding the same region share one compiled kernel."""
@@ -15,6 +16,7 @@ import threading
 
 from thunderx.core import Primitive
 from thunderx.executors.base import Executor, register_executor
+from thunderx.executors.inductor_whole import WholeProgram, whole_program_reason
 from thunderx.executors.patterns import fresh_index_adds, gemm_patterns
 from thunderx.executors.patterns_norm import layer_norm_affine
 from thunderx.executors.regions import fusible, partition, refine, schedule
@@ -154,6 +156,17 @@ class InductorProgram:
 
     def __init__(self, jaxpr: Jaxpr, name: str = "inductor_program"):
         self.jaxpr = jaxpr
+        self.whole = None
+        self.whole_reason = whole_program_reason(jaxpr)
+        if self.whole_reason is None:
+            eager = compile_jaxpr(jaxpr, name)
+            self.whole = WholeProgram(jaxpr, name, eager, (_kernels, _lock))
+            self.kernels, self.uncompiled, self.units = [], [], []
+            self.source = self.whole.source
+            self.fn, self.fn_plain = self.whole, eager.fn_plain
+            self.fn_single = self.whole.single if eager.fn_single is not None else None
+            self.fn_single_plain = eager.fn_single_plain
+            return
         regions, self.kernels, self.uncompiled = _compiled_regions(jaxpr)
         self.units = schedule(jaxpr, regions)
         by_region = {k.region: k for k in self.kernels}
@@ -175,7 +188,9 @@ class InductorProgram:
         return self.fn(*args)
 
     def as_text(self) -> str:
-        parts = [self.source]
+        if self.whole is not None:
+            return self.whole.as_text()
+        parts = [f"# fusion regions compiled by inductor: {self.whole_reason}", self.source]
         for n_eqns, elements in self.uncompiled:
             parts.append(
                 f"# a region of {n_eqns} equations runs uncompiled, as torch calls in the host: "
@@ -235,6 +250,8 @@ class InductorExecutor(Executor):
         return fusible(eqn)
 
     def partition(self, jaxpr: Jaxpr) -> list[int | None]:
+        if whole_program_reason(jaxpr) is None:
+            return [0] * len(jaxpr.eqns)  # one graph: inductor fuses inside it
         return _compiled_regions(jaxpr)[0]
 
     def lower(self, jaxpr: Jaxpr) -> InductorProgram:

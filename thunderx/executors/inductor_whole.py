@@ -1,0 +1,100 @@
+"""The inductor executor's whole-program mode: a straight-line program (no control flow, no
+effects) goes to inductor as one graph. Inductor then plans every buffer, fuses the elementwise
+work around torch's kernels (a residual add into the layer norm that follows, a bias gradient's
+sum into the ReLU backward) and calls torch's GEMM, attention and convolution kernels as extern
+kernels, as `torch.compile` does for the same computation; thunderx's trace takes the place of
+dynamo and AOT autograd, so a cached call pays no guard evaluation.
+
+The program is the torch executor's generated function (no in-place reuse: inductor plans
+buffers itself), traced on fake tensors to an FX graph of aten calls (`make_fx`) and compiled by
+`compile_fx` on its first call, once per input layout. A program inductor cannot compile runs as
+the torch executor's program, and the reason is shown in `as_text()`."""
+
+from __future__ import annotations
+
+from thunderx.core import split_phase_rules, statement_rules
+from thunderx.executors.sources import exec_source
+from thunderx.executors.torch_codegen import CompiledProgram, generate_source
+from thunderx.ir import Jaxpr
+from thunderx.passes import has_effects
+
+# False: the inductor executor compiles fusion regions only (the mode of programs with control
+# flow or effects), e.g. to compare the two modes.
+WHOLE_PROGRAM = [True]
+
+
+def whole_program_reason(jaxpr: Jaxpr) -> str | None:
+    """None when `jaxpr` can go to inductor as one graph, else why not."""
+    if not WHOLE_PROGRAM[0]:
+        return "whole-program compilation is switched off (inductor_whole.WHOLE_PROGRAM)"
+    for e in jaxpr.eqns:
+        if e.prim in statement_rules:
+            return f"control flow ({e.prim.name}) runs in the host program"
+        if has_effects(e.prim):
+            return f"{e.prim.name} has effects that run on every call"
+        if e.prim in split_phase_rules:
+            return f"collective {e.prim.name} overlaps computation in the host program"
+    return None
+
+
+class WholeProgram:
+    """One inductor graph for the whole program, compiled on the first call per input layout;
+    the torch executor's program `eager` serves torch autograd and any program inductor
+    refuses."""
+
+    def __init__(self, jaxpr: Jaxpr, name: str, eager: CompiledProgram, cache):
+        self.source, namespace = generate_source(jaxpr, name, reuse_buffers=False)
+        self.traced = exec_source(self.source, namespace, name)
+        self.eager = eager
+        self.failure: str | None = None
+        self._cache = cache  # (key -> compiled, lock) shared with the region kernels
+        shares = not any(k.startswith("_param_") for k in namespace)  # params are all literal
+        avals = [v.aval for v in jaxpr.constvars + jaxpr.invars]
+        desc = tuple((a.shape, a.dtype, str(a.device)) for a in avals)
+        self.key = ("whole", self.source, desc) if shares else (id(self), desc)
+        self._by_layout: dict = {}
+
+    def __call__(self, *args):
+        layout = tuple(a.stride() for a in args)
+        fn = self._by_layout.get(layout)
+        if fn is None:
+            fn = self._compile(layout, args)
+        return fn(*args)
+
+    def single(self, *args):
+        """The one output itself (jit's fast path for single-output programs)."""
+        return self(*args)[0]
+
+    def _compile(self, layout, args):
+        kernels, lock = self._cache
+        key = (self.key, layout)
+        with lock:
+            fn = kernels.get(key)
+            if fn is None:
+                fn = self._inductor(args)
+                kernels[key] = fn
+            self._by_layout[layout] = fn
+        return fn
+
+    def _inductor(self, args):
+        import torch
+        from torch._inductor.compile_fx import compile_fx
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        try:
+            with torch.no_grad():
+                graph = make_fx(self.traced, tracing_mode="fake")(*args)
+                return compile_fx(graph, list(args))
+        except Exception as e:  # noqa: BLE001 - reported by as_text; the torch program runs
+            self.failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return self.eager.fn
+
+    def as_text(self) -> str:
+        if self.failure is not None:
+            how = f"inductor refused the program ({self.failure}); the torch executor's runs"
+        else:
+            how = (
+                "the whole program is one inductor graph, compiled on first call (per input "
+                "layout); torch autograd runs the torch executor's program"
+            )
+        return f"# {how}\n{self.source}"
