@@ -32,6 +32,11 @@ README_ROWS = [
         "torch.compile(vmap(grad))",
     ),
     (
+        "per-example grads, MLP 128-128-128-10, batch 256",
+        "jit(vmap(grad)), inductor",
+        "torch.compile(vmap(grad))",
+    ),
+    (
         "per-example grads, MLP 256-256-256-10, batch 128",
         "jit(vmap(grad))",
         "torch.func vmap(grad)",
@@ -39,6 +44,11 @@ README_ROWS = [
     (
         "per-example grads, MLP 256-256-256-10, batch 128",
         "jit(vmap(grad))",
+        "torch.compile(vmap(grad))",
+    ),
+    (
+        "per-example grads, MLP 256-256-256-10, batch 128",
+        "jit(vmap(grad)), inductor",
         "torch.compile(vmap(grad))",
     ),
     ("per-example grads, tutorial CNN, batch 64", "jit(vmap(grad))", "torch.func vmap(grad)"),
@@ -59,7 +69,18 @@ README_ROWS = [
     ("per-layer trace cost, depth 256 / depth 16", "thunderx", "thunderx depth 16"),
     ("elementwise chain (12 ops), f32[2048,2048]", "jit (torch)", "torch.compile"),
     ("elementwise chain (12 ops), f32[2048,2048]", "jit (inductor)", "torch.compile"),
+    (
+        "MLP training step (fwd+bwd+SGD) 256-512-512-10, batch 128",
+        "jit (inductor)",
+        "torch.compile",
+    ),
     ("MLP training step (fwd+bwd+SGD) 784-1024-1024-10, batch 256", "jit (torch)", "torch.compile"),
+    (
+        "MLP training step (fwd+bwd+SGD) 784-1024-1024-10, batch 256",
+        "jit (inductor)",
+        "torch.compile",
+    ),
+    ("TransformerEncoderLayer fwd+bwd d=64 heads=4, 8x32", "jit (inductor)", "torch.compile"),
     ("TransformerEncoderLayer fwd+bwd d=256 heads=8, 16x64", "jit (torch)", "torch.compile"),
     ("TransformerEncoderLayer fwd+bwd d=256 heads=8, 16x64", "jit (inductor)", "torch.compile"),
     ("JAX tutorial vmap(convolve), 62 windows, batch 8", "jit(vmap)", "torch.func vmap"),

@@ -499,3 +499,37 @@ def test_transformer_layer_gradients_are_torchs(norm_first):
     want = tf.grad(lambda p, x: loss(p, x, tf.functional_call))(p, x)
     for k in want:
         torch.testing.assert_close(got[k], want[k], rtol=1e-6, atol=1e-7)
+
+
+def test_large_intermediates_are_released_after_their_last_reader():
+    # `del` hands a dead buffer back to the allocator while later kernels run (eager code frees
+    # it the same way); a buffer read last by a view of it goes with the view, and small ones
+    # and buffers a result was written into in place stay bound
+    import re
+
+    def f(x, w):
+        h = torch.tanh(x @ w)  # 64 KiB
+        s = torch.sigmoid(h).sum(0)
+        return (h.t() * 2).sum(1) + s.sum() + (x[:2] * 3).sum()
+
+    x, w = torch.randn(128, 64), torch.randn(64, 128)
+    src = tx.jit(f).lower(x, w).as_text().split("# execution program")[1]
+    lines = [ln.strip() for ln in src.splitlines() if " = " in ln or ln.strip().startswith("del ")]
+    released = {}
+    for k, ln in enumerate(lines):
+        if ln.startswith("del "):
+            released.update(dict.fromkeys(ln[4:].split(", "), k))
+    assert len(released) >= 3, src
+    for name, k in released.items():
+        readers = [
+            j
+            for j, ln in enumerate(lines)
+            if " = " in ln and name in re.findall(r"\b\w+\b", ln.split(" = ", 1)[1])
+        ]
+        assert readers and max(readers) < k, (name, src)
+        assert not any(j > k for j in readers), (name, src)
+    tanh = next(ln for ln in lines if ".tanh_()" in ln)  # tanh written into the matmul's result
+    assert tanh.split(".tanh_()")[0].split(" = ")[1] not in released, src
+    small = next(ln for ln in lines if "* 3.0" in ln).split(" = ")[0]  # f32[2,64]
+    assert small not in released, src
+    torch.testing.assert_close(tx.jit(f)(x, w), f(x, w))
