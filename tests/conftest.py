@@ -7,6 +7,12 @@ from thunderx.testing import load_profile  # noqa: E402
 
 load_profile()
 
+# Every generated program in the suite releases each intermediate after its last reader (the
+# default releases only those of 64 KiB or more), so every test exercises that bookkeeping.
+from thunderx.executors import release  # noqa: E402
+
+release.RELEASE_BYTES = 0
+
 
 def pytest_terminal_summary(terminalreporter):
     from tests.test_fuzz import CHECKED

@@ -501,7 +501,7 @@ def test_transformer_layer_gradients_are_torchs(norm_first):
         torch.testing.assert_close(got[k], want[k], rtol=1e-6, atol=1e-7)
 
 
-def test_large_intermediates_are_released_after_their_last_reader():
+def test_large_intermediates_are_released_after_their_last_reader(monkeypatch):
     # `del` hands a dead buffer back to the allocator while later kernels run (eager code frees
     # it the same way); a buffer read last by a view of it goes with the view, and small ones
     # and buffers a result was written into in place stay bound
@@ -512,6 +512,9 @@ def test_large_intermediates_are_released_after_their_last_reader():
         s = torch.sigmoid(h).sum(0)
         return (h.t() * 2).sum(1) + s.sum() + (x[:2] * 3).sum()
 
+    from thunderx.executors import release
+
+    monkeypatch.setattr(release, "RELEASE_BYTES", 1 << 16)  # the suite releases all
     x, w = torch.randn(128, 64), torch.randn(64, 128)
     src = tx.jit(f).lower(x, w).as_text().split("# execution program")[1]
     lines = [ln.strip() for ln in src.splitlines() if " = " in ln or ln.strip().startswith("del ")]

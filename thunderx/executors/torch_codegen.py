@@ -31,6 +31,7 @@ from thunderx.executors.patterns import (
     shared_statistics,
 )
 from thunderx.executors.patterns_norm import layer_norm_affine
+from thunderx.executors.release import release_line, releases
 from thunderx.executors.sources import exec_source
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.unary import select_p
@@ -192,10 +193,10 @@ def generate_source(
     skipped |= {j for fused in linears.values() for j in fused[2]}
     starts, waits = _split_phase_plan(jaxpr, namer, namespace)
     hoisted = read_only_constants(jaxpr) if hoist_constants else set()
-    release = _releases(jaxpr, last_use, skipped | hoisted, affine)
+    release = releases(jaxpr, last_use, skipped | hoisted, affine)
     reused: dict[int, int] = {}  # equation index -> the input it wrote its result into
     for i, e in enumerate(jaxpr.eqns):
-        _release(lines, release.get(i - 1), reused.get(i - 1), namer)
+        release_line(lines, release.get(i - 1), reused.get(i - 1), namer)
         while starts and starts[0][0] < i:  # collectives whose operands exist by now
             lines.append(starts.pop(0)[1])
         if i in skipped:
@@ -293,7 +294,7 @@ def generate_source(
                 if r is not None:
                     live_views[r] -= 1
     last = len(jaxpr.eqns) - 1
-    _release(lines, release.get(last), reused.get(last), namer)
+    release_line(lines, release.get(last), reused.get(last), namer)
     outs = ", ".join(namer(x) for x in jaxpr.outvars)
     if bare_return:
         lines.append(f"    return {outs}")
@@ -303,55 +304,6 @@ def generate_source(
     if top and prelude:
         src = "\n".join(prelude) + "\n" + src
     return src, namespace
-
-
-# An intermediate of at least this many bytes is released (`del`) after its last use, so that
-# the allocator hands its memory, still in cache, to the next buffer (as eager code and
-# inductor's programs do); smaller ones stay bound until the function returns.
-RELEASE_BYTES = 1 << 16
-
-
-def _releases(jaxpr: Jaxpr, last_use: dict, unnamed: set, affine: dict) -> dict:
-    """{equation index: the intermediates bound by the generated function to release after
-    it}: those of RELEASE_BYTES or more whose last reader is that equation. A buffer whose last
-    reader is a view of it is released with that view (the view keeps it alive until then)."""
-    from thunderx.passes import is_view_primitive
-
-    named = [v for i, e in enumerate(jaxpr.eqns) if i not in unnamed for v in e.outputs]
-    named += [v for outs, _, _ in affine.values() for v in outs if v is not None]
-    big = {id(v) for v in named if _nbytes(v.aval) >= RELEASE_BYTES}
-    dying: dict[int, list] = {}
-    for v in named:
-        i = last_use.get(id(v))
-        if i is not None and i < len(jaxpr.eqns):  # not dead, not an output
-            dying.setdefault(i, []).append(v)
-    out: dict = {}
-    held: dict[int, list] = {}  # view var -> the buffers released with it
-    for i in sorted(dying):
-        e = jaxpr.eqns[i]
-        view = i not in unnamed and is_view_primitive(e.prim) and len(e.outputs) == 1
-        for v in dying[i]:
-            group = [v, *held.pop(id(v), ())]
-            if view and any(x is v for x in e.inputs):
-                held.setdefault(id(e.outputs[0]), []).extend(group)
-            elif any(id(u) in big for u in group):
-                out.setdefault(i, []).extend(group)
-    return out
-
-
-def _nbytes(aval) -> int:
-    """Bytes of a tensor value (0 for a value whose size is not static, such as a dynamic
-    count)."""
-    if any(not isinstance(d, int) for d in aval.shape):
-        return 0
-    return math.prod(aval.shape) * (aval.dtype.itemsize or 0)
-
-
-def _release(lines: list, dead: list | None, reused: int | None, namer) -> None:
-    """`del` of the dead intermediates, but for one a result was written into in place."""
-    names = [namer(v) for v in dead or () if id(v) != reused]
-    if names:
-        lines.append(f"    del {', '.join(names)}")
 
 
 # Operands of a split-phase collective travel in buckets of at least this many bytes (the last
