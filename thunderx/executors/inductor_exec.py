@@ -149,10 +149,11 @@ def _compile_region(fn, args):
 
 
 class InductorProgram:
-    """The torch executor's program (its gemm epilogues, fused norms, in-place buffer reuse,
-    hoisted constants) in which each fusion region worth compiling is one call of its inductor
-    kernel. Equations the torch executor already fuses into one torch call stay out of regions,
-    and a region too small to gain from a compiled kernel runs as the torch executor's code."""
+    """A straight-line program: one inductor graph (inductor_whole.WholeProgram). Otherwise the
+    torch executor's program (its gemm epilogues, fused norms, in-place buffer reuse, hoisted
+    constants) in which each fusion region worth compiling is one call of its inductor kernel;
+    equations the torch executor already fuses into one torch call stay out of regions, and a
+    region too small to gain from a compiled kernel runs as the torch executor's code."""
 
     def __init__(self, jaxpr: Jaxpr, name: str = "inductor_program"):
         self.jaxpr = jaxpr
