@@ -301,6 +301,7 @@ class JitFunction:
 
         def jitted(*args, **kwargs):
             if fast_ok and not kwargs:
+                flat = args
                 try:
                     if len(args) == 1:
                         a = args[0]
@@ -315,36 +316,24 @@ class JitFunction:
                             return tree.unflatten(single, fn(*consts, a) if consts else fn(a))
                         return slow(args, kwargs)
                     key = tuple([(a.shape, a.dtype, a.device) for a in args])
-                except AttributeError:  # a pytree of tensors, a Python scalar: keyed by leaves
-                    return tree_call(args)
+                except AttributeError:
+                    # pytrees of tensors (a dict of parameters): the key is their structure and
+                    # each leaf's (shape, dtype, device)
+                    flat, treedef = flatten(args, namespace=NAMESPACE)
+                    try:
+                        key = (treedef, tuple([(a.shape, a.dtype, a.device) for a in flat]))
+                    except AttributeError:  # a Python scalar leaf: the general path
+                        return slow(args, kwargs)
                 hit = fast.get(key)
                 if hit is not None and state.trace.__class__ is EvalTrace:
                     fn, fn_plain, consts, single, consts_need_grad = hit
                     # torch autograd through the call needs the variant without in-place reuse
-                    if grad_enabled() and (consts_need_grad or _any_requires_grad(args)):
+                    if grad_enabled() and (consts_need_grad or _any_requires_grad(flat)):
                         fn = fn_plain
                     counts[0] += 1
-                    outs = fn(*consts, *args) if consts else fn(*args)
+                    outs = fn(*consts, *flat) if consts else fn(*flat)
                     return outs if single is True else tree.unflatten(single, outs)
             return slow(args, kwargs)
-
-        def tree_call(args):
-            # arguments that are pytrees of tensors (a dict of parameters): the key is their
-            # structure and each leaf's (shape, dtype, device)
-            leaves, treedef = flatten(args, namespace=NAMESPACE)
-            try:
-                key = (treedef, tuple([(a.shape, a.dtype, a.device) for a in leaves]))
-            except AttributeError:  # a Python scalar leaf: the general path
-                return slow(args, {})
-            hit = fast.get(key)
-            if hit is None or state.trace.__class__ is not EvalTrace:
-                return slow(args, {})
-            fn, fn_plain, consts, single, consts_need_grad = hit
-            if grad_enabled() and (consts_need_grad or _any_requires_grad(leaves)):
-                fn = fn_plain
-            counts[0] += 1
-            outs = fn(*consts, *leaves) if consts else fn(*leaves)
-            return outs if single is True else tree.unflatten(single, outs)
 
         return jitted
 
