@@ -77,10 +77,10 @@ def _elements(unit) -> tuple[int, bool]:
 
 
 class RegionKernel:
-    """One fusion region: its generated torch function, compiled by torch.compile when first
-    called with these input descriptors."""
+    """One fusion region worth compiling (of `elements` read and written): its generated torch
+    function, compiled by inductor when first called with these input descriptors."""
 
-    def __init__(self, unit, name: str):
+    def __init__(self, unit, name: str, elements: int):
         sub = Jaxpr([], unit.inputs, unit.eqns, unit.outputs, check=False)
         self.name = name
         self.region = unit.region
@@ -91,8 +91,7 @@ class RegionKernel:
         desc = tuple((v.aval.shape, v.aval.dtype, str(v.aval.device)) for v in unit.inputs)
         self.key = (self.source, desc) if shares else (id(self), desc)
         self._by_layout: dict = {}
-        self.elements, on_cpu = _elements(unit)
-        self.compiles = not (on_cpu and self.elements < CPU_MIN_ELEMENTS)
+        self.elements = elements
         # The host program's view of the call: fresh outputs (inductor allocates every computed
         # result), unless an output is a view or an expanded tensor, which inductor may return
         # as a view of an input; then the host assumes it aliases any input.
@@ -104,8 +103,6 @@ class RegionKernel:
         self.prim.props = Properties() if fresh else Properties(aliases=ALL_OPERANDS)
 
     def __call__(self, *args):
-        if not self.compiles:
-            return self.eager(*args)
         # a kernel is specialized to its inputs' strides (inductor asserts them): one per layout
         layout = tuple(a.stride() for a in args)
         fn = self._by_layout.get(layout)
@@ -168,7 +165,8 @@ class InductorProgram:
             self.fn_single = self.whole.single if eager.fn_single is not None else None
             self.fn_single_plain = eager.fn_single_plain
             return
-        regions, self.kernels, self.uncompiled = _compiled_regions(jaxpr)
+        regions, compiled, self.uncompiled = _region_plan(jaxpr)
+        self.kernels = [RegionKernel(u, f"region{u.region}", n) for u, n in compiled]
         self.units = schedule(jaxpr, regions)
         by_region = {k.region: k for k in self.kernels}
         eqns, namespace = [], {}
@@ -218,13 +216,14 @@ def host_fused(jaxpr: Jaxpr) -> set[int]:
     return found
 
 
-def _compiled_regions(jaxpr: Jaxpr) -> tuple[list, list, list]:
-    """(region id of each equation, None where it runs as a torch call; the kernels of the
-    regions; (equations, elements) of each region left uncompiled for its size)."""
+def _region_plan(jaxpr: Jaxpr) -> tuple[list, list, list]:
+    """(region id of each equation, None where it runs as a torch call; (unit, elements) of
+    each region to compile; (equations, elements) of each region left uncompiled for its
+    size)."""
     fused = host_fused(jaxpr)
     index = {id(e): i for i, e in enumerate(jaxpr.eqns)}
     regions = refine(jaxpr, partition(jaxpr, lambda e: fusible(e) and index[id(e)] not in fused))
-    kernels, uncompiled = [], []
+    compiled, uncompiled = [], []
     for u in schedule(jaxpr, regions):
         if u.region is None or not u.outputs:
             continue
@@ -232,9 +231,9 @@ def _compiled_regions(jaxpr: Jaxpr) -> tuple[list, list, list]:
         if on_cpu and elements < CPU_MIN_ELEMENTS:
             uncompiled.append((len(u.eqns), elements))
         else:
-            kernels.append(RegionKernel(u, f"region{u.region}"))
-    kept = {k.region for k in kernels}
-    return [r if r in kept else None for r in regions], kernels, uncompiled
+            compiled.append((u, elements))
+    kept = {u.region for u, _ in compiled}
+    return [r if r in kept else None for r in regions], compiled, uncompiled
 
 
 class InductorExecutor(Executor):
@@ -253,7 +252,7 @@ class InductorExecutor(Executor):
     def partition(self, jaxpr: Jaxpr) -> list[int | None]:
         if whole_program_reason(jaxpr) is None:
             return [0] * len(jaxpr.eqns)  # one graph: inductor fuses inside it
-        return _compiled_regions(jaxpr)[0]
+        return _region_plan(jaxpr)[0]
 
     def lower(self, jaxpr: Jaxpr) -> InductorProgram:
         reason = self.unavailable_reason()
