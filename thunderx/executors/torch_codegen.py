@@ -246,9 +246,9 @@ def generate_source(
         elif i in waits:
             expr = waits[i]
         if expr is None and reuse_buffers and len(out) == 1:
-            expr = _inplace(e, args, i, last_use, root, owned, live_views)
-            if expr is not None:  # `x.method_(...)`: the result is x's buffer
-                reused[i] = next(id(x) for x, a in zip(e.inputs, args) if expr.startswith(a + "."))
+            expr, into = _inplace(e, args, i, last_use, root, owned, live_views)
+            if into is not None:  # the result is that input's buffer
+                reused[i] = id(into)
         if expr is None and e.prim in statement_rules:
             ctx = CodegenContext(namespace, prelude, reuse_buffers, [namer(v) for v in out])
             rule = torch_codegen_rules[e.prim]
@@ -363,16 +363,17 @@ def _wait_buckets(wait, handles, layout) -> list:
 
 
 def _inplace(e, args, i, last_use, root, owned, live_views):
+    """(`x.method_(...)` source, the input x written into), or (None, None)."""
     props = e.prim.props
     method = props.inplace
     out_aval = e.outputs[0].aval
     if method is None or props.inplace_floating_only and not out_aval.dtype.is_floating_point:
-        return None
+        return None, None
     if len(e.inputs) == 1:
         x = e.inputs[0]
         if _reusable(x, out_aval, i, last_use, root, owned, live_views):
-            return f"{args[0]}.{method}()"
-        return None
+            return f"{args[0]}.{method}()", x
+        return None, None
     if len(e.inputs) == 2:
         x, y = e.inputs
         if (
@@ -380,15 +381,15 @@ def _inplace(e, args, i, last_use, root, owned, live_views):
             and x is not y
             and _reusable(x, out_aval, i, last_use, root, owned, live_views)
         ):
-            return f"{args[0]}.{method}({args[1]})"
+            return f"{args[0]}.{method}({args[1]})", x
         if (
             props.commutative
             and isinstance(y, Var)
             and x is not y
             and _reusable(y, out_aval, i, last_use, root, owned, live_views)
         ):
-            return f"{args[1]}.{method}({args[0]})"
-    return None
+            return f"{args[1]}.{method}({args[0]})", y
+    return None, None
 
 
 def _reusable(x, out_aval, i, last_use, root, owned, live_views) -> bool:
