@@ -299,10 +299,10 @@ def test_a_straight_line_program_is_one_inductor_graph_with_torch_funcs_numbers(
     ]
     x, y = torch.randn(5, 6, generator=g, dtype=torch.float64), torch.tensor([0, 2, 1, 1, 0])
     compiles = []
-    real = inductor_whole.WholeProgram._inductor
+    real = inductor_whole.WholeProgram._build
     monkeypatch.setattr(
         inductor_whole.WholeProgram,
-        "_inductor",
+        "_build",
         lambda self, args: compiles.append(1) or real(self, args),
     )
     inductor_exec.clear_kernel_cache()

@@ -9,13 +9,12 @@ its input descriptors, so two programs holding the same region share one compile
 
 from __future__ import annotations
 
-import collections
 import math
 import shutil
-import threading
 
 from thunderx.core import Primitive
 from thunderx.executors.base import Executor, register_executor
+from thunderx.executors.inductor_cache import PerLayout, clear_kernel_cache  # noqa: F401
 from thunderx.executors.inductor_whole import WholeProgram, whole_program_reason
 from thunderx.executors.patterns import fresh_index_adds, gemm_patterns
 from thunderx.executors.patterns_norm import layer_norm_affine
@@ -24,9 +23,6 @@ from thunderx.executors.torch_codegen import compile_jaxpr, exec_source, generat
 from thunderx.ir import Eqn, Jaxpr
 from thunderx.properties import ALL_OPERANDS, Properties
 
-_CACHE_SIZE = 512
-_kernels: collections.OrderedDict = collections.OrderedDict()
-_lock = threading.Lock()
 _state: dict = {}
 # torch.compile settings: the region's shapes are fixed by jit's cache key, so specialize.
 COMPILE_OPTIONS = {"dynamic": False, "fullgraph": False}
@@ -36,13 +32,6 @@ COMPILE_OPTIONS = {"dynamic": False, "fullgraph": False}
 CPU_MIN_ELEMENTS = 1 << 17
 # Regions go to inductor as FX graphs (see _compile_region); False: through torch.compile.
 DIRECT_INDUCTOR = [True]
-
-
-def clear_kernel_cache() -> None:
-    """Forget compiled regions (programs holding one keep it): the next new program compiles
-    afresh, e.g. to measure a first call."""
-    with _lock:
-        _kernels.clear()
 
 
 def inductor_unavailable_reason() -> str | None:
@@ -76,11 +65,12 @@ def _elements(unit) -> tuple[int, bool]:
     return sum(math.prod(a.shape) for a in avals), all(a.device.type == "cpu" for a in avals)
 
 
-class RegionKernel:
+class RegionKernel(PerLayout):
     """One fusion region worth compiling (of `elements` read and written): its generated torch
     function, compiled by inductor when first called with these input descriptors."""
 
     def __init__(self, unit, name: str, elements: int):
+        super().__init__()
         sub = Jaxpr([], unit.inputs, unit.eqns, unit.outputs, check=False)
         self.name = name
         self.region = unit.region
@@ -90,7 +80,6 @@ class RegionKernel:
         shares = not any(k.startswith("_param_") for k in namespace)  # params are all literal
         desc = tuple((v.aval.shape, v.aval.dtype, str(v.aval.device)) for v in unit.inputs)
         self.key = (self.source, desc) if shares else (id(self), desc)
-        self._by_layout: dict = {}
         self.elements = elements
         # The host program's view of the call: fresh outputs (inductor allocates every computed
         # result), unless an output is a view or an expanded tensor, which inductor may return
@@ -102,27 +91,8 @@ class RegionKernel:
         self.prim = Primitive(name, multiple_results=True)
         self.prim.props = Properties() if fresh else Properties(aliases=ALL_OPERANDS)
 
-    def __call__(self, *args):
-        # a kernel is specialized to its inputs' strides (inductor asserts them): one per layout
-        layout = tuple(a.stride() for a in args)
-        fn = self._by_layout.get(layout)
-        if fn is None:
-            fn = self._compile(layout, args)
-        return fn(*args)
-
-    def _compile(self, layout, args):
-        key = (self.key, layout)
-        with _lock:
-            fn = _kernels.get(key)
-            if fn is None:
-                fn = _compile_region(self.eager, args)
-                _kernels[key] = fn
-                while len(_kernels) > _CACHE_SIZE:
-                    _kernels.popitem(last=False)
-            else:
-                _kernels.move_to_end(key)
-            self._by_layout[layout] = fn
-        return fn
+    def _build(self, args):
+        return _compile_region(self.eager, args)
 
 
 def _compile_region(fn, args):
@@ -158,7 +128,7 @@ class InductorProgram:
         self.whole_reason = whole_program_reason(jaxpr)
         if self.whole_reason is None:
             eager = compile_jaxpr(jaxpr, name)
-            self.whole = WholeProgram(jaxpr, name, eager, (_kernels, _lock))
+            self.whole = WholeProgram(jaxpr, name, eager)
             self.kernels, self.uncompiled, self.units = [], [], []
             self.source = self.whole.source
             self.fn, self.fn_plain = self.whole, eager.fn_plain

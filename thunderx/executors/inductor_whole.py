@@ -13,6 +13,7 @@ the torch executor's program, and the reason is shown in `as_text()`."""
 from __future__ import annotations
 
 from thunderx.core import split_phase_rules, statement_rules
+from thunderx.executors.inductor_cache import PerLayout
 from thunderx.executors.sources import exec_source
 from thunderx.executors.torch_codegen import CompiledProgram, generate_source
 from thunderx.ir import Jaxpr
@@ -37,46 +38,27 @@ def whole_program_reason(jaxpr: Jaxpr) -> str | None:
     return None
 
 
-class WholeProgram:
+class WholeProgram(PerLayout):
     """One inductor graph for the whole program, compiled on the first call per input layout;
     the torch executor's program `eager` serves torch autograd and any program inductor
     refuses."""
 
-    def __init__(self, jaxpr: Jaxpr, name: str, eager: CompiledProgram, cache):
+    def __init__(self, jaxpr: Jaxpr, name: str, eager: CompiledProgram):
+        super().__init__()
         self.source, namespace = generate_source(jaxpr, name, reuse_buffers=False)
         self.traced = exec_source(self.source, namespace, name)
         self.eager = eager
         self.failure: str | None = None
-        self._cache = cache  # (key -> compiled, lock) shared with the region kernels
         shares = not any(k.startswith("_param_") for k in namespace)  # params are all literal
         avals = [v.aval for v in jaxpr.constvars + jaxpr.invars]
         desc = tuple((a.shape, a.dtype, str(a.device)) for a in avals)
         self.key = ("whole", self.source, desc) if shares else (id(self), desc)
-        self._by_layout: dict = {}
-
-    def __call__(self, *args):
-        layout = tuple(a.stride() for a in args)
-        fn = self._by_layout.get(layout)
-        if fn is None:
-            fn = self._compile(layout, args)
-        return fn(*args)
 
     def single(self, *args):
         """The one output itself (jit's fast path for single-output programs)."""
         return self(*args)[0]
 
-    def _compile(self, layout, args):
-        kernels, lock = self._cache
-        key = (self.key, layout)
-        with lock:
-            fn = kernels.get(key)
-            if fn is None:
-                fn = self._inductor(args)
-                kernels[key] = fn
-            self._by_layout[layout] = fn
-        return fn
-
-    def _inductor(self, args):
+    def _build(self, args):
         import torch
         from torch._inductor.compile_fx import compile_fx
         from torch.fx.experimental.proxy_tensor import make_fx
