@@ -23,11 +23,13 @@ SCALARS = (bool, int, float, complex)
 
 
 def register(*fns, methods: tuple = ()):
-    """Map torch callables (and Tensor method names) to the decorated decomposition."""
+    """Map torch callables (and Tensor method names) to the decorated decomposition; a None
+    callable (an `optional` one this torch lacks) is skipped."""
 
     def deco(impl):
         for f in fns:
-            torch_table[f] = impl
+            if f is not None:
+                torch_table[f] = impl
         for name in methods:
             method_table[name] = impl
             tensor_method = getattr(torch.Tensor, name, None)
@@ -36,6 +38,12 @@ def register(*fns, methods: tuple = ()):
         return impl
 
     return deco
+
+
+def optional(owner, name: str):
+    """`owner.name`, or None where this torch has no such function: for torch APIs newer than the
+    oldest torch thunderx supports (torch 2.11 has no F.linear_cross_entropy)."""
+    return getattr(owner, name, None)
 
 
 def known_value(x):

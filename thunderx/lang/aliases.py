@@ -9,7 +9,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from thunderx.lang._base import register
+from thunderx.lang._base import optional, register
 
 _SPECIAL = {
     "digamma": torch.digamma,
@@ -84,7 +84,7 @@ register(F.lp_pool2d)(_lp_pool(F.avg_pool2d, F.max_pool2d, 2))
 register(F.lp_pool3d)(_lp_pool(F.avg_pool3d, F.max_pool3d, 3))
 
 
-@register(F.linear_cross_entropy)
+@register(optional(F, "linear_cross_entropy"))
 def _linear_cross_entropy(
     input,  # noqa: A002 - torch's argument names
     linear_weight,
