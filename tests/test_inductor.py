@@ -377,3 +377,25 @@ def test_a_program_inductor_refuses_runs_as_the_torch_program(monkeypatch):
     (entry,) = j.jit_function._cache.values()
     text = entry.program.as_text()
     assert "inductor refused the program (RuntimeError: no kernel for this)" in text
+
+
+@needs_inductor
+@pytest.mark.parametrize("executor", ["inductor", "nvfuser"])
+def test_torch_autograd_through_fusing_executors(compile_small, executor):
+    # compiled regions and nvFuser fusions are opaque to torch autograd: an input that requires
+    # grad gets the torch executor's program, also after the kernels were built without grad
+    def f(x, w):
+        h = x @ w
+        return torch.tanh(h) * torch.sigmoid(h) + h * h
+
+    g = torch.Generator().manual_seed(3)
+    x, w = torch.randn(6, 5, generator=g), torch.randn(5, 4, generator=g)
+    j = tx.jit(f, executor=executor)
+    torch.testing.assert_close(j(x, w), f(x, w))
+    wr = w.clone().requires_grad_()
+    out = j(x, wr)
+    torch.testing.assert_close(out, f(x, w))
+    (gw,) = torch.autograd.grad(out.sum(), wr)
+    torch.testing.assert_close(gw, tf.grad(lambda w: f(x, w).sum())(w))
+    with torch.no_grad():  # no autograd asked for: the fused program
+        assert not j(x, wr).requires_grad

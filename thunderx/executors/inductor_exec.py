@@ -19,7 +19,12 @@ from thunderx.executors.inductor_whole import WholeProgram, whole_program_reason
 from thunderx.executors.patterns import fresh_index_adds, gemm_patterns
 from thunderx.executors.patterns_norm import layer_norm_affine
 from thunderx.executors.regions import fusible, partition, refine, schedule
-from thunderx.executors.torch_codegen import compile_jaxpr, exec_source, generate_source
+from thunderx.executors.torch_codegen import (
+    TorchAutogradProgram,
+    compile_jaxpr,
+    exec_source,
+    generate_source,
+)
 from thunderx.ir import Eqn, Jaxpr
 from thunderx.properties import ALL_OPERANDS, Properties
 
@@ -150,8 +155,11 @@ class InductorProgram:
         host = Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars, check=False)
         prog = compile_jaxpr(host, name, namespace)
         self.source = prog.source
-        self.fn, self.fn_plain = prog.fn, prog.fn_plain
-        self.fn_single, self.fn_single_plain = prog.fn_single, prog.fn_single_plain
+        self.fn, self.fn_single = prog.fn, prog.fn_single
+        # torch autograd cannot see through a compiled region: under it, the torch program runs
+        self.fn_plain = TorchAutogradProgram(jaxpr, name)
+        single = prog.fn_single is not None
+        self.fn_single_plain = TorchAutogradProgram(jaxpr, name, single=True) if single else None
 
     def __call__(self, *args):
         return self.fn(*args)

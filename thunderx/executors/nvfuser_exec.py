@@ -23,6 +23,7 @@ from thunderx.executors.regions import (  # noqa: F401  (re-exported for tests a
     refine,
     schedule,
 )
+from thunderx.executors.torch_codegen import TorchAutogradProgram
 from thunderx.ir import Jaxpr, Literal
 
 # ------------------------------------------------------------------------ nvFuser availability
@@ -181,9 +182,10 @@ def _run_nvfuser(u: Unit, ins):
 
 def compile_nvfuser(jaxpr: Jaxpr) -> NvFuserProgram:
     prog = NvFuserProgram(jaxpr, refined=True)
-    # jit calls `fn` / `fn_plain`; both are the program itself.
+    # jit calls `fn`; torch autograd cannot see through a fusion, so under it (`fn_plain`) the
+    # torch executor's program runs
     prog.fn = prog  # type: ignore[attr-defined]
-    prog.fn_plain = prog  # type: ignore[attr-defined]
+    prog.fn_plain = TorchAutogradProgram(jaxpr, "nvfuser_program")  # type: ignore[attr-defined]
     prog.fn_single = prog.fn_single_plain = None  # type: ignore[attr-defined]
     return prog
 

@@ -425,6 +425,23 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted", calls: dict | None = None)
     return prog
 
 
+class TorchAutogradProgram:
+    """The torch executor's program of `jaxpr` without in-place reuse, generated on first use:
+    what an executor whose kernels torch autograd cannot see through (inductor's compiled
+    regions, nvFuser fusions) runs when an input requires grad. `single`: the one output bare."""
+
+    def __init__(self, jaxpr: Jaxpr, name: str, single: bool = False):
+        self._jaxpr, self._name, self._single = jaxpr, name, single
+        self._fn: Callable | None = None
+
+    def __call__(self, *args):
+        fn = self._fn
+        if fn is None:
+            prog = compile_jaxpr(self._jaxpr, self._name)
+            fn = self._fn = prog.fn_single_plain if self._single else prog.fn_plain
+        return fn(*args)
+
+
 def eqn_source(e, namer, namespace, prelude: list) -> list[str]:
     """One equation as lines of Python calling torch (no in-place reuse); control flow emits
     statements, and the functions of its bodies go to `prelude` (to be placed first)."""
