@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextvars
+
 import torch
 
 from thunderx.avals import CPU, ShapedArray
@@ -56,11 +58,19 @@ full_p = declare(
 )
 
 
-def iota(dtype, shape, dimension: int, device=CPU):
+# The device of the torch call being decomposed (thunderx.lang's dispatch sets it from the call's
+# tensor arguments): a constant made without naming a device goes there, as torch's own
+# decompositions pass `device=x.device`. CPU outside any call.
+CALL_DEVICE: contextvars.ContextVar = contextvars.ContextVar("thunderx_call_device", default=CPU)
+
+
+def iota(dtype, shape, dimension: int, device=None):
+    device = CALL_DEVICE.get() if device is None else device
     return iota_p.bind(dtype=dtype, shape=tuple(shape), dimension=dimension, device=device)
 
 
-def full(shape, fill_value, dtype, device=CPU):
+def full(shape, fill_value, dtype, device=None):
+    device = CALL_DEVICE.get() if device is None else device
     return full_p.bind(shape=tuple(shape), fill_value=fill_value, dtype=dtype, device=device)
 
 

@@ -290,13 +290,13 @@ def _dus_transpose(ct, x, update, *starts):
     return [ct_x, ct_u] + [None] * len(starts)
 
 
-def _index_vectors(starts, sdims, shape, sizes, size):
+def _index_vectors(starts, sdims, shape, sizes, size, device):
     """Per-example index vectors [B, k] for each axis: clamp(start) + arange(k)."""
     out = []
     for s, d, n, k in zip(starts, sdims, shape, sizes):
         s = _to_front(s, d, size) if d is not None or not isinstance(s, int) else s
         if isinstance(s, int):
-            s = C.full((size,), s, torch.int64)
+            s = C.full((size,), s, torch.int64, device)
         s = _clamp(s, 0, n - k)
         base = S.broadcast_in_dim(s, (size, k), (0,))
         out.append(B.add(base, C.iota(get_aval(s).dtype, (size, k), 1, get_aval(s).device)))
@@ -315,7 +315,8 @@ def _ds_batch(args, dims, *, sizes):
     if all(d is None for d in sdims):
         return dynamic_slice(x, (0,) + tuple(starts), (size,) + tuple(sizes)), 0
     shape = _shape(x)[1:]
-    for axis, idx in enumerate(_index_vectors(starts, sdims, shape, sizes, size)):
+    vectors = _index_vectors(starts, sdims, shape, sizes, size, get_aval(x).device)
+    for axis, idx in enumerate(vectors):
         x, _ = _take_batch((x, idx), (0, 0), axis=axis)
     return x, 0
 
@@ -331,14 +332,15 @@ def _dus_batch(args, dims):
     # Place the update on a zero canvas and a mask through index_add, then select.
     shape = _shape(x)[1:]
     usizes = _shape(update)[1:]
-    idxs = _index_vectors(starts, sdims, shape, usizes, size)
+    dev = get_aval(x).device
+    idxs = _index_vectors(starts, sdims, shape, usizes, size, dev)
     placed = update
     mask_dtype = get_aval(x).dtype if is_float(get_aval(x).dtype) else torch.float32
-    mask = C.full((size,) + tuple(usizes), 1.0, mask_dtype)
+    mask = C.full((size,) + tuple(usizes), 1.0, mask_dtype, dev)
     for axis, idx in enumerate(idxs):
         canvas_shape = (size,) + tuple(shape[: axis + 1]) + tuple(usizes[axis + 1 :])
-        zeros_p = C.full(canvas_shape, 0, get_aval(placed).dtype)
-        zeros_m = C.full(canvas_shape, 0, get_aval(mask).dtype)
+        zeros_p = C.full(canvas_shape, 0, get_aval(placed).dtype, dev)
+        zeros_m = C.full(canvas_shape, 0, get_aval(mask).dtype, dev)
         placed, _ = _index_add_batch((zeros_p, idx, placed), (0, 0, 0), axis=axis)
         mask, _ = _index_add_batch((zeros_m, idx, mask), (0, 0, 0), axis=axis)
     from thunderx.primitives import unary as U

@@ -398,3 +398,23 @@ convert_p = declare(
     elementwise=True,
     aliases=(0,),  # `x.to(dtype)` is `x` itself when the dtype already matches
 )
+
+# ------------------------------------------------------------------------------------ device_put
+
+
+def device_put(x, device: torch.device):
+    """x on `device`: torch moves a 0-dim CPU tensor that meets tensors on another device there
+    (a learning rate, a loop counter); lang's promotion makes that move explicit."""
+    return device_put_p.bind(x, device=torch.device(device))
+
+
+device_put_p = declare(
+    "device_put",
+    impl=lambda x, *, device: x.to(device=device),
+    abstract_eval=lambda x, *, device: ShapedArray(x.shape, x.dtype, device),
+    linear=True,
+    transpose=lambda ct, x, *, device: [device_put(ct, x.aval.device)],
+    batch=lambda args, dims, *, device: (device_put(args[0], device), dims[0]),
+    torch_codegen=lambda args, avals, *, device: f"{args[0]}.to(device={str(device)!r})",
+    aliases=(0,),  # `x.to(device)` is `x` itself when it is already there
+)

@@ -236,6 +236,12 @@ def _(d):
     )
 
 
+@sample("device_put")
+def _(d):
+    # the move that runs here (CPU to CPU) is the identity; CUDA moves: tests/test_cuda.py
+    return Sample([d.tensor(d.shape())], {"device": torch.device("cpu")})
+
+
 @sample("reduce_sum", "reduce_max", "reduce_min", "reduce_prod")
 def _(d):
     shape = d.shape(min_rank=1)

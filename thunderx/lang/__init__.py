@@ -60,6 +60,7 @@ from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call
 from thunderx.lang.inplace import install_inplace
 from thunderx.lang.views import install_views, view_function
+from thunderx.primitives.creation import CALL_DEVICE
 from thunderx.primitives.higher_order import no_grad_p
 
 _VIEW_PROPERTIES = install_views(torch_table, method_table)
@@ -78,13 +79,40 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
     if impl is None:
         out = opaque_call(func, args, kwargs or {})
     else:
-        out = impl(*args, **(kwargs or {}))
+        out = _decompose(impl, args, kwargs or {})
     return out if _grad_enabled() else _no_grad(out, args)
+
+
+def _decompose(impl, args, kwargs):
+    """impl(*args, **kwargs), the constants it makes going to the device of the call's tensors."""
+    device = _call_device(args)
+    if device is None:
+        return impl(*args, **kwargs)
+    token = CALL_DEVICE.set(device)
+    try:
+        return impl(*args, **kwargs)
+    finally:
+        CALL_DEVICE.reset(token)
+
+
+def _call_device(args):
+    """The first device other than the CPU among a torch call's tensor arguments (one level into
+    lists and tuples), or None: where the constants of its decomposition go."""
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            d = _call_device(a)
+            if d is not None:
+                return d
+        elif isinstance(a, (Tracer, torch.Tensor)):
+            d = a.aval.device if isinstance(a, Tracer) else a.device
+            if d.type != "cpu":
+                return d
+    return None
 
 
 def _method(name, impl):
     def method(self, *args, **kwargs):
-        out = impl(self, *args, **kwargs)
+        out = _decompose(impl, (self,) + args, kwargs)
         return out if _grad_enabled() else _no_grad(out, (self,) + args)
 
     method.__name__ = name

@@ -127,8 +127,30 @@ def broadcast_to(x, shp):
     return S.broadcast_to(x, tuple(shp))
 
 
+def one_device(xs) -> list:
+    """torch's device rule for operands of one op: a 0-dim CPU tensor meeting tensors on another
+    device moves there (explicitly, by device_put); any other mix of devices is an error."""
+    devices = {aval(x).device for x in xs if type(x) not in SCALARS}
+    if len(devices) < 2:
+        return list(xs)
+    others = {d for d in devices if d.type != "cpu"}
+    if len(others) == 1:
+        (target,) = others
+        if all(type(x) in SCALARS or aval(x).device == target or not shape(x) for x in xs):
+            return [
+                x if type(x) in SCALARS or aval(x).device == target else U.device_put(x, target)
+                for x in xs
+            ]
+    found = ", ".join(sorted(str(d) for d in devices))
+    raise RuntimeError(
+        f"expected all tensors to be on the same device (a 0-dim CPU tensor may join tensors on "
+        f"another device), but found {found}"
+    )
+
+
 def promote(*xs, to_float: bool = False):
     """Apply torch's type promotion and broadcasting; Python scalars stay scalars (literals)."""
+    xs = one_device(xs)
     avals = [aval(x) for x in xs]
     dt = result_dtype(*avals)
     if to_float and not is_float(dt):
@@ -168,6 +190,7 @@ def binary(fn, x, y, to_float=False):
 def compare(fn, x, y):
     if type(x) in SCALARS and type(y) in SCALARS:
         x = torch.tensor(x)
+    x, y = one_device((x, y))
     avals = [aval(x), aval(y)]
     dt = result_dtype(*avals)
     if category(dt) == 0:
@@ -189,6 +212,7 @@ def keepdims(x, dims, keepdim: bool):
 
 def where(c, x, y):
     """torch.where with broadcasting and promotion of the branches."""
+    c, x, y = one_device((c, x, y))
     (x, y), _ = promote(x, y)
     shp = broadcast_shapes(shape(c), *[shape(v) for v in (x, y) if type(v) not in SCALARS])
     c = broadcast_to(c, shp)
