@@ -96,6 +96,7 @@ def gpu_cases(rounds, dry: bool = False):
                     f"{firsts['jit (inductor)'] / firsts['torch.compile']:.2f}",
                 }
             )
+    rows += _transformer(dev, sync, rounds, dry, inductor_why)
     why = []
     if not nvfuser_available():
         why.append(f"nvFuser unavailable: {nvfuser_import_error()}")
@@ -113,4 +114,67 @@ def gpu_cases(rounds, dry: bool = False):
                 "note": "; ".join(why),
             }
         )
+    return rows
+
+
+def _transformer(dev, sync, rounds, dry, inductor_why):
+    """TransformerEncoderLayer forward + backward under jit(grad) with each executor, beside
+    torch.compile(torch.func.grad) and torch.func eager (float32, no TF32)."""
+    import torch.func as tf
+
+    d, heads, batch, seq = (32, 2, 2, 8) if dry else (1024, 16, 16, 512)
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+    layer = layer.to(dev)
+    params = {k: v.detach() for k, v in layer.named_parameters()}
+    x = torch.randn(batch, seq, d, device=dev)
+
+    def loss(p, x, call):
+        return call(layer, p, (x,)).square().mean()
+
+    ref = tf.grad(lambda p, x: loss(p, x, tf.functional_call))
+    ours = tx.grad(lambda p, x: loss(p, x, tx.functional_call))
+    want = ref(params, x)
+    executors = {"jit (torch)": "torch"}
+    if nvfuser_available():
+        executors["jit (nvFuser)"] = "nvfuser"
+    if inductor_why is None:
+        executors["jit (inductor)"] = "inductor"
+    cands, firsts = {}, {}
+
+    def timed_call(fn):
+        def run():
+            fn(params, x)
+            sync()
+
+        return run
+
+    for label, ex in executors.items():
+        j = tx.jit(ours, executor=ex)
+        firsts[label] = timed(lambda j=j: (j(params, x), sync()))
+        _check(j(params, x), want, 1e-3)
+        cands[label] = timed_call(j)
+    comp = torch.compile(ref)
+    firsts["torch.compile"] = timed(lambda: (comp(params, x), sync()))
+    _check(comp(params, x), want, 1e-3)
+    cands["torch.compile"] = timed_call(comp)
+    res = compare(timed_call(ref), cands, rounds)
+    case = f"GPU TransformerEncoderLayer fwd+bwd d={d} heads={heads}, {batch}x{seq}"
+    rows = []
+    for label in cands:
+        note = f"first call {firsts[label]:.2f} s"
+        rows.append(_row(case, label, "torch.func eager", res, label, note))
+        if label != "torch.compile":
+            ratio = res[label][0] / res["torch.compile"][0]
+            rows.append(
+                {
+                    "case": case,
+                    "candidate": label,
+                    "baseline": "torch.compile",
+                    "ratio": ratio,
+                    "ms": res[label][1] * 1e3,
+                    "baseline_ms": res["torch.compile"][1] * 1e3,
+                    "note": f"first call ratio {firsts[label] / firsts['torch.compile']:.2f}",
+                }
+            )
     return rows
