@@ -39,7 +39,9 @@ def _raw_row(case, cand, base, ours_s, theirs_s, note=""):
 
 def _peers(case, f, args, rounds, ours, thunder_ok=True, first=False, tol=1e-4):
     """Rows comparing `ours` (label -> thunderx callable) with torch.compile(f): steady state
-    for each, eager and Thunder beside them, and optionally both first calls."""
+    for each, eager and Thunder beside them, and optionally both first calls. Each round times
+    every candidate for at least 0.1 s (several calls even of the slowest case: a round of one
+    call is at the mercy of one page fault or one preemption)."""
     rows = []
     comp = torch.compile(f)
     t_first = {}
@@ -65,7 +67,7 @@ def _peers(case, f, args, rounds, ours, thunder_ok=True, first=False, tol=1e-4):
             cands["thunder.jit"] = lambda: th(*args)
         else:
             thunder_note = why
-    res = compare(lambda: comp(*args), cands, rounds)
+    res = compare(lambda: comp(*args), cands, rounds, target_s=0.1)
     for label in cands:
         rows.append(_row(case, label, "torch.compile", res, label))
     if thunder_note:
@@ -166,7 +168,5 @@ def transformer_layer(rounds):
         if _inductor_ok():
             ours["jit (inductor)"] = tx.jit(tx.grad(ours_f), executor="inductor")
         case = f"TransformerEncoderLayer fwd+bwd d={d} heads={heads}, {batch}x{seq}"
-        rows += _peers(
-            case, tf.grad(ref_f), (params, x), max(3, rounds // 2), ours, thunder_ok=False, tol=1e-3
-        )
+        rows += _peers(case, tf.grad(ref_f), (params, x), rounds, ours, thunder_ok=False, tol=1e-3)
     return rows

@@ -39,7 +39,7 @@ def _float_sum(out):
     return sum(o.sum() for o in leaves) if leaves else None
 
 
-def test_op_db_forward_and_gradient_programs_stay_on_the_device():
+def test_op_db_forward_gradient_and_batched_programs_stay_on_the_device():
     from thunderx.testing import opinfo
     from thunderx.testing.opdb import differentiable_ops
 
@@ -58,19 +58,28 @@ def test_op_db_forward_and_gradient_programs_stay_on_the_device():
             except Exception:  # noqa: BLE001
                 continue
             floats = tuple(i for i, t in enumerate(tensors) if t.dtype.is_floating_point)
-            try:
-                progs = [tx.make_jaxpr(f)(*tensors)]
-                if floats and _float_sum(f(*tensors)) is not None:
-                    grad = tx.grad(lambda *ts: _float_sum(f(*ts)), floats)
-                    progs.append(tx.make_jaxpr(grad)(*tensors))
-            except Exception:  # noqa: BLE001 - not traceable for other reasons (op_db's report)
+            builds = [lambda: tx.make_jaxpr(f)(*tensors)]
+            if floats:
+                grad = tx.grad(lambda *ts: _float_sum(f(*ts)), floats)
+                builds.append(lambda: tx.make_jaxpr(grad)(*tensors))
+            if tensors:  # batched over a new leading axis of the first tensor
+                axes = (0,) + (None,) * (len(tensors) - 1)
+                first = tensors[0].expand(3, *tensors[0].shape)
+                builds.append(lambda: tx.make_jaxpr(tx.vmap(f, axes))(first, *tensors[1:]))
+            progs = []
+            for build in builds:
+                try:
+                    progs.append(build())
+                except Exception:  # noqa: BLE001 - not traceable for other reasons (op_db's report)
+                    pass
+            if not progs:
                 continue
             traced += 1
             bad = [name for p in progs for name in off_device(p)]
             if bad:
                 leaks.append((opinfo.op_id(op), bad))
             break
-    assert traced >= 400, traced  # the sweep really traced op_db
+    assert traced >= 450, traced  # the sweep really traced op_db
     assert leaks == []
 
 
