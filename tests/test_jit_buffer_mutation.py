@@ -405,9 +405,42 @@ def test_write_inside_a_staged_body_is_refused():
 
 
 def test_reading_a_written_buffer_as_a_python_number_is_refused():
-    # momentum=None: BatchNorm divides by float(num_batches_tracked) after incrementing it,
-    # a value jit does not know while tracing
-    model = torch.nn.BatchNorm1d(3, momentum=None).train()
+    # float() of a buffer written earlier in the trace: a value jit does not know while tracing
+    count = torch.zeros((), dtype=torch.int64)
+
+    def f(x):
+        count.add_(1)
+        return x / float(count)
+
     with pytest.raises(ConcretizationError):
-        tx.jit(model)(torch.randn(4, 3))
-    assert model.num_batches_tracked.item() == 0
+        tx.jit(f)(torch.randn(4, 3))
+    assert count.item() == 0
+
+
+@pytest.mark.parametrize("executor", executor_names())
+@pytest.mark.parametrize("cls", [torch.nn.BatchNorm1d, torch.nn.BatchNorm2d])
+def test_batchnorm_cumulative_average_under_jit_is_eagers(cls, executor):
+    # momentum=None: torch averages with the factor 1 / float(num_batches_tracked), taken after
+    # the count's increment; under jit the factor is traced with the count
+    model = cls(3, momentum=None).train()
+    ref = copy.deepcopy(model)
+    step = tx.jit(model, executor=executor)
+    g = torch.Generator().manual_seed(0)
+    shape = (6, 3) if cls is torch.nn.BatchNorm1d else (4, 3, 2, 2)
+    for i in range(4):
+        x = torch.randn(*shape, generator=g) + i
+        close(step(x), ref(x))
+        same_state(model, ref)
+    assert model.num_batches_tracked.item() == 4
+    # the same module called twice in one traced function counts both calls
+    twice, ref2 = copy.deepcopy(ref), copy.deepcopy(ref)
+    x = torch.randn(*shape, generator=g)
+    close(tx.jit(lambda x: twice(twice(x)), executor=executor)(x), ref2(ref2(x)))
+    same_state(twice, ref2)
+    # the eager transforms see the count's value (torch.func refuses the write; autograd is
+    # the oracle)
+    grad_model, grad_ref = copy.deepcopy(ref), copy.deepcopy(ref)
+    gx = tx.grad(lambda x: grad_model(x).square().sum())(x)
+    xr = x.clone().requires_grad_()
+    close(gx, torch.autograd.grad(grad_ref(xr).square().sum(), xr)[0])
+    same_state(grad_model, grad_ref)

@@ -59,6 +59,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
 from thunderx.lang._base import aval, method_table, torch_table
 from thunderx.lang.fallback import opaque_call
 from thunderx.lang.inplace import install_inplace
+from thunderx.lang.patching import patch_during_transforms
 from thunderx.lang.views import install_views, view_function
 from thunderx.primitives.creation import CALL_DEVICE
 from thunderx.primitives.higher_order import no_grad_p
@@ -237,3 +238,5 @@ def _len(x):
 _install()
 autograd_function.install()
 autograd_grad.install()
+_BN = torch.nn.modules.batchnorm._BatchNorm
+patch_during_transforms([(_BN, "forward", norms.cumulative_batch_norm(vars(_BN)["forward"]))])

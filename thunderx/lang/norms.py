@@ -18,8 +18,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from thunderx.core import Tracer
-from thunderx.lang._base import aval, convert, dtype, ndim, register, shape
+from thunderx.core import Tracer, current_trace
+from thunderx.lang._base import add, aval, convert, div, dtype, mul, ndim, register, shape, sub
 from thunderx.lang.captured import write_captured
 from thunderx.lang.inplace import mutate
 from thunderx.lang.nn import layer_norm
@@ -30,6 +30,7 @@ from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
 from thunderx.primitives.higher_order import stop_gradient
+from thunderx.tracing import written_value
 
 
 def _update_running(buf, stat, momentum, what):
@@ -37,7 +38,14 @@ def _update_running(buf, stat, momentum, what):
     no derivative: now where values are known, written back after each call under jit."""
     if buf is None:
         return
-    new = B.add(B.mul(convert(stat, dtype(buf)), momentum), B.mul(buf, 1.0 - momentum))
+    if isinstance(momentum, CumulativeFactor):
+        # 1 / count, read here: after torch's forward added 1 to it (its traced value under jit)
+        count = written_value(current_trace(), momentum.count)
+        count = momentum.count if count is None else count
+        factor = div(1.0, convert(count, torch.float64))
+        new = convert(add(mul(stat, factor), mul(buf, sub(1.0, factor))), dtype(buf))
+    else:
+        new = B.add(B.mul(convert(stat, dtype(buf)), momentum), B.mul(buf, 1.0 - momentum))
     if isinstance(buf, Tracer):  # an argument of jit, or a value of the traced function
         with torch.no_grad():
             mutate(buf, new, what)
@@ -265,3 +273,32 @@ def _instance_running_update(merged, shp, running_mean, running_var, momentum):
     v = B.div(R.reduce_sum(S.reshape(var, shp[:2]), (0,)), float(shp[0]))
     _update_running(running_mean, m, momentum, "instance_norm")
     _update_running(running_var, v, momentum, "instance_norm")
+
+
+class CumulativeFactor(float):
+    """BatchNorm's momentum=None: the cumulative average's factor `1 / num_batches_tracked`,
+    which torch computes with `float()` of the count, a value a trace does not know (jit writes
+    the count back on every call). This float (NaN: never a number used as such) carries the
+    count tensor, and `_update_running` reads the count where the update happens."""
+
+    count: torch.Tensor
+
+
+def cumulative_batch_norm(forward):
+    """`_BatchNorm.forward` under transforms: with momentum=None and a traced input, the module's
+    momentum is a CumulativeFactor for the call (torch's forward adds 1 to the count first)."""
+
+    def wrapped(self, input):  # noqa: A002 - torch's argument name
+        count = getattr(self, "num_batches_tracked", None)
+        cumulative = self.momentum is None and self.training and self.track_running_stats
+        if not cumulative or count is None or not isinstance(input, Tracer):
+            return forward(self, input)
+        factor = CumulativeFactor(math.nan)
+        factor.count = count
+        self.momentum = factor
+        try:
+            return forward(self, input)
+        finally:
+            self.momentum = None
+
+    return wrapped
