@@ -45,13 +45,16 @@ def _conv_abstract_eval(x, w, *, window_strides, padding, lhs_dilation, rhs_dila
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 
 
-def _conv_impl(x, w, *, window_strides, padding, lhs_dilation, rhs_dilation, groups):
+def _conv_impl(x, w, *, window_strides, padding, lhs_dilation, rhs_dilation, groups, bias=None):
+    """`bias` (a vector over output channels, added by torch's kernel): only the torch
+    executor's conv-plus-bias pattern passes it; the primitive has no bias."""
     nsp = x.dim() - 2
     if x.numel() == 0 or w.numel() == 0:
         # every output entry sums products with no terms (no input channel, no kernel tap) or
         # there is no entry: zeros, where torch's kernels refuse a kernel with 0 output channels
         shape = _out_shape(x.shape, w.shape, window_strides, padding, lhs_dilation, rhs_dilation)
-        return x.new_zeros(shape)
+        out = x.new_zeros(shape)
+        return out if bias is None else out + bias.reshape((-1,) + (1,) * nsp)
     if any(d != 1 for d in lhs_dilation):
         # insert (d - 1) zeros between input elements
         shape = list(x.shape[:2]) + [_dilate(n, d) for n, d in zip(x.shape[2:], lhs_dilation)]
@@ -67,7 +70,7 @@ def _conv_impl(x, w, *, window_strides, padding, lhs_dilation, rhs_dilation, gro
         pad_arg = 0
     else:
         pad_arg = tuple(lo for lo, _ in padding)
-    return _CONV[nsp](x, w, None, tuple(window_strides), pad_arg, tuple(rhs_dilation), groups)
+    return _CONV[nsp](x, w, bias, tuple(window_strides), pad_arg, tuple(rhs_dilation), groups)
 
 
 def conv(x, w, window_strides, padding, lhs_dilation=None, rhs_dilation=None, groups=1):

@@ -17,7 +17,8 @@ from thunderx.executors.base import Executor, register_executor
 from thunderx.executors.inductor_cache import PerLayout, clear_kernel_cache  # noqa: F401
 from thunderx.executors.inductor_whole import WholeProgram, whole_program_reason
 from thunderx.executors.patterns import fresh_index_adds, gemm_patterns
-from thunderx.executors.patterns_norm import layer_norm_affine
+from thunderx.executors.patterns_conv import conv_bias
+from thunderx.executors.patterns_norm import batch_norm_training, layer_norm_affine
 from thunderx.executors.regions import fusible, partition, refine, schedule
 from thunderx.executors.torch_codegen import (
     TorchAutogradProgram,
@@ -189,7 +190,8 @@ def host_fused(jaxpr: Jaxpr) -> set[int]:
     found = set()
     for i, (_, _, absorbed) in gemm_patterns(jaxpr, {}).items():
         found |= {i, *absorbed}
-    for patterns, skipped in (layer_norm_affine(jaxpr), fresh_index_adds(jaxpr)):
+    groups = (layer_norm_affine, batch_norm_training, conv_bias, fresh_index_adds)
+    for patterns, skipped in (group(jaxpr) for group in groups):
         found |= set(patterns) | skipped
     return found
 

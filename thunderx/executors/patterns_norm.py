@@ -185,3 +185,85 @@ def _backward(eqns, uses, x, y, p_wb, others, lead, params):
             return None
         return group
     return None
+
+
+def _channel_vector(jaxpr, v, producer, out_aval):
+    """(equation index, source) of a (C,) vector broadcast along dim 1 of out_aval into `v`, or
+    None."""
+    from thunderx.primitives.shape import broadcast_in_dim_p
+
+    p = producer.get(id(v)) if isinstance(v, Var) else None
+    if p is None or jaxpr.eqns[p].prim is not broadcast_in_dim_p:
+        return None
+    e = jaxpr.eqns[p]
+    src = e.inputs[0]
+    ok = (
+        isinstance(src, Var)
+        and src.aval.dtype == out_aval.dtype
+        and e.params["broadcast_dimensions"] == (1,)
+        and tuple(src.aval.shape) == (out_aval.shape[1],)
+    )
+    return (p, src) if ok else None
+
+
+def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
+    """batch_norm's training forward in one torch kernel: the language layer writes
+    `F.batch_norm(x, ..., training=True)` as the normalized value, the batch statistics for the
+    running buffers (`batch_norm_stats`, a second pass over x) and the affine `y * w + b` (two
+    more). `torch.native_batch_norm(x, w, b, mean, var, True, 1.0, eps)` computes all of them
+    in one pass, with eager torch's rounding; returns the same ({index: (outs, template,
+    operands)}, skipped indices) as `layer_norm_affine`."""
+    from thunderx.primitives.binary import add_p, mul_p
+    from thunderx.primitives.composite_channel_norm import batch_norm_p, batch_norm_stats_p
+
+    uses, producer = _index(jaxpr)
+    eqns = jaxpr.eqns
+    n_eqns = len(eqns)
+    stats = {
+        id(e.inputs[0]): i
+        for i, e in enumerate(eqns)
+        if e.prim is batch_norm_stats_p and isinstance(e.inputs[0], Var)
+    }
+    emit: dict = {}
+    skip: set = set()
+    for i, bn in enumerate(eqns):
+        x = bn.inputs[0] if bn.prim is batch_norm_p else None
+        if x is None or id(x) not in stats or x.aval.ndim < 2:
+            continue
+        j_stats = stats.pop(id(x))
+        y, eps = bn.outputs[0], bn.params["eps"]
+        mean, var = eqns[j_stats].outputs
+        outs, operands, group = [y, mean, var], [x], {i, j_stats}
+        # the affine, when y is read by nothing but y * broadcast(w), read only by + broadcast(b)
+        readers = uses.get(id(y), [])
+        j_mul = readers[0] if len(readers) == 1 and readers[0] < n_eqns else None
+        if j_mul is not None and eqns[j_mul].prim is mul_p and _other(eqns[j_mul], y) is not None:
+            wb = _channel_vector(jaxpr, _other(eqns[j_mul], y), producer, y.aval)
+            m = eqns[j_mul].outputs[0]
+            adds = uses.get(id(m), [])
+            j_add = adds[0] if len(adds) == 1 and adds[0] < n_eqns else None
+            if wb is not None and j_add is not None and eqns[j_add].prim is add_p:
+                bias = _other(eqns[j_add], m)
+                bb = _channel_vector(jaxpr, bias, producer, y.aval)
+                only = bb is not None and all(
+                    uses.get(id(eqns[p].outputs[0]), []) == [r]
+                    for p, r in ((wb[0], j_mul), (bb[0], j_add))
+                )
+                if only:
+                    outs[0] = eqns[j_add].outputs[0]
+                    operands += [wb[1], bb[1]]
+                    group |= {wb[0], j_mul, bb[0], j_add}
+        w_b = "{1}, {2}" if len(operands) == 3 else "None, None"
+        emit[min(group)] = (outs, f"_batch_norm_train({{0}}, {w_b}, {eps!r})", operands)
+        skip |= group - {min(group)}
+    return emit, skip
+
+
+def batch_norm_train_call(x, w, b, eps):
+    """(normalized and affine x, batch mean, unbiased batch variance) from one kernel call: with
+    momentum 1 the kernel writes the batch statistics into the fresh running buffers."""
+    import torch
+
+    mean, var = x.new_zeros(x.shape[1]), x.new_ones(x.shape[1])
+    out = torch.native_batch_norm(x, w, b, mean, var, True, 1.0, eps)[0]
+    return out, mean, var

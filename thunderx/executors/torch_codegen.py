@@ -30,7 +30,12 @@ from thunderx.executors.patterns import (
     select_with_zero,
     shared_statistics,
 )
-from thunderx.executors.patterns_norm import layer_norm_affine
+from thunderx.executors.patterns_conv import conv_bias
+from thunderx.executors.patterns_norm import (
+    batch_norm_train_call,
+    batch_norm_training,
+    layer_norm_affine,
+)
 from thunderx.executors.release import release_line, releases
 from thunderx.executors.sources import exec_source
 from thunderx.ir import Jaxpr, Literal, Var
@@ -183,6 +188,10 @@ def generate_source(
     relus, skipped = relu_patterns(jaxpr)
     shared = shared_statistics(jaxpr)
     affine, affine_skipped = layer_norm_affine(jaxpr)
+    for more, more_skipped in (batch_norm_training(jaxpr), conv_bias(jaxpr)):
+        taken = set(affine) | affine_skipped  # each equation in one pattern at most
+        if not (set(more) | more_skipped) & taken:
+            affine, affine_skipped = {**affine, **more}, affine_skipped | more_skipped
     skipped |= affine_skipped
     index_adds, full_skipped = fresh_index_adds(jaxpr)
     skipped |= full_skipped
@@ -471,6 +480,7 @@ def base_namespace() -> dict:
     """The globals generated source starts from: torch, constants, every primitive's impl."""
     ns: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
     ns.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
+    ns["_batch_norm_train"] = batch_norm_train_call
     return ns
 
 

@@ -1,0 +1,96 @@
+"""Groups of primitives the torch executor gives back to one torch kernel, as eager torch runs
+them: a convolution with its bias, and batch norm's training forward (normalization, batch
+statistics for the running buffers, affine). The numbers are eager torch's own."""
+
+import copy
+
+import pytest
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+
+import thunderx as tx
+
+
+def _program(j, *args) -> str:
+    return j.lower(*args).as_text().split("# execution program")[1]
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_a_convolution_takes_its_bias_into_torchs_kernel(dims):
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[dims]
+    g = torch.Generator().manual_seed(dims)
+    x = torch.randn(2, 3, *(6,) * dims, generator=g)
+    w = torch.randn(4, 3, *(3,) * dims, generator=g)
+    b = torch.randn(4, generator=g)
+
+    def f(x, w, b):
+        return conv(x, w, b, stride=1, padding=1)
+
+    j = tx.jit(f)
+    src = _program(j, x, w, b)
+    assert "bias=c" in src and ".add" not in src and " + " not in src and "expand" not in src, src
+    torch.testing.assert_close(j(x, w, b), f(x, w, b), rtol=0, atol=0)  # torch's bits
+    # its gradient still has the bias's cotangent, against torch.func
+    loss = lambda x, w, b: f(x, w, b).square().sum()  # noqa: E731
+    got = tx.jit(tx.grad(loss, (0, 1, 2)))(x, w, b)
+    for a, e in zip(got, tf.grad(loss, (0, 1, 2))(x, w, b)):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5)
+
+
+def test_a_convolution_read_elsewhere_keeps_the_separate_bias():
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(2, 3, 6, 6, generator=g), torch.randn(4, 3, 3, 3), torch.randn(4)
+
+    def f(x, w, b):
+        y = F.conv2d(x, w)
+        return y + b[:, None, None], y.sin()
+
+    j = tx.jit(f)
+    assert "bias=" not in _program(j, x, w, b)
+    for a, e in zip(j(x, w, b), f(x, w, b)):
+        torch.testing.assert_close(a, e)
+
+
+def _bn_model(affine=True):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8, affine=affine)
+    ).train()
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_training_forward_is_one_kernel_with_eagers_numbers(affine):
+    model = _bn_model(affine)
+    ref = copy.deepcopy(model)
+    j = tx.jit(model)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 3, 5, 5, generator=g)
+    src = _program(j, x)
+    assert src.count("_batch_norm_train(") == 1 and "batch_norm_stats" not in src, src
+    assert ("None, None" in src) != affine, src
+    for i in range(3):
+        x = torch.randn(4, 3, 5, 5, generator=g) + i
+        torch.testing.assert_close(j(x), ref(x), rtol=0, atol=0)  # eager torch's bits
+        for (name, a), (_, e) in zip(model.named_buffers(), ref.named_buffers()):
+            torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-7, msg=name)
+
+
+def test_batch_norm_training_step_gradients_and_statistics_are_torchs():
+    # under grad the normalized value is read by the backward too: the statistics still come
+    # from the one kernel call; gradients and running statistics against torch.autograd
+    # (torch.func refuses the module's write into its buffers)
+    model = _bn_model()
+    ref = copy.deepcopy(model)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x = torch.randn(4, 3, 5, 5)
+
+    def loss(p):
+        return tx.functional_call(model, p, (x,)).square().mean()
+
+    got = tx.jit(tx.grad(loss))(params)
+    ref(x).square().mean().backward()
+    for k, p in ref.named_parameters():
+        torch.testing.assert_close(got[k], p.grad, rtol=1e-5, atol=1e-6, msg=k)
+    for (k, a), (_, e) in zip(model.named_buffers(), ref.named_buffers()):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-7, msg=k)
