@@ -444,3 +444,54 @@ def test_batchnorm_cumulative_average_under_jit_is_eagers(cls, executor):
     xr = x.clone().requires_grad_()
     close(gx, torch.autograd.grad(grad_ref(xr).square().sum(), xr)[0])
     same_state(grad_model, grad_ref)
+
+
+def test_programs_that_write_back_take_the_fast_path_with_every_check():
+    # a cache hit of a program writing into a buffer and into an argument: the fast path writes
+    # back like the general path, refuses an argument aliasing the written buffer, and serves
+    # torch autograd
+    buf = torch.zeros(3)
+
+    def f(x, acc):
+        buf.add_(x.detach().sum(0))
+        acc.mul_(2)
+        return (x * buf).sum(0), acc + 1
+
+    j = tx.jit(f)
+    ref_buf, x = torch.zeros(3), torch.randn(4, 3)
+    acc, ref_acc = torch.ones(3), torch.ones(3)
+    hits = j.jit_function._fast_hits
+    for _ in range(3):
+        ref_buf.add_(x.sum(0))
+        ref_acc.mul_(2)
+        got = j(x, acc)
+        close(got[0], (x * ref_buf).sum(0))
+        close(got[1], ref_acc + 1)
+        close(buf, ref_buf)
+        close(acc, ref_acc)
+    assert hits[0] == 2
+    with pytest.raises(MutationError, match="shares memory"):
+        j(x, buf)  # the argument written in place is the captured buffer itself
+    xr = x.clone().requires_grad_()
+    (gx,) = torch.autograd.grad(j(xr, acc)[0].sum(), xr)
+    ref_buf.add_(x.sum(0))
+    close(gx, ref_buf.expand(4, 3))
+    close(buf, ref_buf)
+
+
+@pytest.mark.parametrize("executor", executor_names())
+def test_detach_and_no_grad_inside_jit_hold_under_torch_autograd(executor):
+    # the program torch autograd runs through keeps `.detach()` and no_grad blocks (they are
+    # identities for thunderx's own transforms): the gradient is eager torch's
+    def f(x):
+        with torch.no_grad():
+            s = x * 3
+        return x * x.detach() + torch.sin(x).detach() * x + x * s
+
+    x = torch.randn(5, dtype=torch.float64)
+    xr, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+    j = tx.jit(f, executor=executor)
+    (got,) = torch.autograd.grad(j(xr).sum(), xr)
+    (want,) = torch.autograd.grad(f(xe).sum(), xe)
+    close(got, want)
+    close(tx.grad(lambda x: f(x).sum())(x), want)  # thunderx's own grad agrees

@@ -13,7 +13,6 @@ from thunderx.primitives import binary as B
 from thunderx.primitives import creation as C
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
-from thunderx.primitives.higher_order import stop_gradient_p
 
 __all__ = [
     "call_primitives",
@@ -157,8 +156,9 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
 
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
-    """NaN-safe algebra: `x + 0`, `x - 0`, `x * 1`, `x / 1`, `neg(neg(x))`, no-op converts and
-    stop_gradient (an identity once no transform follows) vanish; `x + x` becomes `x * 2`
+    """NaN-safe algebra: `x + 0`, `x - 0`, `x * 1`, `x / 1`, `neg(neg(x))` and no-op converts
+    vanish (stop_gradient stays: torch autograd through a jitted call must not see past it);
+    `x + x` becomes `x * 2`
     (exact, inf and NaN included); `x * 0` stays (NaN and inf times 0 are NaN). Chains of
     layout ops are composed."""
     bool_ = torch.bool
@@ -213,9 +213,6 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
         elif out is not None and e.prim is U.convert_p:
             if ins[0].aval.dtype == e.params["new_dtype"] and isinstance(ins[0], Var):
                 repl = ins[0]
-        elif out is not None and e.prim is stop_gradient_p and isinstance(ins[0], Var):
-            # only differentiation reads it; optimized programs are for execution
-            repl = ins[0]
         if (
             repl is not None
             and repl.aval.shape == out.aval.shape

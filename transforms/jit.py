@@ -298,6 +298,13 @@ class JitFunction:
         flatten, NAMESPACE = optree.tree_flatten, tree.NAMESPACE  # noqa: N806
         grad_enabled = torch.is_grad_enabled
         fast_ok = self._fast_ok
+        name = self.__name__
+
+        def writing(consts, args, writes, fn, out_tree):
+            """A program that writes into captured tensors or arguments: checked, written back."""
+            operands = (*consts, *args)
+            check_write_aliases(operands, writes, name, len(consts))
+            return tree.unflatten(out_tree, write_back(operands, writes, fn(*operands)))
 
         def jitted(*args, **kwargs):
             if fast_ok and not kwargs:
@@ -307,10 +314,12 @@ class JitFunction:
                         a = args[0]
                         hit = fast.get((a.shape, a.dtype, a.device))
                         if hit is not None and state.trace.__class__ is EvalTrace:
-                            fn, fn_plain, consts, single, consts_need_grad = hit
+                            fn, fn_plain, consts, single, consts_need_grad, writes = hit
                             if (consts_need_grad or a.requires_grad) and grad_enabled():
                                 fn = fn_plain
                             counts[0] += 1
+                            if writes is not None:
+                                return writing(consts, (a,), writes, fn, single)
                             if single is True:  # fn returns the one output itself
                                 return fn(*consts, a) if consts else fn(a)
                             return tree.unflatten(single, fn(*consts, a) if consts else fn(a))
@@ -326,11 +335,13 @@ class JitFunction:
                         return slow(args, kwargs)
                 hit = fast.get(key)
                 if hit is not None and state.trace.__class__ is EvalTrace:
-                    fn, fn_plain, consts, single, consts_need_grad = hit
+                    fn, fn_plain, consts, single, consts_need_grad, writes = hit
                     # torch autograd through the call needs the variant without in-place reuse
                     if grad_enabled() and (consts_need_grad or _any_requires_grad(flat)):
                         fn = fn_plain
                     counts[0] += 1
+                    if writes is not None:
+                        return writing(consts, flat, writes, fn, single)
                     outs = fn(*consts, *flat) if consts else fn(*flat)
                     return outs if single is True else tree.unflatten(single, outs)
             return slow(args, kwargs)
@@ -356,8 +367,7 @@ class JitFunction:
             if entry.writes:
                 outs = write_back(operands, entry.writes, outs)
             # the fast path's key has no axis env: only programs traced without one go there
-            # (nor programs that write back into captured tensors: the slow path does that)
-            fast = self._fast_ok and not kwargs and not axis_env() and not entry.writes
+            fast = self._fast_ok and not kwargs and not axis_env()
             if fast and all(type(a) in _PLAIN for a in args):
                 self._remember_fast(args, entry, prog)
             elif fast and all(type(a) in _PLAIN for a in leaves):
@@ -385,13 +395,14 @@ class JitFunction:
         with self._lock:
             if len(self._fast) >= self.cache_size:
                 self._fast.clear()
-            single_fn = single and prog.fn_single is not None
+            single_fn = single and prog.fn_single is not None and not entry.writes
             self._fast[key] = (
                 prog.fn_single if single_fn else prog.fn,
                 prog.fn_single_plain if single_fn else prog.fn_plain,
                 tuple(entry.consts),
                 True if single_fn else entry.out_tree,
                 _any_requires_grad(entry.consts),
+                tuple(entry.writes) if entry.writes else None,
             )
 
     def _executor_for(self, leaves):

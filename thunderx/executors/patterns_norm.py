@@ -216,24 +216,32 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
     from thunderx.primitives.binary import add_p, mul_p
     from thunderx.primitives.composite_channel_norm import batch_norm_p, batch_norm_stats_p
 
+    from thunderx.primitives.higher_order import stop_gradient_p
+
     uses, producer = _index(jaxpr)
     eqns = jaxpr.eqns
     n_eqns = len(eqns)
-    stats = {
-        id(e.inputs[0]): i
-        for i, e in enumerate(eqns)
-        if e.prim is batch_norm_stats_p and isinstance(e.inputs[0], Var)
-    }
+    # the statistics of x, or of stop_gradient(x) (read by nothing else): x -> (index, skipped)
+    stats = {}
+    for i, e in enumerate(eqns):
+        v = e.inputs[0] if e.prim is batch_norm_stats_p else None
+        if not isinstance(v, Var):
+            continue
+        p = producer.get(id(v))
+        if p is not None and eqns[p].prim is stop_gradient_p and uses.get(id(v)) == [i]:
+            stats[id(eqns[p].inputs[0])] = (i, {p})
+        else:
+            stats[id(v)] = (i, set())
     emit: dict = {}
     skip: set = set()
     for i, bn in enumerate(eqns):
         x = bn.inputs[0] if bn.prim is batch_norm_p else None
         if x is None or id(x) not in stats or x.aval.ndim < 2:
             continue
-        j_stats = stats.pop(id(x))
+        j_stats, detached = stats.pop(id(x))
         y, eps = bn.outputs[0], bn.params["eps"]
         mean, var = eqns[j_stats].outputs
-        outs, operands, group = [y, mean, var], [x], {i, j_stats}
+        outs, operands, group = [y, mean, var], [x], {i, j_stats} | detached
         # the affine, when y is read by nothing but y * broadcast(w), read only by + broadcast(b)
         readers = uses.get(id(y), [])
         j_mul = readers[0] if len(readers) == 1 and readers[0] < n_eqns else None

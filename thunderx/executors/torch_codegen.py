@@ -39,6 +39,7 @@ from thunderx.executors.patterns_norm import (
 from thunderx.executors.release import release_line, releases
 from thunderx.executors.sources import exec_source
 from thunderx.ir import Jaxpr, Literal, Var
+from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
 
@@ -274,7 +275,11 @@ def generate_source(
         aliases: tuple = ()
         if expr is None:
             rule = torch_codegen_rules.get(e.prim)
-            if rule is not None:
+            if e.prim in _DETACHING and not reuse_buffers:
+                # the program torch autograd runs through: `x.detach()` and torch.no_grad()
+                # blocks of the traced function keep cutting its graph
+                expr = f"{args[0]}.detach()"
+            elif rule is not None:
                 expr = rule(args, avals, **e.params)
             else:
                 expr = _default_codegen(e.prim, args, e.params, namespace)
@@ -399,6 +404,10 @@ def _inplace(e, args, i, last_use, root, owned, live_views):
         ):
             return f"{args[1]}.{method}({args[0]})", y
     return None, None
+
+
+# identities for thunderx's transforms that cut torch autograd's graph
+_DETACHING = (stop_gradient_p, no_grad_p)
 
 
 def _reusable(x, out_aval, i, last_use, root, owned, live_views) -> bool:

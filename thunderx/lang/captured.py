@@ -281,10 +281,18 @@ def _storage(t: torch.Tensor) -> int:
     """The address of t's memory (0 when it has none: empty, sparse, meta); asked past any
     torch function mode (an enclosing staging trace's would read a written tensor's value)."""
     try:
-        with torch._C.DisableTorchFunction():
-            return t.untyped_storage().data_ptr() if t.numel() else 0
+        if torch._C._is_torch_function_mode_enabled():
+            with torch._C.DisableTorchFunction():
+                return _base_address(t)
+        return _base_address(t)
     except (RuntimeError, NotImplementedError):
         return 0
+
+
+def _base_address(t: torch.Tensor) -> int:
+    # the storage's start: the first element's address less the view's offset (no storage
+    # object made, as untyped_storage() would)
+    return t.data_ptr() - t.storage_offset() * t.element_size() if t.numel() else 0
 
 
 def check_write_aliases(operands, writes, name: str, fixed: int = 0) -> None:
@@ -327,9 +335,14 @@ def write_back(operands, writes, outs):
         new if new is operands[i] else _unaliased(new, targets)
         for (i, _), new in zip(writes, outs[n:])
     ]
+    grad_now = torch.is_grad_enabled()
     for (i, grad_enabled), new in zip(writes, news):
-        with torch.set_grad_enabled(grad_enabled and torch.is_grad_enabled()):
-            operands[i].copy_(new)
+        target = operands[i]
+        if grad_now and not grad_enabled and (new.requires_grad or target.requires_grad):
+            with torch.no_grad():  # a write torch autograd does not see
+                target.copy_(new)
+        else:  # recorded by autograd only where the value or the target requires grad
+            target.copy_(new)
     return results
 
 
