@@ -215,7 +215,6 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
     operands)}, skipped indices) as `layer_norm_affine`."""
     from thunderx.primitives.binary import add_p, mul_p
     from thunderx.primitives.composite_channel_norm import batch_norm_p, batch_norm_stats_p
-
     from thunderx.primitives.higher_order import stop_gradient_p
 
     uses, producer = _index(jaxpr)
