@@ -231,3 +231,29 @@ def _(d):
     shape = _channel_shape(d)
     params = {"groups": _groups(d, shape), "eps": 1e-5}
     return Sample([d.tensor(shape), d.tensor(shape)], params)
+
+
+@sample("rnn")
+def _(d):
+    # a sequence (T, B, In) or (B, T, In), layers of hidden size H, one or two directions
+    mode = d.choice(["lstm", "gru", "rnn_tanh", "rnn_relu"])
+    gates = {"lstm": 4, "gru": 3}.get(mode, 1)
+    t, b, n_in, h = d.int(1, 3), d.int(1, 2), d.int(1, 3), d.int(1, 3)
+    layers, dirs, batch_first = d.int(1, 2), d.choice([1, 2]), d.bool()
+    has_biases = d.bool()
+    x = d.tensor((b, t, n_in) if batch_first else (t, b, n_in))
+    states = [d.tensor((layers * dirs, b, h)) for _ in range(2 if mode == "lstm" else 1)]
+    weights = []
+    for layer in range(layers):
+        fan_in = n_in if layer == 0 else h * dirs
+        for _ in range(dirs):
+            weights += [d.tensor((gates * h, fan_in)), d.tensor((gates * h, h))]
+            weights += [d.tensor((gates * h,)), d.tensor((gates * h,))] if has_biases else []
+    params = {
+        "mode": mode,
+        "has_biases": has_biases,
+        "num_layers": layers,
+        "bidirectional": dirs == 2,
+        "batch_first": batch_first,
+    }
+    return Sample([x, *states, *weights], params)

@@ -94,3 +94,41 @@ def test_batch_norm_training_step_gradients_and_statistics_are_torchs():
         torch.testing.assert_close(got[k], p.grad, rtol=1e-5, atol=1e-6, msg=k)
     for (k, a), (_, e) in zip(model.named_buffers(), ref.named_buffers()):
         torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-7, msg=k)
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN])
+def test_recurrent_layers_run_torchs_sequence_kernel(cls):
+    # one call of torch's kernel (the recurrence in C++) with eager's bits; gradients and
+    # batching through the cells unrolled over time, against torch.func and a loop
+    torch.manual_seed(0)
+    m = cls(5, 6, num_layers=2, bidirectional=True, batch_first=True)
+    x = torch.randn(3, 4, 5)
+    j = tx.jit(m)
+    src = _program(j, x)
+    assert src.count("_impl_rnn(") == 1 and "torch.mm" not in src, src
+    with torch.no_grad():
+        for a, e in zip(tx.tree.leaves(j(x)), tx.tree.leaves(m(x))):
+            torch.testing.assert_close(a, e, rtol=0, atol=0)
+    params = {k: v.detach() for k, v in m.named_parameters()}
+
+    def loss(p, x, call):
+        return call(m, p, (x,))[0].square().sum()
+
+    got = tx.jit(tx.grad(lambda p, x: loss(p, x, tx.functional_call)))(params, x)
+    want = tf.grad(lambda p, x: loss(p, x, tf.functional_call))(params, x)
+    for k in want:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-4, atol=1e-5, msg=k)
+    xs = torch.randn(2, 3, 4, 5)
+    batched = tx.vmap(lambda x: m(x)[0])(xs)
+    with torch.no_grad():
+        torch.testing.assert_close(batched, torch.stack([m(x)[0] for x in xs]))
+
+
+def test_recurrent_dropout_between_layers_in_training_is_unrolled():
+    torch.manual_seed(0)
+    m = torch.nn.LSTM(4, 4, num_layers=2, dropout=0.5).train()
+    x = torch.randn(3, 2, 4)
+    text = tx.jit(m).lower(x).as_text()
+    assert "_impl_rnn(" not in text and "bernoulli" in text, text
+    out = tx.jit(m)(x)[0]
+    assert out.shape == (3, 2, 4) and torch.isfinite(out).all()

@@ -9,30 +9,25 @@ from thunderx.lang._base import register
 from thunderx.lang.linalg import linear
 from thunderx.lang.shape_ops import _chunk
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite_rnn
 from thunderx.primitives import unary as U
 
-
-def _gates(x, h, w_ih, w_hh, b_ih, b_hh):
-    return linear(x, w_ih, b_ih), linear(h, w_hh, b_hh)
-
-
-@register(torch.rnn_tanh_cell)
-def _rnn_tanh_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
-    gi, gh = _gates(x, h, w_ih, w_hh, b_ih, b_hh)
-    return U.tanh(B.add(gi, gh))
+# Each cell is a step given its input projection `gi` (x @ w_ih.T + b_ih): the sequence ops
+# project every time step's input with one GEMM before the time loop, as torch's kernels do.
 
 
-@register(torch.rnn_relu_cell)
-def _rnn_relu_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+def _rnn_tanh_step(gi, h, w_hh, b_hh):
+    return U.tanh(B.add(gi, linear(h, w_hh, b_hh)))
+
+
+def _rnn_relu_step(gi, h, w_hh, b_hh):
     from thunderx.lang.nn import relu
 
-    gi, gh = _gates(x, h, w_ih, w_hh, b_ih, b_hh)
-    return relu(B.add(gi, gh))
+    return relu(B.add(gi, linear(h, w_hh, b_hh)))
 
 
-@register(torch.gru_cell)
-def _gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
-    gi, gh = _gates(x, h, w_ih, w_hh, b_ih, b_hh)
+def _gru_step(gi, h, w_hh, b_hh):
+    gh = linear(h, w_hh, b_hh)
     i_r, i_z, i_n = _chunk(gi, 3, -1)
     h_r, h_z, h_n = _chunk(gh, 3, -1)
     r = U.logistic(B.add(i_r, h_r))
@@ -41,13 +36,26 @@ def _gru_cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
     return B.add(n, B.mul(z, B.sub(h, n)))  # (1 - z) * n + z * h
 
 
-@register(torch.lstm_cell)
-def _lstm_cell(x, hx, w_ih, w_hh, b_ih=None, b_hh=None):
+def _lstm_step(gi, hx, w_hh, b_hh):
     h, c = hx
-    gi, gh = _gates(x, h, w_ih, w_hh, b_ih, b_hh)
-    i, f, g, o = _chunk(B.add(gi, gh), 4, -1)
+    i, f, g, o = _chunk(B.add(gi, linear(h, w_hh, b_hh)), 4, -1)
     c_new = B.add(B.mul(U.logistic(f), c), B.mul(U.logistic(i), U.tanh(g)))
     return B.mul(U.logistic(o), U.tanh(c_new)), c_new
+
+
+def _cell(step):
+    """torch's single-step cell (torch.lstm_cell, ...) from the step."""
+
+    def cell(x, h, w_ih, w_hh, b_ih=None, b_hh=None):
+        return step(linear(x, w_ih, b_ih), h, w_hh, b_hh)
+
+    return cell
+
+
+_rnn_tanh_cell = register(torch.rnn_tanh_cell)(_cell(_rnn_tanh_step))
+_rnn_relu_cell = register(torch.rnn_relu_cell)(_cell(_rnn_relu_step))
+_gru_cell = register(torch.gru_cell)(_cell(_gru_step))
+_lstm_cell = register(torch.lstm_cell)(_cell(_lstm_step))
 
 
 # --------------------------------------------------------------------------- multi-head attention
@@ -233,9 +241,9 @@ def _multi_head_attention_forward(
 
 
 def _run_layers(
-    cell, x, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
+    step, x, states, params, has_biases, num_layers, dropout, train, bidirectional, batch_first
 ):
-    """Unroll `cell` over time for every layer and direction (what torch.lstm/gru/rnn_* do);
+    """Unroll `step` over time for every layer and direction (what torch.lstm/gru/rnn_* do);
     `states` holds one initial state per layer and direction. Returns (output, final states)."""
     import torch.nn.functional as F
 
@@ -247,8 +255,8 @@ def _run_layers(
         from thunderx.errors import unsupported
 
         raise unsupported("recurrent layers with projections (proj_size)")
-    steps = _unbind(x, 1 if batch_first else 0)
-    finals = []
+    t_axis = 1 if batch_first else 0
+    seq, finals = x, []
     for layer in range(num_layers):
         outs_dir = []
         for d in range(dirs):
@@ -256,37 +264,74 @@ def _run_layers(
             w_ih, w_hh, *biases = params[k : k + per]
             b_ih, b_hh = biases if has_biases else (None, None)
             state = states[layer * dirs + d]
+            # every time step's input projection in one GEMM, then the recurrence
+            projected = _unbind(linear(seq, w_ih, b_ih), t_axis)
             outs = []
-            for xt in steps if d == 0 else steps[::-1]:
-                state = cell(xt, state, w_ih, w_hh, b_ih, b_hh)
+            for gi in projected if d == 0 else projected[::-1]:
+                state = step(gi, state, w_hh, b_hh)
                 outs.append(state[0] if isinstance(state, tuple) else state)
             outs_dir.append(outs if d == 0 else outs[::-1])
             finals.append(state)
         steps = outs_dir[0] if dirs == 1 else [_cat([f, r], -1) for f, r in zip(*outs_dir)]
         if dropout and train and layer < num_layers - 1:
             steps = [F.dropout(s, dropout) for s in steps]
-    return _stack(steps, 1 if batch_first else 0), finals
+        seq = _stack(steps, t_axis)
+    return seq, finals
 
 
-@register(torch.lstm)
-def _lstm(input, hx, params, *flags):  # noqa: A002 - torch's names
+_STEPS = {
+    "lstm": _lstm_step,
+    "gru": _gru_step,
+    "rnn_tanh": _rnn_tanh_step,
+    "rnn_relu": _rnn_relu_step,
+}
+
+
+def unrolled(
+    mode,
+    x,
+    states,
+    weights,
+    has_biases,
+    num_layers,
+    bidirectional,
+    batch_first,
+    dropout=0.0,
+    train=False,
+):
+    """The sequence op as cells over time (the rnn composite's decomposition, and the op itself
+    with dropout between layers): [output, final h over layers and directions(, final c)]."""
     from thunderx.lang.shape_ops import _stack, _unbind
 
-    states = list(zip(_unbind(hx[0], 0), _unbind(hx[1], 0)))
-    out, finals = _run_layers(_lstm_cell, input, states, list(params), *flags)
-    return out, _stack([h for h, _ in finals], 0), _stack([c for _, c in finals], 0)
+    h0 = _unbind(states[0], 0)
+    init = list(zip(h0, _unbind(states[1], 0))) if mode == "lstm" else list(h0)
+    flags = (has_biases, num_layers, dropout, train, bidirectional, batch_first)
+    out, finals = _run_layers(_STEPS[mode], x, init, list(weights), *flags)
+    if mode == "lstm":
+        return [out, _stack([h for h, _ in finals], 0), _stack([c for _, c in finals], 0)]
+    return [out, _stack(finals, 0)]
 
 
-def _recurrent(cell):
-    def op(input, hx, params, *flags):  # noqa: A002 - torch's names
-        from thunderx.lang.shape_ops import _stack, _unbind
+def _sequence_op(mode):
+    """torch.<mode>(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+    batch_first): the rnn composite (torch's kernel when executed), or, with dropout between
+    layers in training, the cells unrolled with their random draws."""
 
-        out, finals = _run_layers(cell, input, list(_unbind(hx, 0)), list(params), *flags)
-        return out, _stack(finals, 0)
+    def op(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: A002
+        from thunderx.lang._base import ndim
 
+        states, params = (list(hx) if mode == "lstm" else [hx]), list(params)
+        flags = (has_biases, num_layers, bidirectional, batch_first)
+        per_layer = (4 if has_biases else 2) * (2 if bidirectional else 1)
+        composite = ndim(input) == 3 and len(params) == per_layer * num_layers
+        if composite and not (dropout and train and num_layers > 1):
+            return tuple(composite_rnn.rnn(mode, input, states, params, *flags))
+        return tuple(unrolled(mode, input, states, params, *flags, dropout, train))
+
+    op.__name__ = mode
     return op
 
 
-register(torch.gru)(_recurrent(_gru_cell))
-register(torch.rnn_tanh)(_recurrent(_rnn_tanh_cell))
-register(torch.rnn_relu)(_recurrent(_rnn_relu_cell))
+for _mode in _STEPS:
+    register(getattr(torch, _mode))(_sequence_op(_mode))
+composite_rnn.UNROLLED[0] = unrolled

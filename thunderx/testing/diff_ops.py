@@ -262,6 +262,13 @@ def _table() -> dict[str, Op]:
     )
     add("cross_entropy", lambda x, t: F.cross_entropy(x, t), sh.cross_entropy)
     add("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), sh.sdpa)
+    flags = (True, 1, 0.0, False, False, False)  # biases, 1 layer, no dropout, one direction
+    add(
+        "lstm",
+        lambda x, h, c, *w: torch.lstm(x, (h, c), list(w), *flags)[0],
+        sh.recurrent(4, 2),
+    )
+    add("gru", lambda x, h, *w: torch.gru(x, h, list(w), *flags)[0], sh.recurrent(3, 1))
     return ops
 
 

@@ -270,3 +270,16 @@ def numel(shape) -> int:
     for s in shape:
         n *= s
     return n
+
+
+def recurrent(gates: int, states: int):
+    """A sequence (T, B, In) and one layer of hidden size 2: initial states (1, B, 2), input and
+    hidden weights (gates * 2, In) and (gates * 2, 2), biases (gates * 2,)."""
+
+    def shapes(rng, base):
+        if len(base) != 3 or 0 in base:
+            return None
+        b, g = base[1], gates * 2
+        return [base] + [(1, b, 2)] * states + [(g, base[2]), (g, 2), (g,), (g,)], None, {}
+
+    return shapes
