@@ -132,3 +132,21 @@ def test_recurrent_dropout_between_layers_in_training_is_unrolled():
     assert "_impl_rnn(" not in text and "bernoulli" in text, text
     out = tx.jit(m)(x)[0]
     assert out.shape == (3, 2, 4) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("norm", ["layer", "group"])
+def test_a_norms_backward_reads_the_statistics_its_forward_computed(norm):
+    # one forward kernel call: the backward kernel takes its mean and rstd instead of running
+    # the forward again; the gradient is torch.func's
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, 5, 5, generator=g, dtype=torch.float64)
+
+    def f(x):
+        y = F.layer_norm(x, (5, 5)) if norm == "layer" else F.group_norm(x, 3)
+        return (y * x).sum()
+
+    j = tx.jit(tx.grad(f))
+    src = _program(j, x)
+    kernel = f"torch.native_{norm}_norm("
+    assert src.count(kernel) == 1 and f"native_{norm}_norm_backward(" in src, src
+    torch.testing.assert_close(j(x), tf.grad(f)(x))

@@ -204,33 +204,61 @@ def read_only_constants(jaxpr: Jaxpr) -> set[int]:
 
 
 def shared_statistics(jaxpr: Jaxpr) -> dict:
-    """A layer_norm backward that follows the forward of the same input reads the statistics
-    the forward computed (torch's kernels return mean and rstd) instead of running the forward
-    again. Returns {equation index: source template of its arguments as {0}, {1}, ...}."""
+    """A layer_norm or group_norm backward that follows the forward of the same input reads the
+    statistics the forward computed (torch's kernels return mean and rstd) instead of running
+    the forward again. Returns {equation index: source template of its arguments as {0}, ...}."""
+    from thunderx.primitives.composite_channel_norm import (
+        _gn_sizes,
+        group_norm_backward_p,
+        group_norm_p,
+    )
     from thunderx.primitives.composite_norm import layer_norm_backward_p, layer_norm_p
 
+    def layer_norm(x, params, stats):
+        shape = tuple(x.shape[x.ndim - params["normalized_ndim"] :])
+        eps = params["eps"]
+        fwd = f"({stats} := torch.native_layer_norm({{0}}, {shape}, None, None, {eps!r}))[0]"
+        bwd = (
+            f"torch.ops.aten.native_layer_norm_backward({{0}}, {{1}}, {shape}, {stats}[1], "
+            f"{stats}[2], None, None, [True, False, False])[0]"
+        )
+        return fwd, bwd
+
+    def group_norm(x, params, stats):
+        sizes = ", ".join(map(str, _gn_sizes(x.shape, params["groups"])))
+        eps = params["eps"]
+        fwd = (
+            f"({stats} := torch.native_group_norm({{0}}.contiguous(), None, None, {sizes}, "
+            f"{eps!r}))[0]"
+        )
+        bwd = (
+            f"torch.ops.aten.native_group_norm_backward({{0}}.contiguous(), {{1}}.contiguous(), "
+            f"{stats}[1], {stats}[2], None, {sizes}, [True, False, False])[0]"
+        )
+        return fwd, bwd
+
+    kinds = {
+        layer_norm_p: ("ln", layer_norm),
+        layer_norm_backward_p: ("ln", None),
+        group_norm_p: ("gn", group_norm),
+        group_norm_backward_p: ("gn", None),
+    }
     forwards: dict = {}
     out: dict = {}
     for i, e in enumerate(jaxpr.eqns):
-        if e.prim is layer_norm_p and isinstance(e.inputs[0], Var):
-            key = (id(e.inputs[0]), e.params["normalized_ndim"], e.params["eps"])
-            forwards.setdefault(key, (i, e))
-        elif e.prim is layer_norm_backward_p and isinstance(e.inputs[1], Var):
-            key = (id(e.inputs[1]), e.params["normalized_ndim"], e.params["eps"])
-            if key not in forwards:
-                continue
-            j, fwd = forwards[key]
-            x = e.inputs[1].aval
-            shape = tuple(x.shape[x.ndim - e.params["normalized_ndim"] :])
-            stats = f"_ln_stats{j}"
-            out[j] = (
-                f"({stats} := torch.native_layer_norm({{0}}, {shape}, None, None, "
-                f"{fwd.params['eps']!r}))[0]"
-            )
-            out[i] = (
-                f"torch.ops.aten.native_layer_norm_backward({{0}}, {{1}}, {shape}, {stats}[1], "
-                f"{stats}[2], None, None, [True, False, False])[0]"
-            )
+        kind = kinds.get(e.prim)
+        if kind is None:
+            continue
+        tag, templates = kind
+        x = e.inputs[0] if templates is not None else e.inputs[1]
+        if not isinstance(x, Var):
+            continue
+        key = (tag, id(x), tuple(sorted(e.params.items())))
+        if templates is not None:
+            forwards.setdefault(key, (i, templates))
+        elif key in forwards:
+            j, templates = forwards[key]
+            out[j], out[i] = templates(x.aval, e.params, f"_{tag}_stats{j}")
     return out
 
 
