@@ -150,3 +150,14 @@ def test_a_norms_backward_reads_the_statistics_its_forward_computed(norm):
     kernel = f"torch.native_{norm}_norm("
     assert src.count(kernel) == 1 and f"native_{norm}_norm_backward(" in src, src
     torch.testing.assert_close(j(x), tf.grad(f)(x))
+
+
+def test_batch_norm_training_backward_reads_the_saved_statistics():
+    # the forward's one kernel call saves mean and invstd; the backward kernel reads them
+    model = _bn_model()
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x = torch.randn(4, 3, 5, 5)
+    j = tx.jit(tx.grad(lambda p: tx.functional_call(model, p, (x,)).square().mean()))
+    src = _program(j, params)
+    assert src.count("native_batch_norm(") == 0 and src.count("_batch_norm_train(") == 1, src
+    assert "native_batch_norm_backward(" in src and "[3], _bn_train" in src, src

@@ -214,7 +214,11 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
     in one pass, with eager torch's rounding; returns the same ({index: (outs, template,
     operands)}, skipped indices) as `layer_norm_affine`."""
     from thunderx.primitives.binary import add_p, mul_p
-    from thunderx.primitives.composite_channel_norm import batch_norm_p, batch_norm_stats_p
+    from thunderx.primitives.composite_channel_norm import (
+        batch_norm_backward_p,
+        batch_norm_p,
+        batch_norm_stats_p,
+    )
     from thunderx.primitives.higher_order import stop_gradient_p
 
     uses, producer = _index(jaxpr)
@@ -231,6 +235,10 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
             stats[id(eqns[p].inputs[0])] = (i, {p})
         else:
             stats[id(v)] = (i, set())
+    backwards: dict = {}
+    for j, e in enumerate(eqns):
+        if e.prim is batch_norm_backward_p and isinstance(e.inputs[1], Var):
+            backwards.setdefault((id(e.inputs[1]), e.params["eps"]), []).append(j)
     emit: dict = {}
     skip: set = set()
     for i, bn in enumerate(eqns):
@@ -261,16 +269,27 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
                     operands += [wb[1], bb[1]]
                     group |= {wb[0], j_mul, bb[0], j_add}
         w_b = "{1}, {2}" if len(operands) == 3 else "None, None"
-        emit[min(group)] = (outs, f"_batch_norm_train({{0}}, {w_b}, {eps!r})", operands)
-        skip |= group - {min(group)}
+        first, saved = min(group), f"_bn_train{i}"
+        call = f"({saved} := _batch_norm_train({{0}}, {w_b}, {eps!r}))"
+        emit[first] = (outs + [None, None], call, operands)
+        skip |= group - {first}
+        # the backward of the normalization reads the saved mean and invstd of this call
+        for j in backwards.get((id(x), eps), []):
+            if j > first:
+                template = (
+                    f"torch.ops.aten.native_batch_norm_backward({{0}}, {{1}}, None, None, None, "
+                    f"{saved}[3], {saved}[4], True, {eps!r}, [True, False, False])[0]"
+                )
+                emit[j] = ([eqns[j].outputs[0]], template, list(eqns[j].inputs))
     return emit, skip
 
 
 def batch_norm_train_call(x, w, b, eps):
-    """(normalized and affine x, batch mean, unbiased batch variance) from one kernel call: with
-    momentum 1 the kernel writes the batch statistics into the fresh running buffers."""
+    """(normalized and affine x, batch mean, unbiased batch variance, and the saved mean and
+    invstd a backward reads) from one kernel call: with momentum 1 the kernel writes the batch
+    statistics into the fresh running buffers."""
     import torch
 
     mean, var = x.new_zeros(x.shape[1]), x.new_ones(x.shape[1])
-    out = torch.native_batch_norm(x, w, b, mean, var, True, 1.0, eps)[0]
-    return out, mean, var
+    out, save_mean, save_invstd = torch.native_batch_norm(x, w, b, mean, var, True, 1.0, eps)
+    return out, mean, var, save_mean, save_invstd
