@@ -161,3 +161,14 @@ def test_batch_norm_training_backward_reads_the_saved_statistics():
     src = _program(j, params)
     assert src.count("native_batch_norm(") == 0 and src.count("_batch_norm_train(") == 1, src
     assert "native_batch_norm_backward(" in src and "[3], _bn_train" in src, src
+
+
+def test_layer_norm_with_one_tensor_as_weight_and_bias_is_one_kernel():
+    x, w = torch.randn(8, 6, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+    f = lambda x, w: F.layer_norm(x, (6,), w, w)  # noqa: E731
+    j = tx.jit(f)
+    assert "native_layer_norm(a, (6,), b, b," in _program(j, x, w)
+    torch.testing.assert_close(j(x, w), f(x, w), rtol=0, atol=0)
+    loss = lambda x, w: f(x, w).square().sum()  # noqa: E731
+    for a, e in zip(tx.jit(tx.grad(loss, (0, 1)))(x, w), tf.grad(loss, (0, 1))(x, w)):
+        torch.testing.assert_close(a, e)

@@ -97,7 +97,9 @@ def layer_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
             continue
         bias = _other(eqns[j_add], m)
         bb = _broadcast_of(jaxpr, bias, producer, aval, k)
-        if bb is None or len(uses.get(id(bias), [])) != 1:
+        # one tensor as weight and bias: one broadcast feeds the scale and the shift
+        shared = bias is _other(eqns[j_mul], y)
+        if bb is None or (len(uses.get(id(bias), [])) != 1 and not shared):
             continue
         (p_w, w), (p_b, b) = wb, bb
         o = eqns[j_add].outputs[0]
@@ -108,7 +110,9 @@ def layer_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
             continue  # y is read outside the group: keep the primitives
         wb_var = eqns[p_w].outputs[0]
         wb_readers = set(uses.get(id(wb_var), []))
-        group_readers = {j_mul} | ({bwd["scaled"]} if bwd else set())
+        group_readers = (
+            {j_mul} | ({bwd["scaled"]} if bwd else set()) | ({j_add} if shared else set())
+        )
         if not wb_readers <= group_readers:
             continue
         if len({v.aval.dtype for v in (x, w, b)}) != 1:
