@@ -172,3 +172,25 @@ def test_layer_norm_with_one_tensor_as_weight_and_bias_is_one_kernel():
     loss = lambda x, w: f(x, w).square().sum()  # noqa: E731
     for a, e in zip(tx.jit(tx.grad(loss, (0, 1)))(x, w), tf.grad(loss, (0, 1))(x, w)):
         torch.testing.assert_close(a, e)
+
+
+def test_a_cat_of_merged_permutes_is_one_stack():
+    # attention's q/k/v gradients: (B, H, S, D) permuted to (S, B, H, D), merged to (S, B, H*D)
+    # and concatenated: one stack of the permuted views instead of three copies and a cat
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 4, 5, generator=g) for _ in range(3))
+
+    def f(q, k, v):
+        return torch.cat([t.permute(2, 0, 1, 3).reshape(4, 2, 15) for t in (q, k, v)], 2)
+
+    j = tx.jit(f)
+    src = _program(j, q, k, v)
+    assert "torch.stack(" in src and "torch.cat(" not in src, src
+    torch.testing.assert_close(j(q, k, v), f(q, k, v), rtol=0, atol=0)
+    # a reshape read elsewhere, or shapes that differ, keep the cat
+    h = lambda q, k: (torch.cat([q.reshape(2, 3, 20), k.reshape(2, 3, 20)], 2), q.reshape(2, 3, 20))  # noqa: E731
+    assert "torch.cat(" in _program(tx.jit(h), q, k)
+    r = torch.randn(2, 3, 2, 10, generator=g)
+    m = lambda q, r: torch.cat([q.reshape(2, 3, 20), r.reshape(2, 3, 20)], 2)  # noqa: E731
+    assert "torch.cat(" in _program(tx.jit(m), q, r)
+    torch.testing.assert_close(tx.jit(m)(q, r), m(q, r), rtol=0, atol=0)

@@ -30,6 +30,7 @@ from thunderx.executors.patterns import (
     select_with_zero,
     shared_statistics,
 )
+from thunderx.executors.patterns_cat import stacked_cats
 from thunderx.executors.patterns_conv import conv_bias
 from thunderx.executors.patterns_norm import (
     batch_norm_train_call,
@@ -189,7 +190,7 @@ def generate_source(
     relus, skipped = relu_patterns(jaxpr)
     shared = shared_statistics(jaxpr)
     affine, affine_skipped = layer_norm_affine(jaxpr)
-    for more, more_skipped in (batch_norm_training(jaxpr), conv_bias(jaxpr)):
+    for more, more_skipped in (batch_norm_training(jaxpr), conv_bias(jaxpr), stacked_cats(jaxpr)):
         taken = set(affine) | affine_skipped  # each equation in one pattern at most
         if not (set(more) | more_skipped) & taken:
             affine, affine_skipped = {**affine, **more}, affine_skipped | more_skipped
