@@ -243,3 +243,32 @@ def test_a_cpu_scalar_learning_rate_beside_device_parameters(executor):
     gs = tf.grad(_loss)(params, x, y)
     want = [(w - lr * gw, b - lr * gb) for (w, b), (gw, gb) in zip(params, gs)]
     _close(tx.jit(step, executor=executor)(params, x, y, lr), want, 1e-5)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_conv_batchnorm_training_and_an_lstm_on_the_device(executor):
+    # the torch executor's kernel groups on the device: conv with bias, batch norm's training
+    # forward and backward in torch's kernels (running statistics written back), torch's LSTM
+    import copy
+
+    torch.manual_seed(0)
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()
+    ).to(DEV)
+    ref = copy.deepcopy(cnn)
+    x = torch.randn(4, 3, 8, 8, device=DEV)
+    j = tx.jit(cnn, executor=executor)
+    for _ in range(2):
+        _close(j(x), ref(x).detach(), 1e-4)
+    _close(list(cnn.buffers()), list(ref.buffers()), 1e-5)  # running statistics, count
+    lstm = torch.nn.LSTM(6, 8, num_layers=2, batch_first=True).to(DEV)
+    params = {k: v.detach() for k, v in lstm.named_parameters()}
+    s = torch.randn(3, 5, 6, device=DEV)
+
+    def loss(p, call):
+        return call(lstm, p, (s,))[0].square().sum()
+
+    got = tx.jit(tx.grad(lambda p: loss(p, tx.functional_call)), executor=executor)(params)
+    _close(got, tf.grad(lambda p: loss(p, tf.functional_call))(params), 1e-4)
+    with torch.no_grad():
+        _close(tx.jit(lstm, executor=executor)(s)[0], lstm(s)[0], 1e-5)
