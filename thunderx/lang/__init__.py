@@ -97,8 +97,8 @@ def _decompose(impl, args, kwargs):
 
 
 def _call_device(args):
-    """The first device other than the CPU among a torch call's tensor arguments (one level into
-    lists and tuples), or None: where the constants of its decomposition go."""
+    """The first device other than the CPU among a torch call's tensor arguments (lists and
+    tuples searched too), or None: where the constants of its decomposition go."""
     for a in args:
         if isinstance(a, (list, tuple)):
             d = _call_device(a)
