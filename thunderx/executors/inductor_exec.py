@@ -16,9 +16,8 @@ from thunderx.core import Primitive
 from thunderx.executors.base import Executor, register_executor
 from thunderx.executors.inductor_cache import PerLayout, clear_kernel_cache  # noqa: F401
 from thunderx.executors.inductor_whole import WholeProgram, whole_program_reason
+from thunderx.executors.kernel_groups import kernel_groups
 from thunderx.executors.patterns import fresh_index_adds, gemm_patterns
-from thunderx.executors.patterns_conv import conv_bias
-from thunderx.executors.patterns_norm import batch_norm_training, layer_norm_affine
 from thunderx.executors.regions import fusible, partition, refine, schedule
 from thunderx.executors.torch_codegen import (
     TorchAutogradProgram,
@@ -185,13 +184,12 @@ class InductorProgram:
 
 def host_fused(jaxpr: Jaxpr) -> set[int]:
     """Indices of the equations the torch executor runs as part of one torch call (a gemm with
-    its bias or SGD update, layer_norm with its affine, a fresh index_add): left out of fusion
-    regions, they cost no kernel of their own."""
+    its bias or SGD update, the kernel groups of `kernel_groups`, a fresh index_add): left out
+    of fusion regions, they cost no kernel of their own."""
     found = set()
     for i, (_, _, absorbed) in gemm_patterns(jaxpr, {}).items():
         found |= {i, *absorbed}
-    groups = (layer_norm_affine, batch_norm_training, conv_bias, fresh_index_adds)
-    for patterns, skipped in (group(jaxpr) for group in groups):
+    for patterns, skipped in (kernel_groups(jaxpr), fresh_index_adds(jaxpr)):
         found |= set(patterns) | skipped
     return found
 

@@ -58,11 +58,27 @@ def _other(e, v):
     return None
 
 
+def _affine_after(jaxpr, uses, j_mul, y, vector):
+    """`y * v(w)` at j_mul read only by `+ v(b)`: (j_add, (p_w, w), (p_b, b)), or None. `vector(v)`
+    is the (equation index, source) of the parameter vector broadcast into v, or None."""
+    from thunderx.primitives.binary import add_p, mul_p
+
+    eqns = jaxpr.eqns
+    e = eqns[j_mul]
+    scale = _other(e, y) if e.prim is mul_p else None
+    wb = vector(scale) if scale is not None else None
+    adds = uses.get(id(e.outputs[0]), [])
+    if wb is None or len(adds) != 1 or adds[0] >= len(eqns) or eqns[adds[0]].prim is not add_p:
+        return None
+    bb = vector(_other(eqns[adds[0]], e.outputs[0]))
+    return None if bb is None else (adds[0], wb, bb)
+
+
 def layer_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
     """({equation index: (output vars (None: not wanted), source template of the input vars as
     {0}, {1}, ..., the input vars)}, indices to skip): forward groups are emitted at their
     layer_norm, backward groups at their first equation."""
-    from thunderx.primitives.binary import add_p, mul_p
+    from thunderx.primitives.binary import mul_p
     from thunderx.primitives.composite_norm import layer_norm_p
 
     uses, producer = _index(jaxpr)
@@ -88,18 +104,16 @@ def layer_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         if not scale:
             continue
         j_mul = scale[0]
-        wb = _broadcast_of(jaxpr, _other(eqns[j_mul], y), producer, aval, k)
-        m = eqns[j_mul].outputs[0]
-        if wb is None or len(uses.get(id(m), [])) != 1:
+        found = _affine_after(
+            jaxpr, uses, j_mul, y, lambda v: _broadcast_of(jaxpr, v, producer, aval, k)
+        )
+        if found is None:
             continue
-        j_add = uses[id(m)][0]
-        if j_add >= len(eqns) or eqns[j_add].prim is not add_p:
-            continue
-        bias = _other(eqns[j_add], m)
-        bb = _broadcast_of(jaxpr, bias, producer, aval, k)
+        j_add, wb, bb = found
+        bias = eqns[bb[0]].outputs[0]
         # one tensor as weight and bias: one broadcast feeds the scale and the shift
         shared = bias is _other(eqns[j_mul], y)
-        if bb is None or (len(uses.get(id(bias), [])) != 1 and not shared):
+        if len(uses.get(id(bias), [])) != 1 and not shared:
             continue
         (p_w, w), (p_b, b) = wb, bb
         o = eqns[j_add].outputs[0]
@@ -217,7 +231,6 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
     more). `torch.native_batch_norm(x, w, b, mean, var, True, 1.0, eps)` computes all of them
     in one pass, with eager torch's rounding; returns the same ({index: (outs, template,
     operands)}, skipped indices) as `layer_norm_affine`."""
-    from thunderx.primitives.binary import add_p, mul_p
     from thunderx.primitives.composite_channel_norm import (
         batch_norm_backward_p,
         batch_norm_p,
@@ -255,23 +268,22 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
         outs, operands, group = [y, mean, var], [x], {i, j_stats} | detached
         # the affine, when y is read by nothing but y * broadcast(w), read only by + broadcast(b)
         readers = uses.get(id(y), [])
-        j_mul = readers[0] if len(readers) == 1 and readers[0] < n_eqns else None
-        if j_mul is not None and eqns[j_mul].prim is mul_p and _other(eqns[j_mul], y) is not None:
-            wb = _channel_vector(jaxpr, _other(eqns[j_mul], y), producer, y.aval)
-            m = eqns[j_mul].outputs[0]
-            adds = uses.get(id(m), [])
-            j_add = adds[0] if len(adds) == 1 and adds[0] < n_eqns else None
-            if wb is not None and j_add is not None and eqns[j_add].prim is add_p:
-                bias = _other(eqns[j_add], m)
-                bb = _channel_vector(jaxpr, bias, producer, y.aval)
-                only = bb is not None and all(
-                    uses.get(id(eqns[p].outputs[0]), []) == [r]
-                    for p, r in ((wb[0], j_mul), (bb[0], j_add))
-                )
-                if only:
-                    outs[0] = eqns[j_add].outputs[0]
-                    operands += [wb[1], bb[1]]
-                    group |= {wb[0], j_mul, bb[0], j_add}
+        found = None
+        if len(readers) == 1 and readers[0] < n_eqns:
+            j_mul = readers[0]
+            found = _affine_after(
+                jaxpr, uses, j_mul, y, lambda v: _channel_vector(jaxpr, v, producer, y.aval)
+            )
+        if found is not None:
+            j_add, wb, bb = found
+            only = all(
+                uses.get(id(eqns[p].outputs[0]), []) == [r]
+                for p, r in ((wb[0], j_mul), (bb[0], j_add))
+            )
+            if only:
+                outs[0] = eqns[j_add].outputs[0]
+                operands += [wb[1], bb[1]]
+                group |= {wb[0], j_mul, bb[0], j_add}
         w_b = "{1}, {2}" if len(operands) == 3 else "None, None"
         first, saved = min(group), f"_bn_train{i}"
         call = f"({saved} := _batch_norm_train({{0}}, {w_b}, {eps!r}))"

@@ -22,6 +22,7 @@ from thunderx.core import (
     torch_codegen_rules,
 )
 from thunderx.executors.base import Executor, register_executor
+from thunderx.executors.kernel_groups import kernel_groups
 from thunderx.executors.patterns import (
     fresh_index_adds,
     gemm_patterns,
@@ -30,13 +31,7 @@ from thunderx.executors.patterns import (
     select_with_zero,
     shared_statistics,
 )
-from thunderx.executors.patterns_cat import stacked_cats
-from thunderx.executors.patterns_conv import conv_bias
-from thunderx.executors.patterns_norm import (
-    batch_norm_train_call,
-    batch_norm_training,
-    layer_norm_affine,
-)
+from thunderx.executors.patterns_norm import batch_norm_train_call
 from thunderx.executors.release import release_line, releases
 from thunderx.executors.sources import exec_source
 from thunderx.ir import Jaxpr, Literal, Var
@@ -189,11 +184,7 @@ def generate_source(
 
     relus, skipped = relu_patterns(jaxpr)
     shared = shared_statistics(jaxpr)
-    affine, affine_skipped = layer_norm_affine(jaxpr)
-    for more, more_skipped in (batch_norm_training(jaxpr), conv_bias(jaxpr), stacked_cats(jaxpr)):
-        taken = set(affine) | affine_skipped  # each equation in one pattern at most
-        if not (set(more) | more_skipped) & taken:
-            affine, affine_skipped = {**affine, **more}, affine_skipped | more_skipped
+    affine, affine_skipped = kernel_groups(jaxpr)
     skipped |= affine_skipped
     index_adds, full_skipped = fresh_index_adds(jaxpr)
     skipped |= full_skipped
