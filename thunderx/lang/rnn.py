@@ -52,10 +52,12 @@ def _cell(step):
     return cell
 
 
-_rnn_tanh_cell = register(torch.rnn_tanh_cell)(_cell(_rnn_tanh_step))
-_rnn_relu_cell = register(torch.rnn_relu_cell)(_cell(_rnn_relu_step))
-_gru_cell = register(torch.gru_cell)(_cell(_gru_step))
-_lstm_cell = register(torch.lstm_cell)(_cell(_lstm_step))
+_STEPS = {
+    "lstm": _lstm_step,
+    "gru": _gru_step,
+    "rnn_tanh": _rnn_tanh_step,
+    "rnn_relu": _rnn_relu_step,
+}
 
 
 # --------------------------------------------------------------------------- multi-head attention
@@ -279,14 +281,6 @@ def _run_layers(
     return seq, finals
 
 
-_STEPS = {
-    "lstm": _lstm_step,
-    "gru": _gru_step,
-    "rnn_tanh": _rnn_tanh_step,
-    "rnn_relu": _rnn_relu_step,
-}
-
-
 def unrolled(
     mode,
     x,
@@ -332,6 +326,7 @@ def _sequence_op(mode):
     return op
 
 
-for _mode in _STEPS:
+for _mode, _step in _STEPS.items():
+    register(getattr(torch, f"{_mode}_cell"))(_cell(_step))
     register(getattr(torch, _mode))(_sequence_op(_mode))
 composite_rnn.UNROLLED[0] = unrolled
