@@ -28,7 +28,7 @@ def run_jaxpr(jaxpr: Jaxpr, args) -> list:
     """Execute a closure-converted jaxpr on concrete tensors with the current executor."""
     import torch
 
-    from thunderx.transforms.jit import compiled_for
+    from thunderx.transforms.jaxpr_cache import compiled_for
 
     prog = compiled_for(jaxpr, current_executor.get())
     if torch.is_grad_enabled() and any(getattr(a, "requires_grad", False) for a in args):

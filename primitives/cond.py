@@ -64,7 +64,7 @@ def merge_branch_consts(pairs, rest_invars_from: int = 0):
 
 
 def _cond_jvp(primals, tangents, *, branches):
-    from thunderx.transforms.jit import jvp_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import jvp_of_jaxpr
 
     index, ops = primals[0], primals[1:]
     nz = tuple(type(t) is not Zero and float_aval(get_aval(p)) for p, t in zip(ops, tangents[1:]))
@@ -164,7 +164,7 @@ def _cond_batch(args, dims, *, branches):
     from thunderx.primitives import binary as B
     from thunderx.primitives import shape as S
     from thunderx.primitives import unary as U
-    from thunderx.transforms.jit import batch_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import batch_of_jaxpr
 
     size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
     index, ops, op_dims = args[0], args[1:], tuple(dims[1:])

@@ -62,7 +62,7 @@ def _batch_size(args, dims):
 
 def _batched_call(params, args, dims, size):
     """(new operands, params with call/jaxpr batched at out axis 0)."""
-    from thunderx.transforms.jit import batch_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import batch_of_jaxpr
     from thunderx.transforms.vmap import vmap
 
     nc = params["num_consts"]

@@ -82,13 +82,13 @@ def _call_abstract_eval(*avals, jaxpr, **params):
 
 
 def _jit_call_impl(*args, jaxpr, name):
-    from thunderx.transforms.jit import compiled_for
+    from thunderx.transforms.jaxpr_cache import compiled_for
 
     return compiled_for(jaxpr)(*args)
 
 
 def _jit_call_jvp(primals, tangents, *, jaxpr, name):
-    from thunderx.transforms.jit import jvp_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import jvp_of_jaxpr
 
     nonzero = tuple(type(t) is not Zero for t in tangents)
     jvp_jaxpr, consts, out_nonzero = jvp_of_jaxpr(jaxpr, nonzero)
@@ -101,7 +101,7 @@ def _jit_call_jvp(primals, tangents, *, jaxpr, name):
 
 
 def _jit_call_batch(args, dims, *, jaxpr, name):
-    from thunderx.transforms.jit import batch_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import batch_of_jaxpr
 
     size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
     new_jaxpr, consts, out_dims = batch_of_jaxpr(jaxpr, tuple(dims), size)

@@ -28,7 +28,7 @@ def _abstract_eval(*avals, jaxpr, policy):
 
 
 def _jvp(primals, tangents, *, jaxpr, policy):
-    from thunderx.transforms.jit import jvp_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import jvp_of_jaxpr
 
     nz = tuple(type(t) is not Zero and float_aval(get_aval(p)) for p, t in zip(primals, tangents))
     j, consts, out_nz = jvp_of_jaxpr(jaxpr, nz)
@@ -40,7 +40,7 @@ def _jvp(primals, tangents, *, jaxpr, policy):
 
 
 def _batch(args, dims, *, jaxpr, policy):
-    from thunderx.transforms.jit import batch_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import batch_of_jaxpr
 
     size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
     j, consts, out_dims = batch_of_jaxpr(jaxpr, tuple(dims), size)

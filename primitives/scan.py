@@ -94,7 +94,7 @@ def _scan_abstract_eval(*avals, jaxpr, num_consts, num_carry, length, reverse):
 
 
 def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse):
-    from thunderx.transforms.jit import jvp_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import jvp_of_jaxpr
 
     nz = [type(t) is not Zero and float_aval(get_aval(p)) for p, t in zip(primals, tangents)]
     n_ys = len(jaxpr.outvars) - num_carry
@@ -310,7 +310,7 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse):
 
 def _scan_batch(args, dims, *, jaxpr, num_consts, num_carry, length, reverse):
     from thunderx.primitives import shape as S
-    from thunderx.transforms.jit import batch_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import batch_of_jaxpr
 
     size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
     consts, carry, xs = _split(list(args), num_consts, num_carry)

@@ -83,7 +83,7 @@ def torch_bool():
 def _while_jvp(
     primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, num_stacked
 ):
-    from thunderx.transforms.jit import jvp_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import jvp_of_jaxpr
 
     cc, bc, carry = _split(primals, cond_nconsts, body_nconsts)
     _, tbc, tcarry = _split(tangents, cond_nconsts, body_nconsts)
@@ -291,7 +291,7 @@ def _while_batch(args, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncons
     from thunderx.primitives import shape as S
     from thunderx.primitives import unary as U
     from thunderx.tracing import trace_flat
-    from thunderx.transforms.jit import batch_of_jaxpr
+    from thunderx.transforms.jaxpr_cache import batch_of_jaxpr
 
     size = next(get_aval(x).shape[d] for x, d in zip(args, dims) if d is not None)
     moved = [a if d is None else S.moveaxis(a, d, 0) for a, d in zip(args, dims)]

@@ -200,7 +200,7 @@ def test_data_dependent_shapes_work_under_grad():
 
 
 def test_grad_of_jit_runs_the_compiled_primal_and_compiles_once(monkeypatch):
-    import thunderx.transforms.jit as J
+    import thunderx.transforms.jaxpr_cache as J
 
     compiles = []
     real = J._compile

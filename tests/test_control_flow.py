@@ -432,7 +432,7 @@ def test_nested_jaxprs_print_in_text_html_and_the_explorer():
 
 def test_nvfuser_executor_fuses_inside_loop_bodies():
     from thunderx.primitives._subjaxpr import current_executor
-    from thunderx.transforms.jit import compiled_for
+    from thunderx.transforms.jaxpr_cache import compiled_for
 
     def f(x, w):
         def step(c, _):
