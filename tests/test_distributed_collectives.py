@@ -148,7 +148,7 @@ def test_pmax_derivative_shares_ties():
 
 
 def _check_bucketed_psum(rank, world, mesh):
-    from thunderx.executors import torch_codegen
+    from thunderx.executors import split_phase
 
     shapes = {"a": (3, 4), "b": (5,), "c": (2, 2, 2), "d": (7, 3), "e": (1,)}
     dtypes = {"b": torch.float32, "d": torch.float32}  # the others float64: two buffers
@@ -173,10 +173,10 @@ def _check_bucketed_psum(rank, world, mesh):
 
     oracle = sm(separate)(glob)  # eager, one all_reduce per leaf
     _tree_close(oracle, expected, "separate psums", tol=1e-6)
-    saved = torch_codegen.SPLIT_PHASE_BUCKET_BYTES
+    saved = split_phase.SPLIT_PHASE_BUCKET_BYTES
     try:
         for cap, n_buckets in ((1, len(shapes)), (1 << 30, 1)):
-            torch_codegen.SPLIT_PHASE_BUCKET_BYTES = cap
+            split_phase.SPLIT_PHASE_BUCKET_BYTES = cap
             step = thunderx.jit(sm(bucketed))
             got = step(glob)
             for k in shapes:  # gloo's reduction order depends on the buffer: not bit for bit
@@ -198,7 +198,7 @@ def _check_bucketed_psum(rank, world, mesh):
             ref = thunderx.grad(lambda t: sum(v.sum() for v in sm(separate)(t).values()))(glob)
             _tree_close(g(glob), ref, f"grad with bucket cap {cap}", tol=1e-6)
     finally:
-        torch_codegen.SPLIT_PHASE_BUCKET_BYTES = saved
+        split_phase.SPLIT_PHASE_BUCKET_BYTES = saved
     return True
 
 

@@ -17,7 +17,6 @@ import torch
 from thunderx.core import (
     impl_rules,
     missing_rule,
-    split_phase_rules,
     statement_rules,
     torch_codegen_rules,
 )
@@ -34,6 +33,7 @@ from thunderx.executors.patterns import (
 from thunderx.executors.patterns_norm import batch_norm_train_call
 from thunderx.executors.release import release_line, releases
 from thunderx.executors.sources import exec_source
+from thunderx.executors.split_phase import split_phase_plan
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
 from thunderx.primitives.unary import select_p
@@ -193,7 +193,7 @@ def generate_source(
             last_use[id(x)] = max(last_use.get(id(x), i), i)
     linears = gemm_patterns(jaxpr, last_use)
     skipped |= {j for fused in linears.values() for j in fused[2]}
-    starts, waits = _split_phase_plan(jaxpr, namer, namespace)
+    starts, waits = split_phase_plan(jaxpr, namer, namespace, _param_src)
     hoisted = read_only_constants(jaxpr) if hoist_constants else set()
     release = releases(jaxpr, last_use, skipped | hoisted, affine)
     reused: dict[int, int] = {}  # equation index -> the input it wrote its result into
@@ -310,62 +310,6 @@ def generate_source(
     if top and prelude:
         src = "\n".join(prelude) + "\n" + src
     return src, namespace
-
-
-# Operands of a split-phase collective travel in buckets of at least this many bytes (the last
-# one may be smaller), each started as soon as its last operand exists: DDP's first bucket is
-# 1 MiB, and a smaller one pays the per-call latency more often.
-SPLIT_PHASE_BUCKET_BYTES = 1 << 20
-
-
-def _split_phase_plan(jaxpr, namer, namespace):
-    """Where to start and finish each split-phase collective (`core.split_phase_rules`): its
-    operands, in the order they are computed, are cut into buckets; a bucket starts right after
-    its last operand's equation, and all are waited for where the collective stood. Returns
-    (sorted [(start after eqn index, line)], {eqn index: expression of its outputs})."""
-    producer: dict[int, int] = {}
-    for i, e in enumerate(jaxpr.eqns):
-        for v in e.outputs:
-            producer[id(v)] = i
-    starts, waits = [], {}
-    for i, e in enumerate(jaxpr.eqns):
-        rule = split_phase_rules.get(e.prim)
-        if rule is None or not e.inputs or any(isinstance(x, Literal) for x in e.inputs):
-            continue
-        start, wait = rule
-        namespace[f"_start_{e.prim.name}"] = start
-        namespace[f"_wait_{e.prim.name}"] = wait
-        namespace["_wait_buckets"] = _wait_buckets
-        params = "".join(f", {k}={_param_src(v, namespace)}" for k, v in e.params.items())
-        order = sorted(range(len(e.inputs)), key=lambda k: producer.get(id(e.inputs[k]), -1))
-        buckets, current, size = [], [], 0
-        for k in order:
-            current.append(k)
-            aval = e.inputs[k].aval
-            size += math.prod(aval.shape) * aval.dtype.itemsize
-            if size >= SPLIT_PHASE_BUCKET_BYTES:
-                buckets.append(current)
-                current, size = [], 0
-        if current:
-            buckets.append(current)
-        handles, where = [], {}
-        for b, bucket in enumerate(buckets):
-            handle = f"_h{i}_{b}"
-            handles.append(handle)
-            after = max(producer.get(id(e.inputs[k]), -1) for k in bucket)
-            operands = ", ".join(namer(e.inputs[k]) for k in bucket)
-            starts.append((after, f"    {handle} = _start_{e.prim.name}({operands}{params})"))
-            where.update({k: (b, j) for j, k in enumerate(bucket)})
-        layout = tuple(where[k] for k in range(len(e.inputs)))
-        waits[i] = f"_wait_buckets(_wait_{e.prim.name}, ({', '.join(handles)},), {layout!r})"
-    starts.sort(key=lambda s: s[0])
-    return starts, waits
-
-
-def _wait_buckets(wait, handles, layout) -> list:
-    """The outputs of a collective started in buckets, in operand order."""
-    results = [wait(h) for h in handles]
-    return [results[b][j] for b, j in layout]
 
 
 def _inplace(e, args, i, last_use, root, owned, live_views):
