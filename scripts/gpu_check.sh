@@ -46,7 +46,7 @@ from thunderx.executors.inductor_exec import inductor_unavailable_reason
 print('inductor:', inductor_unavailable_reason() or 'available')"
 } 2>&1 | tee "$out/environment.txt"
 # tests/test_cuda.py: the transforms and every executor on CUDA tensors against torch.func
-THUNDERX_HYPOTHESIS_PROFILE=ci timeout 130 $PY -m pytest -q -rs -p no:cacheprovider \
+THUNDERX_HYPOTHESIS_PROFILE=ci timeout 240 $PY -m pytest -q -rs -p no:cacheprovider \
   tests/test_cuda.py tests/test_nvfuser.py tests/test_jit.py tests/test_inductor.py 2>&1 |
   tee "$out/cuda_tests.txt"
 timeout 190 $PY benchmarks/run.py --only gpu --rounds 5 --out "$out" 2>&1 | tee "$out/gpu_benchmark.txt"
