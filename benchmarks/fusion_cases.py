@@ -151,22 +151,81 @@ def mlp_training_step(rounds):
     return rows
 
 
+# (d_model, heads, seq, batch, causal): #16's two sizes, then #20's causal layer
+TRANSFORMER_SIZES = ((64, 4, 32, 8, False), (256, 8, 64, 16, False), (256, 4, 128, 8, True))
+
+
 def transformer_layer(rounds):
     rows = []
-    for d, heads, seq, batch in ((64, 4, 32, 8), (256, 8, 64, 16)):
+    for d, heads, seq, batch, causal in TRANSFORMER_SIZES:
         torch.manual_seed(0)
         layer = torch.nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
         params = {k: v.detach() for k, v in layer.named_parameters()}
         x = torch.randn(batch, seq, d)
+        # the causal layer as a user writes it: the square mask and the hint that it is causal
+        kw = (
+            {
+                "src_mask": torch.nn.Transformer.generate_square_subsequent_mask(seq),
+                "is_causal": True,
+            }
+            if causal
+            else {}
+        )
 
-        def loss(p, x, call):
-            return call(layer, p, (x,)).square().mean()
+        def loss(p, x, call, kw=kw):
+            return call(layer, p, (x,), kw).square().mean()
 
         ours_f = lambda p, x: loss(p, x, tx.functional_call)  # noqa: E731
         ref_f = lambda p, x: loss(p, x, tf.functional_call)  # noqa: E731
         ours = {"jit (torch)": tx.jit(tx.grad(ours_f))}
         if _inductor_ok():
             ours["jit (inductor)"] = tx.jit(tx.grad(ours_f), executor="inductor")
-        case = f"TransformerEncoderLayer fwd+bwd d={d} heads={heads}, {batch}x{seq}"
+        mode = " causal" if causal else ""
+        case = f"TransformerEncoderLayer fwd+bwd d={d} heads={heads}{mode}, {batch}x{seq}"
         rows += _peers(case, tf.grad(ref_f), (params, x), rounds, ours, thunder_ok=False, tol=1e-3)
     return rows
+
+
+def gpt_params(d, seed=0):
+    """A GPT-2 style block's parameters (fused q/k/v projection, 4x MLP), GPT-2's init scale."""
+    g = torch.Generator().manual_seed(seed)
+
+    def w(*shape):
+        return 0.02 * torch.randn(*shape, generator=g)
+
+    ones, zeros = torch.ones(d), torch.zeros(d)
+    return {
+        "ln1": (ones, zeros),
+        "attn": (w(3 * d, d), torch.zeros(3 * d)),
+        "proj": (w(d, d), zeros),
+        "ln2": (ones.clone(), zeros.clone()),
+        "fc": (w(4 * d, d), torch.zeros(4 * d)),
+        "out": (w(d, 4 * d), zeros.clone()),
+    }
+
+
+def gpt_block(p, x, heads):
+    """Pre-norm block: x + attn(ln(x)) with causal scaled-dot-product attention, then
+    x + mlp(ln(x)) with tanh-GELU, as in GPT-2 (nanoGPT's Block)."""
+    b, t, d = x.shape
+    h = F.layer_norm(x, (d,), *p["ln1"])
+    q, k, v = F.linear(h, *p["attn"]).split(d, dim=-1)
+    q, k, v = (z.view(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    x = x + F.linear(a.transpose(1, 2).reshape(b, t, d), *p["proj"])
+    h = F.gelu(F.linear(F.layer_norm(x, (d,), *p["ln2"]), *p["fc"]), approximate="tanh")
+    return x + F.linear(h, *p["out"])
+
+
+def gpt_block_step(rounds):
+    """#20's GPT-style block: forward + backward of a causal pre-norm block, d=256, 4 heads."""
+    d, heads, seq, batch = 256, 4, 128, 8
+    params = gpt_params(d)
+    x = torch.randn(batch, seq, d, generator=torch.Generator().manual_seed(1))
+
+    def loss(p, x):
+        return gpt_block(p, x, heads).square().mean()
+
+    case = f"GPT block (causal attention, GELU MLP) fwd+bwd d={d} heads={heads}, {batch}x{seq}"
+    ours = _ours(loss, tx.grad)
+    return _peers(case, tf.grad(loss), (params, x), rounds, ours, thunder_ok=False, tol=1e-3)

@@ -36,6 +36,7 @@ TARGETS = {
     ("elementwise chain", "torch.compile", "inductor"): 1.0,
     ("MLP training step", "torch.compile", "jit ("): 1.0,
     ("TransformerEncoderLayer", "torch.compile", "jit ("): 1.0,
+    ("GPT block", "torch.compile", "jit ("): 1.0,
     ("torch.func NTK tutorial", "without jit", "jit"): 1.0,
     ("JAX tutorial vmap(convolve)", "jax.jit", "jit(vmap)"): 2.0,
 }
@@ -156,6 +157,7 @@ def main():
         fusion_cases.elementwise_chain,
         fusion_cases.mlp_training_step,
         fusion_cases.transformer_layer,
+        fusion_cases.gpt_block_step,
         tutorial_cases.vmap_convolve,
         tutorial_cases.ntk_vjp_jvp,
     ]
