@@ -12,6 +12,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     composite_norm,
     composite_pool,
     composite_rnn,
+    composite_softmax,
     composite_vision,
     cond,
     conv,

@@ -65,7 +65,7 @@ def _sum_last(x):
 
 
 def _decomposition(q, k, v, *mask, is_causal, scale):
-    from thunderx.primitives.composite import softmax
+    from thunderx.primitives.composite_softmax import softmax
     from thunderx.primitives.higher_order import stop_gradient
 
     s = _scores(q, k, mask[0] if mask else None, is_causal, scale)

@@ -46,7 +46,9 @@ def test_gradients_are_bitwise_torch_autograd(name):
 def test_the_generated_code_calls_the_fused_kernel(name):
     f = tx.jit(tx.grad(lambda x: FNS[name](x).sum()))
     code = f.lower(_x()).as_text()
-    assert f"torch.ops.aten.{KERNELS[name]}(" in code
+    # the kernel itself, or its out= overload writing over a dead operand
+    kernel = f"torch.ops.aten.{KERNELS[name]}"
+    assert f"{kernel}(" in code or f"{kernel}.grad_input(" in code, code
 
 
 @pytest.mark.parametrize("name", sorted(FNS))

@@ -208,6 +208,46 @@ def test_inplace_form_exists_and_computes_the_same(name):
     assert checked, f"{name}: no sample let the in-place form run"
 
 
+INPLACE_OUT = [n for n in CHECKED if core.primitives[n].props.inplace_out]
+
+
+@pytest.mark.parametrize("name", INPLACE_OUT)
+def test_out_overload_writes_into_any_operand_and_computes_the_same(name):
+    # the executor calls the out= overload with a dead operand (any of them) as the out buffer
+    from thunderx.executors.torch_codegen import inplace_out_source
+
+    prim = core.primitives[name]
+    assert prim.props.elementwise, f"{name}: an out= overload over an operand needs elementwise"
+    checked = 0
+    for sample in _samples(name, 10):
+        want = core.impl_rules[prim](*sample.args, **sample.params)
+        for k, x in enumerate(sample.args):
+            if not isinstance(x, torch.Tensor) or x.dtype != want.dtype or x.shape != want.shape:
+                continue
+            args = [a.clone() if isinstance(a, torch.Tensor) else a for a in sample.args]
+            names = [f"a{j}" for j in range(len(args))]
+            src = inplace_out_source(prim.props.inplace_out, names, sample.params, names[k])
+            got = eval(src, {"torch": torch, **dict(zip(names, args))})
+            assert got.data_ptr() == args[k].data_ptr(), f"{name}: {src} wrote elsewhere"
+            torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+            checked += 1
+    assert checked, f"{name}: no sample let the out= overload run"
+
+
+@pytest.mark.parametrize(
+    "kw, why",
+    [
+        (dict(inplace_out="threshold_backward.grad_input"), "needs elementwise=True"),
+        (dict(inplace_out="threshold_backward.no_such", elementwise=True), "no aten out="),
+        (dict(inplace_out="threshold_backward", elementwise=True), "no aten out="),
+    ],
+)
+def test_a_wrong_out_overload_is_refused_at_declaration(kw, why):
+    with pytest.raises(ValueError, match=why):
+        core.declare("_out_probe", abstract_eval=lambda x: x, impl=lambda x: x, **kw)
+    assert "_out_probe" not in core.primitives  # refused before the name was registered
+
+
 COMMUTATIVE = [n for n in CHECKED if core.primitives[n].props.commutative]
 
 

@@ -15,7 +15,7 @@ import torch
 from thunderx.ad_util import Zero, instantiate
 from thunderx.avals import ShapedArray, aval_of_concrete
 from thunderx.errors import MissingRuleError, UnexpectedTracerError, user_frame
-from thunderx.properties import ALL_OPERANDS, UNDECLARED, Properties  # noqa: F401  (re-exported)
+from thunderx.properties import ALL_OPERANDS, UNDECLARED, Properties, out_overload  # noqa: F401
 
 
 class Primitive:
@@ -139,6 +139,7 @@ def declare(
     aliases: tuple[int, ...] | str = (),
     inplace: str | None = None,
     inplace_floating_only: bool = False,
+    inplace_out: str | None = None,
     commutative: bool = False,
     effects: tuple[str, ...] = (),
     elementwise: bool = False,
@@ -163,12 +164,13 @@ def declare(
     shows a declaration and the table of all of them.
     """
     # checked before the name is registered, so a corrected retry can register it
-    _check_properties(name, aliases, inplace, effects)
+    _check_properties(name, aliases, inplace, effects, inplace_out, elementwise)
     prim = declare_properties(
         new_primitive(name, multiple_results),
         aliases=aliases,
         inplace=inplace,
         inplace_floating_only=inplace_floating_only,
+        inplace_out=inplace_out,
         commutative=commutative,
         effects=effects,
         elementwise=elementwise,
@@ -203,11 +205,15 @@ def declare(
     return prim
 
 
-def _check_properties(name: str, aliases, inplace, effects) -> None:
+def _check_properties(name: str, aliases, inplace, effects, out=None, elementwise=False) -> None:
     if isinstance(effects, str) or isinstance(aliases, int):
         raise TypeError(f"declare({name!r}): effects and aliases are tuples, e.g. effects=('rng',)")
     if inplace is not None and not hasattr(torch.Tensor, inplace):
         raise ValueError(f"declare({name!r}): torch.Tensor has no in-place method {inplace!r}")
+    if out is not None:
+        if not elementwise:  # only an elementwise kernel may write over an operand it reads
+            raise ValueError(f"declare({name!r}): inplace_out needs elementwise=True")
+        out_overload(out)
 
 
 def declare_properties(
@@ -216,6 +222,7 @@ def declare_properties(
     aliases: tuple[int, ...] | str = (),
     inplace: str | None = None,
     inplace_floating_only: bool = False,
+    inplace_out: str | None = None,
     commutative: bool = False,
     effects: tuple[str, ...] = (),
     elementwise: bool = False,
@@ -223,11 +230,12 @@ def declare_properties(
 ) -> Primitive:
     """The properties half of `declare`, for a primitive made with `new_primitive` whose rules
     are registered table by table (see `Properties` for each keyword)."""
-    _check_properties(prim.name, aliases, inplace, effects)
+    _check_properties(prim.name, aliases, inplace, effects, inplace_out, elementwise)
     prim.props = Properties(
         aliases=aliases if aliases == ALL_OPERANDS else tuple(aliases),
         inplace=inplace,
         inplace_floating_only=inplace_floating_only,
+        inplace_out=inplace_out,
         commutative=commutative,
         effects=frozenset(effects),
         elementwise=elementwise,

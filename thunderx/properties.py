@@ -20,6 +20,10 @@ class Properties:
     inplace: str | None = None
     # The in-place method is right only for floating outputs (`div_` does not truncate ints).
     inplace_floating_only: bool = False
+    # An elementwise primitive's aten out= overload (`threshold_backward.grad_input`), called
+    # with the operands, the params as keywords and a dead operand as its out argument: the
+    # in-place form of a kernel without a Tensor method (torch's backward kernels).
+    inplace_out: str | None = None
     # A binary op whose in-place form may also write into operand 1 (operands swap).
     commutative: bool = False
     # Effects: "rng" reads and advances torch's random state, "callback" runs user code,
@@ -42,3 +46,16 @@ class Properties:
 # A primitive made by `new_primitive` alone: assumed to alias any operand and to have effects,
 # so that executors and passes stay safe; tests/test_properties.py fails until it is declared.
 UNDECLARED = Properties(aliases=ALL_OPERANDS, effects=frozenset({"undeclared"}), declared=False)
+
+
+def out_overload(name: str):
+    """(the aten OpOverload `name` names, e.g. "gelu_backward.grad_input", the name of its out
+    argument); ValueError when torch has no such overload or it has no out argument."""
+    import torch
+
+    packet, _, overload = name.partition(".")
+    op = getattr(getattr(torch.ops.aten, packet, None), overload or "default", None)
+    outs = [a.name for a in op._schema.arguments if a.is_out] if op is not None else []
+    if len(outs) != 1:
+        raise ValueError(f"torch has no aten out= overload {name!r} with one out argument")
+    return op, outs[0]

@@ -58,6 +58,8 @@ def _aliases(props: core.Properties) -> str:
 
 
 def _inplace(props: core.Properties) -> str:
+    if props.inplace_out is not None:
+        return f"`{props.inplace_out}` (out=, any operand)"
     if props.inplace is None:
         return ""
     note = " (floating)" if props.inplace_floating_only else ""
@@ -79,7 +81,8 @@ def primitive_table() -> str:
         "tests/test_properties.py checks that it is up to date and that every declared property "
         "holds for the implementation. *aliases*: operands an output may be a view of (the "
         "torch executor never writes into them while the output lives); *in place*: the Tensor "
-        "method the torch executor uses to reuse a dead operand's buffer; *effects*: `rng` reads "
+        "method (or the aten out= overload) the torch executor uses to reuse a dead operand's "
+        "buffer; *effects*: `rng` reads "
         "and advances torch's random state (never removed or merged).",
         "",
         "A primitive is one `thunderx.core.declare` call beside its rules, e.g.",

@@ -38,6 +38,7 @@ from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
+from thunderx.properties import out_overload
 
 _RESERVED = {"torch", "math", "inf", "nan", "device"}
 
@@ -317,6 +318,12 @@ def _inplace(e, args, i, last_use, root, owned, live_views):
     props = e.prim.props
     method = props.inplace
     out_aval = e.outputs[0].aval
+    if props.inplace_out is not None:
+        # an elementwise kernel's out= overload, into the first operand that dies here
+        for k, x in enumerate(e.inputs):
+            if _reusable(x, out_aval, i, last_use, root, owned, live_views):
+                return inplace_out_source(props.inplace_out, args, e.params, args[k]), x
+        return None, None
     if method is None or props.inplace_floating_only and not out_aval.dtype.is_floating_point:
         return None, None
     if len(e.inputs) == 1:
@@ -340,6 +347,14 @@ def _inplace(e, args, i, last_use, root, owned, live_views):
         ):
             return f"{args[1]}.{method}({args[0]})", y
     return None, None
+
+
+def inplace_out_source(overload: str, args, params, into: str) -> str:
+    """The call of aten's out= overload `overload` on the operand sources `args` with `params`
+    as keywords, writing into the buffer named `into`."""
+    _, out_name = out_overload(overload)
+    kw = "".join(f", {k}={v!r}" for k, v in params.items())
+    return f"torch.ops.aten.{overload}({', '.join(args)}{kw}, {out_name}={into})"
 
 
 # identities for thunderx's transforms that cut torch autograd's graph

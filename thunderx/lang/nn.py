@@ -24,6 +24,7 @@ from thunderx.lang.reductions import vector_norm
 from thunderx.primitives import binary as B
 from thunderx.primitives import composite as K
 from thunderx.primitives import composite_norm as KN
+from thunderx.primitives import composite_softmax as KS
 from thunderx.primitives import creation as C
 from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
@@ -206,7 +207,7 @@ def softmax(x, dim=None, _stacklevel=3, dtype=None):
         return B.add(B.mul(x, 0.0), 1.0)
     if 0 in shape(x):
         return x
-    return K.softmax(x, d)
+    return KS.softmax(x, d)
 
 
 @register(F.log_softmax, torch.log_softmax, torch.special.log_softmax, methods=("log_softmax",))
@@ -217,7 +218,7 @@ def log_softmax(x, dim=None, _stacklevel=3, dtype=None):
         return B.mul(x, 0.0)
     if 0 in shape(x):
         return x
-    return K.log_softmax(x, d)
+    return KS.log_softmax(x, d)
 
 
 @register(F.softmin)
