@@ -80,8 +80,37 @@ def _dot_codegen(args, avals, *, dimension_numbers):
     if not lb and yn == 2 and xn > 2 and dn[0] == ((xn - 1,), (0,)):
         return f"torch.matmul({x}, {y})"
     if not lb:
-        return f"torch.tensordot({x}, {y}, dims=({list(lc)}, {list(rc)}))"
+        flat = _flat_contraction_codegen(x, y, avals, lc, rc)
+        return flat or f"torch.tensordot({x}, {y}, dims=({list(lc)}, {list(rc)}))"
     return f"torch.einsum({_einsum_spec(xn, yn, dimension_numbers)!r}, {x}, {y})"
+
+
+def _flat_contraction_codegen(x: str, y: str, avals, lc, rc) -> str | None:
+    """A contraction over leading dims of both operands (the weight gradient of a linear layer
+    applied to (batch, seq, features): both operands contract (0, 1)) as one `mm` of the
+    flattened operands, the first transposed: a view for a contiguous operand, where
+    `tensordot` copies the operand it permutes so that its contracting dims come last. When
+    the two orders differ, the smaller operand is permuted (and copied) to the other's order.
+    None for other contractions."""
+    xa, ya = avals
+    k = len(lc)
+    if not k or sorted(lc) != list(range(k)) or sorted(rc) != list(range(k)):
+        return None
+    if min(xa.ndim, ya.ndim) == k:
+        return None  # nothing left free on one side: a vector result, tensordot's
+    if tuple(lc) != tuple(rc):
+        # contract x's dim lc[i] with y's dim rc[i]: put the smaller operand in the other's order
+        if math.prod(xa.shape) <= math.prod(ya.shape):
+            order = [lc[rc.index(i)] for i in range(k)] + list(range(k, xa.ndim))
+            x = f"{x}.permute{tuple(order)}"
+        else:
+            order = [rc[lc.index(i)] for i in range(k)] + list(range(k, ya.ndim))
+            y = f"{y}.permute{tuple(order)}"
+    contracted = math.prod(xa.shape[:k])
+    xm, yn = math.prod(xa.shape[k:]), math.prod(ya.shape[k:])
+    out = tuple(xa.shape[k:]) + tuple(ya.shape[k:])
+    res = f"torch.mm({x}.reshape(({contracted}, {xm})).t(), {y}.reshape(({contracted}, {yn})))"
+    return res if len(out) == 2 else f"{res}.reshape({out})"
 
 
 # below this many output elements along the last dim a broadcast multiply vectorizes poorly and a

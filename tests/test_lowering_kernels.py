@@ -194,3 +194,33 @@ def test_a_cat_of_merged_permutes_is_one_stack():
     m = lambda q, r: torch.cat([q.reshape(2, 3, 20), r.reshape(2, 3, 20)], 2)  # noqa: E731
     assert "torch.cat(" in _program(tx.jit(m), q, r)
     torch.testing.assert_close(tx.jit(m)(q, r), m(q, r), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "spec, lc, rc",
+    [
+        ("bsi,bso->io", (0, 1), (0, 1)),  # a linear layer's weight gradient over (batch, seq)
+        ("sbi,bso->io", (0, 1), (1, 0)),  # the two operands in different orders: one permuted
+        ("bij,bk->ijk", (0,), (0,)),  # several free dims on one side
+    ],
+)
+def test_a_contraction_over_leading_dims_is_one_mm_of_views(spec, lc, rc):
+    # tensordot would copy each operand whose contracting dims must move to the end
+    g = torch.Generator().manual_seed(0)
+    lhs, rhs = spec.split("->")[0].split(",")
+    size = {"b": 3, "s": 5, "i": 4, "o": 6, "j": 2, "k": 7}
+    x = torch.randn(*(size[c] for c in lhs), dtype=torch.float64, generator=g)
+    y = torch.randn(*(size[c] for c in rhs), dtype=torch.float64, generator=g)
+
+    def f(x, y):
+        return torch.tensordot(x, y, dims=(list(lc), list(rc)))
+
+    src = _program(tx.jit(f), x, y)
+    assert "torch.mm(" in src and "tensordot" not in src, src
+    if lc == rc:
+        assert "permute" not in src, src  # views only
+    torch.testing.assert_close(tx.jit(f)(x, y), torch.einsum(spec, x, y))
+    loss = lambda x, y: f(x, y).sin().sum()  # noqa: E731
+    got = tx.jit(tx.grad(loss, (0, 1)))(x, y)
+    for a, e in zip(got, tf.grad(loss, (0, 1))(x, y)):
+        torch.testing.assert_close(a, e)
