@@ -122,10 +122,13 @@ def per_example_mlp(rounds):
             ind_first = first_call(ind, params, x, y)
             _check(ind(params, x, y), theirs(params, x, y))
             cands["ti"] = lambda: ind(params, x, y)
+        # rounds of at least 0.1 s: the outputs (up to 35 MB) make single calls swing with
+        # page faults
         res = compare(
             lambda: theirs(params, x, y),
             with_compile(cands, comp and (lambda: comp(params, x, y))),
             rounds,
+            target_s=0.1,
         )
         case = f"per-example grads, MLP {'-'.join(map(str, dims))}, batch {batch}"
         rows += [

@@ -83,6 +83,21 @@ README_ROWS = [
     ("TransformerEncoderLayer fwd+bwd d=64 heads=4, 8x32", "jit (inductor)", "torch.compile"),
     ("TransformerEncoderLayer fwd+bwd d=256 heads=8, 16x64", "jit (torch)", "torch.compile"),
     ("TransformerEncoderLayer fwd+bwd d=256 heads=8, 16x64", "jit (inductor)", "torch.compile"),
+    (
+        "TransformerEncoderLayer fwd+bwd d=256 heads=4 causal, 8x128",
+        "jit (inductor)",
+        "torch.compile",
+    ),
+    (
+        "GPT block (causal attention, GELU MLP) fwd+bwd d=256 heads=4, 8x128",
+        "jit (torch)",
+        "torch.compile",
+    ),
+    (
+        "GPT block (causal attention, GELU MLP) fwd+bwd d=256 heads=4, 8x128",
+        "jit (inductor)",
+        "torch.compile",
+    ),
     ("JAX tutorial vmap(convolve), 62 windows, batch 8", "jit(vmap)", "torch.func vmap"),
     ("torch.func NTK tutorial, vjp/jvp method, 5x20 CIFAR CNN", "jit", "thunderx without jit"),
 ]
