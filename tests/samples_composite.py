@@ -234,7 +234,7 @@ def _(d):
 
 
 @sample("rnn")
-def _(d):
+def _rnn_sample(d):
     # a sequence (T, B, In) or (B, T, In), layers of hidden size H, one or two directions
     mode = d.choice(["lstm", "gru", "rnn_tanh", "rnn_relu"])
     gates = {"lstm": 4, "gru": 3}.get(mode, 1)
@@ -257,3 +257,24 @@ def _(d):
         "batch_first": batch_first,
     }
     return Sample([x, *states, *weights], params)
+
+
+@sample("rnn_jvp")
+def _(d):
+    # tangents shaped as the layer's operands, then the operands
+    primal = _rnn_sample(d)
+    tangents = [d.tensor(tuple(a.shape)) for a in primal.args]
+    return Sample(tangents + list(primal.args), primal.params)
+
+
+@sample("rnn_backward")
+def _(d):
+    # cotangents of (output, final h[, final c]), then the layer's operands
+    primal = _rnn_sample(d)
+    p = primal.params
+    x, n_states = primal.args[0], 2 if p["mode"] == "lstm" else 1
+    dirs = 2 if p["bidirectional"] else 1
+    hidden = primal.args[1].shape[-1]
+    out_shape = tuple(x.shape[:-1]) + (hidden * dirs,)
+    cts = [d.tensor(out_shape)] + [d.tensor(tuple(s.shape)) for s in primal.args[1 : 1 + n_states]]
+    return Sample(cts + list(primal.args), primal.params)

@@ -31,6 +31,8 @@ NOT_IN_TABLE = {
     "tests/test_composite.py",
     "sdpa_jvp": "attention's tangent, only in forward mode (the table stages f and grad): "
     "tests/test_composite_attention.py",
+    "rnn_jvp": "a recurrent layer's tangent, only in forward mode (the table stages f and grad): "
+    "tests/test_lowering_kernels.py (a Hessian-vector product) and tests/test_composite.py",
     "max_pool_gather": "max_pool's tangent, only in forward mode (the table stages f and grad): "
     "tests/test_composite.py and tests/test_composite_cnn.py",
     **{

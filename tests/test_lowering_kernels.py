@@ -10,6 +10,7 @@ import torch.func as tf
 import torch.nn.functional as F
 
 import thunderx as tx
+from thunderx.executors.inductor_exec import inductor_unavailable_reason
 
 
 def _program(j, *args) -> str:
@@ -122,6 +123,86 @@ def test_recurrent_layers_run_torchs_sequence_kernel(cls):
     batched = tx.vmap(lambda x: m(x)[0])(xs)
     with torch.no_grad():
         torch.testing.assert_close(batched, torch.stack([m(x)[0] for x in xs]))
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU])
+@pytest.mark.parametrize("kernel", [True, False])
+def test_recurrent_layer_gradients_run_torchs_backward(cls, kernel, monkeypatch):
+    # reverse mode, where torch's backward wins (composite_rnn.BACKWARD_KERNEL): one forward
+    # kernel call and one backward through torch autograd of the kernel, with eager autograd's
+    # numbers (with respect to the input, the initial state and every weight); otherwise the
+    # unrolled cells' transpose; forward mode and second derivatives through the unrolled cells
+    from thunderx.primitives import composite_rnn
+
+    mode = "lstm" if cls is torch.nn.LSTM else "gru"
+    monkeypatch.setitem(composite_rnn.BACKWARD_KERNEL, (mode, "cpu"), kernel)
+    torch.manual_seed(1)
+    m = cls(3, 4, num_layers=2, bidirectional=True, dtype=torch.float64)
+    params = {k: v.detach() for k, v in m.named_parameters()}
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    h0 = torch.randn(4, 2, 4, dtype=torch.float64)
+    state = (h0, torch.randn_like(h0)) if cls is torch.nn.LSTM else h0
+
+    def loss(p, x, state):
+        out, last = tx.functional_call(m, p, (x, state))
+        return out.sin().sum() + tx.tree.leaves(last)[0].square().sum()
+
+    f = tx.jit(tx.grad(loss, (0, 1, 2)))
+    src = _program(f, params, x, state)
+    assert src.count("_impl_rnn_backward(") == kernel, src
+    assert src.count("_impl_rnn(") == (1 if kernel else 0), src
+    leaves = {k: v.clone().requires_grad_() for k, v in params.items()}
+    xr = x.clone().requires_grad_()
+    sr = tx.tree.map(lambda s: s.clone().requires_grad_(), state)
+    out, last = torch.func.functional_call(m, leaves, (xr, sr))
+    total = out.sin().sum() + tx.tree.leaves(last)[0].square().sum()
+    want = torch.autograd.grad(total, [*leaves.values(), xr, *tx.tree.leaves(sr)])
+    got = f(params, x, state)
+    got = [*(got[0][k] for k in leaves), got[1], *tx.tree.leaves(got[2])]
+    for a, e in zip(got, want):
+        torch.testing.assert_close(a, e, rtol=1e-12, atol=1e-12)
+    # a Hessian-vector product (forward over reverse) against torch.func, in float64
+    v = {k: torch.randn_like(t) for k, t in params.items()}
+
+    def g(p, call):
+        out, _ = call(m, p, (x, state))
+        return out.sin().sum()
+
+    hvp = tx.jvp(tx.grad(lambda p: g(p, tx.functional_call)), (params,), (v,))[1]
+    ref = tf.jvp(tf.grad(lambda p: g(p, tf.functional_call)), (params,), (v,))[1]
+    for k in ref:
+        torch.testing.assert_close(hvp[k], ref[k], msg=k)
+
+
+def test_recurrent_backward_under_inductor_and_under_torch_autograd():
+    # the backward runs torch autograd, which inductor's one traced graph cannot hold: its
+    # fusion regions around the call instead; and a jitted gradient differentiated again by
+    # torch autograd keeps the backward in torch's graph (create_graph), against eager torch
+    torch.manual_seed(2)
+    m = torch.nn.LSTM(3, 4, dtype=torch.float64)
+    params = {k: v.detach() for k, v in m.named_parameters()}
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+
+    def loss(p, call):
+        return call(m, p, (x,))[0].square().sum()
+
+    want = tf.grad(lambda p: loss(p, tf.functional_call))(params)
+    grad = tx.grad(lambda p: loss(p, tx.functional_call))
+    if inductor_unavailable_reason() is None:
+        ind = tx.jit(grad, executor="inductor")
+        assert "rnn_backward runs torch autograd" in ind.lower(params).as_text()
+        for k, v in ind(params).items():
+            torch.testing.assert_close(v, want[k], msg=k)
+    leaves = {k: v.clone().requires_grad_() for k, v in params.items()}
+    total = sum((g * g).sum() for g in tx.jit(grad)(leaves).values())
+    got = torch.autograd.grad(total, list(leaves.values()))
+    eager = {k: v.clone().requires_grad_() for k, v in params.items()}
+    g1 = torch.autograd.grad(
+        loss(eager, tf.functional_call), list(eager.values()), create_graph=True
+    )
+    ref = torch.autograd.grad(sum((g * g).sum() for g in g1), list(eager.values()))
+    for a, e in zip(got, ref):
+        torch.testing.assert_close(a, e)
 
 
 def test_recurrent_dropout_between_layers_in_training_is_unrolled():

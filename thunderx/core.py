@@ -144,6 +144,7 @@ def declare(
     effects: tuple[str, ...] = (),
     elementwise: bool = False,
     overlapping: bool = False,
+    runs_autograd: bool = False,
 ) -> Primitive:
     """Everything the system knows about one primitive, in one call: its rules (stored in the
     per-interpretation tables each transform reads) and its properties (`prim.props`).
@@ -175,6 +176,7 @@ def declare(
         effects=effects,
         elementwise=elementwise,
         overlapping=overlapping,
+        runs_autograd=runs_autograd,
     )
     impl_rules[prim] = impl
     abstract_eval_rules[prim] = abstract_eval
@@ -227,6 +229,7 @@ def declare_properties(
     effects: tuple[str, ...] = (),
     elementwise: bool = False,
     overlapping: bool = False,
+    runs_autograd: bool = False,
 ) -> Primitive:
     """The properties half of `declare`, for a primitive made with `new_primitive` whose rules
     are registered table by table (see `Properties` for each keyword)."""
@@ -240,6 +243,7 @@ def declare_properties(
         effects=frozenset(effects),
         elementwise=elementwise,
         overlapping=overlapping,
+        runs_autograd=runs_autograd,
     )
     if effects:
         effectful_primitives.add(prim)

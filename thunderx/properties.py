@@ -33,6 +33,9 @@ class Properties:
     elementwise: bool = False
     # A fresh output whose elements may share memory (an expanded tensor): never written.
     overlapping: bool = False
+    # The implementation runs torch autograd (a backward that recomputes its forward): a
+    # compiler tracing implementations into one graph (inductor's whole program) keeps it a call.
+    runs_autograd: bool = False
     # False only for the conservative stand-in of a primitive that never declared its properties.
     declared: bool = True
 

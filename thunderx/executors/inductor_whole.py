@@ -35,6 +35,8 @@ def whole_program_reason(jaxpr: Jaxpr) -> str | None:
             return f"{e.prim.name} has effects that run on every call"
         if e.prim in split_phase_rules:
             return f"collective {e.prim.name} overlaps computation in the host program"
+        if e.prim.props.runs_autograd:
+            return f"{e.prim.name} runs torch autograd, which one traced graph cannot hold"
     return None
 
 

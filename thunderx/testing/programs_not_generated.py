@@ -16,8 +16,12 @@ NOT_GENERATED = {
     "custom_vjp_call": "user-defined rules: tested by the custom_vjp tests",
     "custom_lin": "exists only in reverse mode of custom_vjp; tested there",
     "torch_call": "the opaque fallback has no derivative or batching rule to fuzz",
-    "rnn": "a recurrent layer over a sequence (weights shaped by its gates): samples in "
-    "tests/samples_composite.py, the differential op table (lstm, gru) and tests/test_models.py",
+    **dict.fromkeys(
+        ("rnn", "rnn_jvp", "rnn_backward"),
+        "a recurrent layer over a sequence (weights shaped by its gates): samples in "
+        "tests/samples_composite.py, the differential op table (lstm, gru) and "
+        "tests/test_models.py",
+    ),
     "device_put": "a move between devices (random programs run on one device): samples in "
     "tests/samples.py, meta-device traces in tests/test_devices.py, CUDA in tests/test_cuda.py",
     **{
