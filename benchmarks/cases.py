@@ -419,3 +419,42 @@ def jax_trace(rounds):
             "t",
         )
     ]
+
+
+def recurrent_grads(rounds):
+    """Gradients of a recurrent layer's loss with respect to its parameters (a training step's
+    backward): an LSTM (reverse mode through torch's backward of its sequence kernel) and a GRU
+    (through the cells unrolled over time), against torch.func.grad."""
+    rows = []
+    for cls, kw in ((torch.nn.LSTM, {"num_layers": 2}), (torch.nn.GRU, {"bidirectional": True})):
+        torch.manual_seed(0)
+        layer = cls(64, 128, batch_first=True, **kw)
+        params = {k: v.detach() for k, v in layer.named_parameters()}
+        seq = torch.randn(16, 50, 64, generator=torch.Generator().manual_seed(1))
+
+        def loss(p, call, layer=layer, seq=seq):
+            return call(layer, p, (seq,))[0].square().mean()
+
+        def autograd(p=params, loss=loss):
+            leaves = {k: v.clone().requires_grad_() for k, v in p.items()}
+            return torch.autograd.grad(loss(leaves, tf.functional_call), list(leaves.values()))
+
+        ours = tx.jit(tx.grad(lambda p: loss(p, tx.functional_call)))
+        theirs = tf.grad(lambda p: loss(p, tf.functional_call))
+        compile_s = timed(lambda: ours(params))
+        _check(ours(params), theirs(params))
+        _check(list(ours(params).values()), autograd())
+        cands = {"t": lambda: ours(params), "tf": lambda: theirs(params)}
+        res = compare(autograd, cands, rounds, target_s=0.1)
+        shape = ", bidirectional" if kw.get("bidirectional") else f", {kw['num_layers']} layers"
+        case = f"{cls.__name__} grad{shape}, 64->128, batch 16 x 50 steps"
+        note = f"trace+compile {compile_s * 1e3:.0f} ms"
+        rows.append(_row(case, "jit(grad)", "torch autograd", res, "t", note))
+        vs_func = _row(case, "jit(grad)", "torch.func grad", res, "t")
+        vs_func.update(
+            ratio=res["t"][0] / res["tf"][0],
+            baseline_ms=res["tf"][1] * 1e3,
+            spread=spread(res, "t", over="tf"),
+        )
+        rows.append(vs_func)
+    return rows

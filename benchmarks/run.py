@@ -150,6 +150,7 @@ def main():
         cases.jacobians,
         cases.pinn_hessian,
         cases.hvp,
+        cases.recurrent_grads,
         cases.jit_dispatch,
         cases.trace_scaling,
         cases.jax_trace,
