@@ -123,12 +123,16 @@ def _jvp_transpose(cts, *args, **params):
 def _backward_impl(*args, mode, **params):
     # torch autograd over the sequence kernel: the layer's backward as eager torch runs it.
     # Under an outer torch autograd (a jitted gradient differentiated again by torch), the
-    # gradients stay in its graph.
+    # gradients stay in its graph; each operand position is its own node (`view_as`), so one
+    # tensor passed twice gets each position's gradient, not their sum twice.
     k = _n_out(mode)
     cts, primals = args[:k], args[k:]
     outer = torch.is_grad_enabled() and any(a.requires_grad for a in args)
     with torch.enable_grad():
-        leaves = [p if outer and p.requires_grad else p.detach().requires_grad_() for p in primals]
+        leaves = [
+            p.view_as(p) if outer and p.requires_grad else p.detach().requires_grad_()
+            for p in primals
+        ]
         outs = _impl(*leaves, mode=mode, **params)
         grads = torch.autograd.grad(outs, leaves, cts, allow_unused=True, create_graph=outer)
     return [torch.zeros_like(p) if g is None else g for p, g in zip(primals, grads)]

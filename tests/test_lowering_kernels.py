@@ -305,3 +305,23 @@ def test_a_contraction_over_leading_dims_is_one_mm_of_views(spec, lc, rc):
     got = tx.jit(tx.grad(loss, (0, 1)))(x, y)
     for a, e in zip(got, tf.grad(loss, (0, 1))(x, y)):
         torch.testing.assert_close(a, e)
+
+
+def test_recurrent_backward_kernel_gives_each_operand_position_its_gradient():
+    # one tensor as both weights of a layer, under an outer torch autograd: each position gets
+    # its own gradient (summed once by the transpose), as for two separate tensors in eager torch
+    from thunderx.primitives import composite_rnn
+
+    torch.manual_seed(0)
+    w = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    x, h = torch.randn(4, 1, 3, dtype=torch.float64), torch.zeros(1, 1, 3, dtype=torch.float64)
+    cts = [torch.randn(4, 1, 3, dtype=torch.float64), torch.randn(1, 1, 3, dtype=torch.float64)]
+    params = dict(
+        mode="rnn_tanh", has_biases=False, num_layers=1, bidirectional=False, batch_first=False
+    )
+    got = composite_rnn._backward_impl(*cts, x, h, w, w, **params)
+    w1, w2 = (w.detach().clone().requires_grad_() for _ in range(2))
+    out = torch.rnn_tanh(x, h, [w1, w2], False, 1, 0.0, False, False, False)
+    for a, e in zip(got[2:], torch.autograd.grad(out, [w1, w2], cts)):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    assert got[2].requires_grad  # still in the outer graph
