@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from thunderx.ad_util import Zero, is_undefined
+from thunderx.ad_util import Zero, instantiate, is_undefined
 from thunderx.avals import is_float
 from thunderx.core import get_aval
 from thunderx.primitives import _matrix as M
@@ -198,11 +198,6 @@ def _backward_abstract_eval(g, q, k, v, out, lse, *mask, is_causal, scale):
 # ------------------------------------------------------------------------------------ rules
 
 
-def _zeros_like(x):
-    a = get_aval(x)
-    return C.full(a.shape, 0.0, a.dtype, a.device)
-
-
 def _jvp(primals, tangents, *, is_causal, scale):
     from thunderx.primitives.composite import decomposition_jvp
 
@@ -216,7 +211,7 @@ def _jvp(primals, tangents, *, is_causal, scale):
     out, lse = sdpa_p.bind(*primals, is_causal=is_causal, scale=scale)
     if all(type(t) is Zero for t in (tq, tk, tv)):
         return [out, lse], [Zero(get_aval(out)), Zero(get_aval(lse))]
-    ts = [_zeros_like(p) if type(t) is Zero else t for p, t in zip((q, k, v), (tq, tk, tv))]
+    ts = [instantiate(t) for t in (tq, tk, tv)]
     t_out, t_lse = sdpa_jvp_p.bind(*ts, q, k, v, out, lse, *mask, is_causal=is_causal, scale=scale)
     return [out, lse], [t_out, t_lse]
 
@@ -226,9 +221,7 @@ def _jvp_transpose(cts, tq, tk, tv, q, k, v, out, lse, *mask, is_causal, scale):
         raise TypeError("sdpa_jvp is linear in its tangent operands only")
     ct_out, ct_lse = cts
     saved = (q, k, v, out, lse, *mask)
-    if type(ct_out) is Zero:
-        ct_out = _zeros_like(out)
-    gq, gk, gv = sdpa_backward_p.bind(ct_out, *saved, is_causal=is_causal, scale=scale)
+    gq, gk, gv = sdpa_backward_p.bind(instantiate(ct_out), *saved, is_causal=is_causal, scale=scale)
     if type(ct_lse) is not Zero:
         # d lse = sum(p * ds): its cotangent reaches the scores as p * ct_lse
         p = _probs(q, k, lse, mask[0] if mask else None, is_causal, scale)
@@ -241,7 +234,7 @@ def _backward_transpose(cts, g, q, k, v, out, lse, *mask, is_causal, scale):
     if any(is_undefined(x) for x in (q, k, v, out, lse, *mask)):
         raise TypeError("sdpa_backward is linear in its gradient operand only")
     saved = (q, k, v, out, lse, *mask)
-    ts = [_zeros_like(a) if type(c) is Zero else c for a, c in zip((q, k, v), cts)]
+    ts = [instantiate(c) for c in cts]
     ct_g, _ = sdpa_jvp_p.bind(*ts, *saved, is_causal=is_causal, scale=scale)
     return [ct_g] + [None] * len(saved)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.ad_util import Zero, is_undefined
+from thunderx.ad_util import Zero, instantiate, is_undefined
 from thunderx.avals import ShapedArray
 from thunderx.core import get_aval
 from thunderx.primitives import creation as C
@@ -94,7 +94,7 @@ def _jvp(primals, tangents, **params):
     outs = rnn_p.bind(*primals, **params)
     if all(type(t) is Zero for t in tangents):
         return outs, [Zero(get_aval(o)) for o in outs]
-    ts = [_zeros_like(p) if type(t) is Zero else t for p, t in zip(primals, tangents)]
+    ts = [instantiate(t) for t in tangents]
     return outs, rnn_jvp_p.bind(*ts, *primals, **params)
 
 
@@ -113,10 +113,7 @@ def _jvp_transpose(cts, *args, **params):
     primals = args[n:]
     if any(is_undefined(p) for p in primals):
         raise TypeError("rnn_jvp is linear in its tangent operands only")
-    outs = _abstract_eval(*(get_aval(p) for p in primals), **params)
-    cts = [
-        C.full(o.shape, 0.0, o.dtype, o.device) if type(c) is Zero else c for o, c in zip(outs, cts)
-    ]
+    cts = [instantiate(c) for c in cts]
     return list(rnn_backward_p.bind(*cts, *primals, **params)) + [None] * n
 
 
@@ -156,8 +153,7 @@ def _backward_transpose(cts, *args, mode, **params):
     primals = args[k:]
     if any(is_undefined(p) for p in primals):
         raise TypeError("rnn_backward is linear in its cotangent operands only")
-    ts = [_zeros_like(p) if type(c) is Zero else c for p, c in zip(primals, cts)]
-    ct_outs = rnn_jvp_p.bind(*ts, *primals, mode=mode, **params)
+    ct_outs = rnn_jvp_p.bind(*(instantiate(c) for c in cts), *primals, mode=mode, **params)
     return list(ct_outs) + [None] * len(primals)
 
 
