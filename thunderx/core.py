@@ -15,7 +15,7 @@ import torch
 from thunderx.ad_util import Zero, instantiate
 from thunderx.avals import ShapedArray, aval_of_concrete
 from thunderx.errors import MissingRuleError, UnexpectedTracerError, user_frame
-from thunderx.properties import ALL_OPERANDS, UNDECLARED, Properties, out_overload  # noqa: F401
+from thunderx.properties import ALL_OPERANDS, UNDECLARED, Properties, check_declaration  # noqa: F401
 
 
 class Primitive:
@@ -165,7 +165,7 @@ def declare(
     shows a declaration and the table of all of them.
     """
     # checked before the name is registered, so a corrected retry can register it
-    _check_properties(name, aliases, inplace, effects, inplace_out, elementwise)
+    check_declaration(name, aliases, inplace, effects, inplace_out, elementwise)
     prim = declare_properties(
         new_primitive(name, multiple_results),
         aliases=aliases,
@@ -207,17 +207,6 @@ def declare(
     return prim
 
 
-def _check_properties(name: str, aliases, inplace, effects, out=None, elementwise=False) -> None:
-    if isinstance(effects, str) or isinstance(aliases, int):
-        raise TypeError(f"declare({name!r}): effects and aliases are tuples, e.g. effects=('rng',)")
-    if inplace is not None and not hasattr(torch.Tensor, inplace):
-        raise ValueError(f"declare({name!r}): torch.Tensor has no in-place method {inplace!r}")
-    if out is not None:
-        if not elementwise:  # only an elementwise kernel may write over an operand it reads
-            raise ValueError(f"declare({name!r}): inplace_out needs elementwise=True")
-        out_overload(out)
-
-
 def declare_properties(
     prim: Primitive,
     *,
@@ -233,7 +222,7 @@ def declare_properties(
 ) -> Primitive:
     """The properties half of `declare`, for a primitive made with `new_primitive` whose rules
     are registered table by table (see `Properties` for each keyword)."""
-    _check_properties(prim.name, aliases, inplace, effects, inplace_out, elementwise)
+    check_declaration(prim.name, aliases, inplace, effects, inplace_out, elementwise)
     prim.props = Properties(
         aliases=aliases if aliases == ALL_OPERANDS else tuple(aliases),
         inplace=inplace,

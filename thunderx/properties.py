@@ -62,3 +62,18 @@ def out_overload(name: str):
     if len(outs) != 1:
         raise ValueError(f"torch has no aten out= overload {name!r} with one out argument")
     return op, outs[0]
+
+
+def check_declaration(name: str, aliases, inplace, effects, inplace_out, elementwise) -> None:
+    """What `core.declare` refuses before it registers `name`: malformed properties, an
+    in-place method torch lacks, an out= overload torch lacks or on a non-elementwise op."""
+    import torch
+
+    if isinstance(effects, str) or isinstance(aliases, int):
+        raise TypeError(f"declare({name!r}): effects and aliases are tuples, e.g. effects=('rng',)")
+    if inplace is not None and not hasattr(torch.Tensor, inplace):
+        raise ValueError(f"declare({name!r}): torch.Tensor has no in-place method {inplace!r}")
+    if inplace_out is not None:
+        if not elementwise:  # only an elementwise kernel may write over an operand it reads
+            raise ValueError(f"declare({name!r}): inplace_out needs elementwise=True")
+        out_overload(inplace_out)
