@@ -125,6 +125,26 @@ def test_generated_source_is_readable_and_reuses_buffers():
     assert "FusionDefinition" not in low.as_text()
 
 
+def test_a_view_of_a_dead_intermediate_is_written_in_place():
+    # the reshape of a matmul result that dies at the add takes the add's result (no new
+    # buffer); a view of an input, or a live intermediate's, never does
+    def f(a, b, c):
+        h = (a @ b).reshape(2, 3, 4)
+        y = h + c
+        t = a.t()  # an input's view dies at the tanh
+        return y, torch.tanh(t)
+
+    a, b, c = torch.randn(6, 5), torch.randn(5, 4), torch.randn(3, 4)
+    before = a.clone()
+    j = tx.jit(f)
+    src = j.lower(a, b, c).program.source
+    assert ".add_(" in src, src
+    assert "tanh_(" not in src, src
+    for got, want in zip(j(a, b, c), f(a, b, c)):
+        close(got, want)
+    assert torch.equal(a, before)
+
+
 def test_inputs_are_never_mutated():
     x = torch.randn(3)
     before = x.clone()

@@ -35,6 +35,7 @@ from thunderx.executors.release import release_line, releases
 from thunderx.executors.sources import exec_source
 from thunderx.executors.split_phase import split_phase_plan
 from thunderx.ir import Jaxpr, Literal, Var
+from thunderx.passes import is_view_primitive
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
@@ -182,6 +183,10 @@ def generate_source(
     root: dict[int, int] = {}
     owned: set[int] = set()  # buffers allocated by this function, safe to overwrite
     live_views: dict[int, int] = {}  # root -> number of live vars on it
+    # views made by single-operand, non-overlapping view primitives (reshape, transpose, slice..)
+    # from an owned buffer: written into in place, they write into that buffer's storage alone
+    plain_views: set[int] = set()
+    state = (root, owned, live_views, plain_views)
 
     relus, skipped = relu_patterns(jaxpr)
     shared = shared_statistics(jaxpr)
@@ -230,9 +235,7 @@ def generate_source(
         expr = None
         if i in relus:
             x = e.inputs[2]
-            reusable = reuse_buffers and _reusable(
-                x, out[0].aval, i, last_use, root, owned, live_views
-            )
+            reusable = reuse_buffers and _reusable(x, out[0].aval, i, last_use, state)
             expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
             if reusable:
                 reused[i] = id(x)
@@ -249,7 +252,7 @@ def generate_source(
         elif i in waits:
             expr = waits[i]
         if expr is None and reuse_buffers and len(out) == 1:
-            expr, into = _inplace(e, args, i, last_use, root, owned, live_views)
+            expr, into = _inplace(e, args, i, last_use, state)
             if into is not None:  # the result is that input's buffer
                 reused[i] = id(into)
         if expr is None and e.prim in statement_rules:
@@ -293,6 +296,8 @@ def generate_source(
                 root[id(v)] = aliased[0] if aliased else id(v)
                 # a view of several buffers: the others are never overwritten from now on
                 owned.difference_update(aliased[1:])
+                if _plain_view(e, state):
+                    plain_views.add(id(v))
             r = root[id(v)]
             live_views[r] = live_views.get(r, 0) + 1
         for x in e.inputs:
@@ -313,7 +318,7 @@ def generate_source(
     return src, namespace
 
 
-def _inplace(e, args, i, last_use, root, owned, live_views):
+def _inplace(e, args, i, last_use, state):
     """(`x.method_(...)` source, the input x written into), or (None, None)."""
     props = e.prim.props
     method = props.inplace
@@ -321,29 +326,25 @@ def _inplace(e, args, i, last_use, root, owned, live_views):
     if props.inplace_out is not None:
         # an elementwise kernel's out= overload, into the first operand that dies here
         for k, x in enumerate(e.inputs):
-            if _reusable(x, out_aval, i, last_use, root, owned, live_views):
+            if _reusable(x, out_aval, i, last_use, state):
                 return inplace_out_source(props.inplace_out, args, e.params, args[k]), x
         return None, None
     if method is None or props.inplace_floating_only and not out_aval.dtype.is_floating_point:
         return None, None
     if len(e.inputs) == 1:
         x = e.inputs[0]
-        if _reusable(x, out_aval, i, last_use, root, owned, live_views):
+        if _reusable(x, out_aval, i, last_use, state):
             return f"{args[0]}.{method}()", x
         return None, None
     if len(e.inputs) == 2:
         x, y = e.inputs
-        if (
-            isinstance(x, Var)
-            and x is not y
-            and _reusable(x, out_aval, i, last_use, root, owned, live_views)
-        ):
+        if isinstance(x, Var) and x is not y and _reusable(x, out_aval, i, last_use, state):
             return f"{args[0]}.{method}({args[1]})", x
         if (
             props.commutative
             and isinstance(y, Var)
             and x is not y
-            and _reusable(y, out_aval, i, last_use, root, owned, live_views)
+            and _reusable(y, out_aval, i, last_use, state)
         ):
             return f"{args[1]}.{method}({args[0]})", y
     return None, None
@@ -361,13 +362,34 @@ def inplace_out_source(overload: str, args, params, into: str) -> str:
 _DETACHING = (stop_gradient_p, no_grad_p)
 
 
-def _reusable(x, out_aval, i, last_use, root, owned, live_views) -> bool:
+def _plain_view(e, state) -> bool:
+    """Whether equation `e`'s one output is a view of its first operand alone whose elements
+    never share memory (not an expand), that operand being an owned buffer or such a view."""
+    root, owned, _, plain_views = state
+    x = e.inputs[0] if e.inputs else None
     return (
-        isinstance(x, Var)
-        and id(x) in owned
-        and root.get(id(x)) == id(x)
+        is_view_primitive(e.prim)
+        and not e.prim.props.overlapping
+        and len(e.outputs) == 1
+        and isinstance(x, Var)
+        and root.get(id(x)) in owned
+        and (root.get(id(x)) == id(x) or id(x) in plain_views)
+    )
+
+
+def _reusable(x, out_aval, i, last_use, state) -> bool:
+    """Whether equation `i` may write its result into `x`: x dies there, is the one live value
+    on its buffer, has the result's shape and dtype, and is a buffer this function allocated
+    or a plain view of one (a reshape of a dead matmul result is as writable as the result)."""
+    root, owned, live_views, plain_views = state
+    if not isinstance(x, Var):
+        return False
+    r = root.get(id(x))
+    return (
+        r in owned
+        and (r == id(x) or id(x) in plain_views)
         and last_use.get(id(x)) == i
-        and live_views.get(id(x), 0) == 1
+        and live_views.get(r, 0) == 1
         and x.aval.shape == out_aval.shape
         and x.aval.dtype == out_aval.dtype
     )

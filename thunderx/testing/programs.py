@@ -188,6 +188,18 @@ def _view(h, params):
     return h.unsqueeze(0).expand(2, *h.shape)
 
 
+def _unview(e, x, params):
+    """A value of x's shape from `e`, computed on `_view(x, params)`."""
+    kind = params["view"]
+    if kind in ("narrow", "slice"):
+        return torch.cat([x[: params["start"]], e])
+    if kind == "transpose":
+        return e.transpose(0, -1)
+    if kind == "reshape":
+        return e.reshape(x.shape)
+    return e[0] - e[1]
+
+
 def _step(kind, name, xs, params):
     x = xs[0]
     if kind == "unary":
@@ -244,6 +256,12 @@ def _step(kind, name, xs, params):
         h = x * 2.0
         e = torch.exp(torch.tanh(_view(h, params)))
         return h * e.mean() + h
+    if kind == "dead_view":
+        # elementwise ops on a view of an intermediate that dies there: the executor may write
+        # into the view (its buffer is dead), never into an expand's overlapping elements
+        v = _view(x * 2.0, params)
+        e = v * torch.tanh(v)
+        return _unview(e, x, params)
     if kind == "inplace_chain":
         y = x * 1.0
         y.mul_(0.5)
@@ -263,7 +281,7 @@ def run_program(prog: Program, *inputs):
 
 def _shape_after(kind, name, shapes, params):
     s = shapes[0]
-    if kind in ("unary", "scan", "flip", "scatter_add", "index_add", "view_reuse"):
+    if kind in ("unary", "scan", "flip", "scatter_add", "index_add", "view_reuse", "dead_view"):
         return s
     if kind in ("inplace_chain", "unsqueeze_squeeze"):
         return s
@@ -312,7 +330,7 @@ def _nested_len(params, d):
 
 
 def _kinds(s) -> list:
-    kinds = ["unary", "unary", "binary", "binary", "view_reuse", "inplace_chain"]
+    kinds = ["unary", "unary", "binary", "binary", "view_reuse", "dead_view", "inplace_chain"]
     if len(s) >= 1:
         kinds += ["reduce", "scan", "flip", "slice", "narrow_tensor", "cat", "pad"]
         kinds += ["gather", "index_select", "scatter_add", "index_add", "unsqueeze_squeeze"]
@@ -370,7 +388,7 @@ def _params(draw, kind, s, shapes):
         c = s[0]
         g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
         return {"weight": (torch.randn(c, c, 2, generator=g, dtype=torch.float64) / c).tolist()}
-    if kind == "view_reuse":
+    if kind in ("view_reuse", "dead_view"):
         views = ["transpose", "reshape", "expand"] + (["narrow", "slice"] if rank else [])
         view = draw(st.sampled_from(views if rank else ["reshape", "expand"]))
         params = {"view": view}
@@ -464,7 +482,8 @@ def single_step_programs(shape=(3, 4)) -> list[Program]:
     ):
         add(kind, kind, params)
     for view in ("narrow", "slice", "transpose", "reshape", "expand"):
-        add("view_reuse", "view_reuse", {"view": view, "start": 1, "length": s[0] - 1})
+        for kind in ("view_reuse", "dead_view"):
+            add(kind, kind, {"view": view, "start": 1, "length": s[0] - 1})
     out.append(Program([s, s[::-1]], [("matmul", "matmul", [0, 1], {})], 0))
     out.append(Program([s, s], [("cat", "cat", [0, 1], {"dim": 1})], 0))
     return out
