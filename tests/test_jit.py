@@ -132,14 +132,15 @@ def test_a_view_of_a_dead_intermediate_is_written_in_place():
         h = (a @ b).reshape(2, 3, 4)
         y = h + c
         t = a.t()  # an input's view dies at the tanh
-        return y, torch.tanh(t)
+        s = torch.sin(c)[:, :2]  # a strided slice: a fresh buffer is faster to write
+        return y, torch.tanh(t), torch.exp(s)
 
     a, b, c = torch.randn(6, 5), torch.randn(5, 4), torch.randn(3, 4)
     before = a.clone()
     j = tx.jit(f)
     src = j.lower(a, b, c).program.source
     assert ".add_(" in src, src
-    assert "tanh_(" not in src, src
+    assert "tanh_(" not in src and "exp_(" not in src, src
     for got, want in zip(j(a, b, c), f(a, b, c)):
         close(got, want)
     assert torch.equal(a, before)

@@ -338,16 +338,17 @@ def _inplace(e, args, i, last_use, state):
         return None, None
     if len(e.inputs) == 2:
         x, y = e.inputs
-        if isinstance(x, Var) and x is not y and _reusable(x, out_aval, i, last_use, state):
+        ok_x = x is not y and _reusable(x, out_aval, i, last_use, state)
+        ok_y = props.commutative and x is not y and _reusable(y, out_aval, i, last_use, state)
+        if ok_y and (not ok_x or _is_view(x, state) and not _is_view(y, state)):
+            return f"{args[1]}.{method}({args[0]})", y  # a buffer of its own before a view
+        if ok_x:
             return f"{args[0]}.{method}({args[1]})", x
-        if (
-            props.commutative
-            and isinstance(y, Var)
-            and x is not y
-            and _reusable(y, out_aval, i, last_use, state)
-        ):
-            return f"{args[1]}.{method}({args[0]})", y
     return None, None
+
+
+def _is_view(x, state) -> bool:
+    return state[0].get(id(x)) != id(x)
 
 
 def inplace_out_source(overload: str, args, params, into: str) -> str:
@@ -364,16 +365,26 @@ _DETACHING = (stop_gradient_p, no_grad_p)
 
 def _plain_view(e, state) -> bool:
     """Whether equation `e`'s one output is a view of its first operand alone whose elements
-    never share memory (not an expand), that operand being an owned buffer or such a view."""
+    never share memory (not an expand) and cover all of it (a reshape or transpose, not a slice:
+    writing into a strided slice is slower than into a fresh buffer), that operand being an
+    owned buffer or such a view."""
     root, owned, _, plain_views = state
     x = e.inputs[0] if e.inputs else None
-    return (
+    if not (
         is_view_primitive(e.prim)
         and not e.prim.props.overlapping
         and len(e.outputs) == 1
         and isinstance(x, Var)
         and root.get(id(x)) in owned
         and (root.get(id(x)) == id(x) or id(x) in plain_views)
+    ):
+        return False
+    a, b = x.aval, e.outputs[0].aval
+    sizes = (*a.shape, *b.shape)
+    return (
+        a.dtype == b.dtype
+        and all(isinstance(d, int) for d in sizes)
+        and math.prod(a.shape) == math.prod(b.shape)
     )
 
 
