@@ -5,6 +5,7 @@ machine are noise, ratios measured in the same second are not)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 
@@ -30,21 +31,31 @@ def calibrate(fn, target_s: float = 0.02) -> int:
 QUICK = [False]
 
 
+# Each round times every callable this many times, interleaved, and keeps its fastest: the
+# machine's noise (other tenants, page-fault storms) only ever adds time, so the minimum of
+# back-to-back measurements is the estimate least disturbed by it (as `timeit` advises).
+REPEATS = 3
+
+
 def compare(baseline, candidates: dict, rounds: int = 15, target_s: float = 0.02) -> dict:
     """`baseline` and each candidate are zero-argument callables (already warmed up by the
     caller or here). Returns {name: (median ratio candidate/baseline, median seconds)}, and
-    under "__rounds__" each candidate's per-round ratios (the spread of the median)."""
+    under "__rounds__" each candidate's per-round ratios (the spread of the median). A round
+    measures every callable REPEATS times, interleaved, each over about target_s / REPEATS
+    seconds, and takes each one's fastest."""
     if QUICK[0]:
         rounds, target_s = min(rounds, 3), min(target_s, 0.01)
     fns = {"__baseline__": baseline, **candidates}
-    inner = {k: calibrate(f, target_s) for k, f in fns.items()}
+    inner = {k: calibrate(f, target_s / REPEATS) for k, f in fns.items()}
     times = {k: [] for k in fns}
     ratios = {k: [] for k in candidates}
     for r in range(rounds):
         order = list(fns) if r % 2 == 0 else list(reversed(list(fns)))
-        this = {}
+        this = {k: math.inf for k in fns}
+        for _ in range(REPEATS):
+            for k in order:
+                this[k] = min(this[k], _time(fns[k], inner[k]))
         for k in order:
-            this[k] = _time(fns[k], inner[k])
             times[k].append(this[k])
         for k in candidates:
             ratios[k].append(this[k] / this["__baseline__"])

@@ -139,7 +139,8 @@ def main():
     header = (
         f"machine: {machine()}; torch {torch.__version__}, threads {torch.get_num_threads()}, "
         f"python {platform.python_version()}, float32; median (and min–max spread) of "
-        f"{rounds} interleaved rounds, all rows from one process"
+        f"{rounds} interleaved rounds, each the fastest of {harness.REPEATS} interleaved "
+        "timings, all rows from one process"
         + (" (--quick: first calls may hit torch's compile caches)" if args.quick else "")
     )
     print(header)
