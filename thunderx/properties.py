@@ -31,7 +31,8 @@ class Properties:
     effects: frozenset[str] = frozenset()
     # Each output element depends only on the operand elements at the same index.
     elementwise: bool = False
-    # A fresh output whose elements may share memory (an expanded tensor): never written.
+    # An output whose elements may share memory (an expand, fresh or a view): never written
+    # into; tests/test_properties.py proves every other view keeps distinct element addresses.
     overlapping: bool = False
     # The implementation runs torch autograd (a backward that recomputes its forward): a
     # compiler tracing implementations into one graph (inductor's whole program) keeps it a call.

@@ -82,7 +82,8 @@ def primitive_table() -> str:
         "holds for the implementation. *aliases*: operands an output may be a view of (the "
         "torch executor never writes into them while the output lives); *in place*: the Tensor "
         "method (or the aten out= overload) the torch executor uses to reuse a dead operand's "
-        "buffer; *effects*: `rng` reads "
+        "buffer, or a dead reshape or transpose covering a whole buffer the program allocated "
+        "(never an expand, a view whose elements overlap); *effects*: `rng` reads "
         "and advances torch's random state (never removed or merged).",
         "",
         "A primitive is one `thunderx.core.declare` call beside its rules, e.g.",
