@@ -142,6 +142,8 @@ def main():
         f"{rounds} interleaved rounds, each the fastest of {harness.REPEATS} interleaved "
         "timings, all rows from one process"
         + (" (--quick: first calls may hit torch's compile caches)" if args.quick else "")
+        # torch reads it once, at its first allocation: huge pages for CPU tensors
+        + ("; THP_MEM_ALLOC_ENABLE=1" if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" else "")
     )
     print(header)
     suite = [
