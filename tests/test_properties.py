@@ -113,10 +113,6 @@ def _shares(a, b) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def _overlaps_itself(t) -> bool:
-    return any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape))
-
-
 def _elements_overlap(t) -> bool:
     """Whether two elements of t lie at the same address (any strides, not only zero ones)."""
     offset = torch.tensor(t.storage_offset())
@@ -175,7 +171,7 @@ def _observe(name):
                                 f"{where}: output {k} is a view of operand {i} whose elements "
                                 f"overlap; {name} must declare overlapping=True"
                             )
-                if not shared and isinstance(o, torch.Tensor) and _overlaps_itself(o):
+                if not shared and isinstance(o, torch.Tensor) and _elements_overlap(o):
                     seen_overlap = True
                     if not prim.props.overlapping:
                         problems.append(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import keyword
 import math
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -183,10 +183,10 @@ def generate_source(
     root: dict[int, int] = {}
     owned: set[int] = set()  # buffers allocated by this function, safe to overwrite
     live_views: dict[int, int] = {}  # root -> number of live vars on it
-    # views made by single-operand, non-overlapping view primitives (reshape, transpose, slice..)
-    # from an owned buffer: written into in place, they write into that buffer's storage alone
+    # reshapes and transposes covering a whole owned buffer (see _plain_view): written into in
+    # place, they write into that buffer's storage alone
     plain_views: set[int] = set()
-    state = (root, owned, live_views, plain_views)
+    state = _Buffers(root, owned, live_views, plain_views)
 
     relus, skipped = relu_patterns(jaxpr)
     shared = shared_statistics(jaxpr)
@@ -348,7 +348,7 @@ def _inplace(e, args, i, last_use, state):
 
 
 def _is_view(x, state) -> bool:
-    return state[0].get(id(x)) != id(x)
+    return state.root.get(id(x)) != id(x)
 
 
 def inplace_out_source(overload: str, args, params, into: str) -> str:
@@ -363,20 +363,33 @@ def inplace_out_source(overload: str, args, params, into: str) -> str:
 _DETACHING = (stop_gradient_p, no_grad_p)
 
 
+class _Buffers(NamedTuple):
+    """generate_source's bookkeeping of which buffers may be written in place."""
+
+    root: dict  # var -> the buffer it may share storage with
+    owned: set  # buffers this function allocated
+    live_views: dict  # buffer -> number of live vars on it
+    plain_views: set  # vars that are plain views (_plain_view) of an owned buffer
+
+
+def _writable(x, state) -> bool:
+    """Whether x is a buffer this function allocated, or a plain view of one."""
+    r = state.root.get(id(x))
+    return r in state.owned and (r == id(x) or id(x) in state.plain_views)
+
+
 def _plain_view(e, state) -> bool:
     """Whether equation `e`'s one output is a view of its first operand alone whose elements
     never share memory (not an expand) and cover all of it (a reshape or transpose, not a slice:
     writing into a strided slice is slower than into a fresh buffer), that operand being an
     owned buffer or such a view."""
-    root, owned, _, plain_views = state
     x = e.inputs[0] if e.inputs else None
     if not (
         is_view_primitive(e.prim)
         and not e.prim.props.overlapping
         and len(e.outputs) == 1
         and isinstance(x, Var)
-        and root.get(id(x)) in owned
-        and (root.get(id(x)) == id(x) or id(x) in plain_views)
+        and _writable(x, state)
     ):
         return False
     a, b = x.aval, e.outputs[0].aval
@@ -392,15 +405,11 @@ def _reusable(x, out_aval, i, last_use, state) -> bool:
     """Whether equation `i` may write its result into `x`: x dies there, is the one live value
     on its buffer, has the result's shape and dtype, and is a buffer this function allocated
     or a plain view of one (a reshape of a dead matmul result is as writable as the result)."""
-    root, owned, live_views, plain_views = state
-    if not isinstance(x, Var):
-        return False
-    r = root.get(id(x))
     return (
-        r in owned
-        and (r == id(x) or id(x) in plain_views)
+        isinstance(x, Var)
+        and _writable(x, state)
         and last_use.get(id(x)) == i
-        and live_views.get(r, 0) == 1
+        and state.live_views.get(state.root[id(x)], 0) == 1
         and x.aval.shape == out_aval.shape
         and x.aval.dtype == out_aval.dtype
     )
