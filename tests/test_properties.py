@@ -227,7 +227,7 @@ INPLACE_OUT = [n for n in CHECKED if core.primitives[n].props.inplace_out]
 @pytest.mark.parametrize("name", INPLACE_OUT)
 def test_out_overload_writes_into_any_operand_and_computes_the_same(name):
     # the executor calls the out= overload with a dead operand (any of them) as the out buffer
-    from thunderx.executors.torch_codegen import inplace_out_source
+    from thunderx.executors.inplace import inplace_out_source
 
     prim = core.primitives[name]
     assert prim.props.elementwise, f"{name}: an out= overload over an operand needs elementwise"

@@ -83,7 +83,8 @@ def primitive_table() -> str:
         "torch executor never writes into them while the output lives); *in place*: the Tensor "
         "method (or the aten out= overload) the torch executor uses to reuse a dead operand's "
         "buffer, or a dead reshape or transpose covering a whole buffer the program allocated "
-        "(never an expand, a view whose elements overlap); *effects*: `rng` reads "
+        "(never an expand, a view whose elements overlap); the same out= kernel writes a large "
+        "output into a buffer recycled across calls (tests/test_recycle.py); *effects*: `rng` reads "
         "and advances torch's random state (never removed or merged).",
         "",
         "A primitive is one `thunderx.core.declare` call beside its rules, e.g.",

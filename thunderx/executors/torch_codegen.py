@@ -1,16 +1,17 @@
 """The torch executor: a jaxpr becomes readable Python source that calls torch ops directly.
 
 Intermediates that die at an elementwise equation are reused in place when nothing else aliases
-them (never a function input, a constant or a view), which saves allocations on small tensors.
-Which outputs are views and which ops have an in-place form is read from each primitive's
-declared properties (`prim.props`), proved against its implementation by the property tests.
+them (never a function input, a constant or a view; see inplace.py), and large outputs are written
+into buffers recycled across calls (recycle.py). Which outputs are views and which ops have an
+in-place or out= form is read from each primitive's declared properties (`prim.props`), proved
+against its implementation by the property tests.
 """
 
 from __future__ import annotations
 
 import keyword
 import math
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 
@@ -21,6 +22,7 @@ from thunderx.core import (
     torch_codegen_rules,
 )
 from thunderx.executors.base import Executor, register_executor
+from thunderx.executors.inplace import Buffers, inplace_source, plain_view, reusable
 from thunderx.executors.kernel_groups import kernel_groups
 from thunderx.executors.patterns import (
     fresh_index_adds,
@@ -31,15 +33,19 @@ from thunderx.executors.patterns import (
     shared_statistics,
 )
 from thunderx.executors.patterns_norm import batch_norm_train_call
+from thunderx.executors.recycle import (
+    out_source,
+    output_pools,
+    primitive_out_source,
+    recycled_lines,
+)
 from thunderx.executors.release import release_line, releases
 from thunderx.executors.sources import exec_source
 from thunderx.executors.split_phase import split_phase_plan
 from thunderx.ir import Jaxpr, Literal, Var
-from thunderx.passes import is_view_primitive
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
-from thunderx.properties import out_overload
 
 _RESERVED = {"torch", "math", "inf", "nan", "device"}
 
@@ -159,10 +165,13 @@ def generate_source(
     namespace: dict | None = None,
     prelude: list | None = None,
     hoist_constants: bool = False,
+    pools: dict | None = None,
 ):
     """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple; the
     functions of control-flow bodies come first in the source. `hoist_constants`: small `full`
-    results that are only read are made once, here, instead of on every call."""
+    results that are only read are made once, here, instead of on every call. `pools`: output
+    index -> OutputPool, shared by the variants of one program; large outputs are written into
+    recycled buffers (see recycle.py)."""
     namer = _Namer()
     top = prelude is None
     prelude = [] if prelude is None else prelude
@@ -183,10 +192,10 @@ def generate_source(
     root: dict[int, int] = {}
     owned: set[int] = set()  # buffers allocated by this function, safe to overwrite
     live_views: dict[int, int] = {}  # root -> number of live vars on it
-    # reshapes and transposes covering a whole owned buffer (see _plain_view): written into in
+    # reshapes and transposes covering a whole owned buffer (see plain_view): written into in
     # place, they write into that buffer's storage alone
     plain_views: set[int] = set()
-    state = _Buffers(root, owned, live_views, plain_views)
+    state = Buffers(root, owned, live_views, plain_views)
 
     relus, skipped = relu_patterns(jaxpr)
     shared = shared_statistics(jaxpr)
@@ -203,6 +212,8 @@ def generate_source(
     hoisted = read_only_constants(jaxpr) if hoist_constants else set()
     release = releases(jaxpr, last_use, skipped | hoisted, affine)
     reused: dict[int, int] = {}  # equation index -> the input it wrote its result into
+    # equation index -> the name of its output pool's take()
+    recycled = output_pools(jaxpr, pools, namespace) if top and reuse_buffers else {}
     for i, e in enumerate(jaxpr.eqns):
         release_line(lines, release.get(i - 1), reused.get(i - 1), namer)
         while starts and starts[0][0] < i:  # collectives whose operands exist by now
@@ -235,9 +246,9 @@ def generate_source(
         expr = None
         if i in relus:
             x = e.inputs[2]
-            reusable = reuse_buffers and _reusable(x, out[0].aval, i, last_use, state)
-            expr = f"{args[2]}.relu_()" if reusable else f"torch.relu({args[2]})"
-            if reusable:
+            ok = reuse_buffers and reusable(x, out[0].aval, i, last_use, state)
+            expr = f"{args[2]}.relu_()" if ok else f"torch.relu({args[2]})"
+            if ok:
                 reused[i] = id(x)
         elif i in index_adds:
             template, operands = index_adds[i]
@@ -251,8 +262,11 @@ def generate_source(
             expr = select_with_zero(e, args)
         elif i in waits:
             expr = waits[i]
-        if expr is None and reuse_buffers and len(out) == 1:
-            expr, into = _inplace(e, args, i, last_use, state)
+        special = expr is not None  # a pattern's expression, not the primitive's own
+        own_out = i in recycled and primitive_out_source(e, args, "_") is not None
+        if expr is None and reuse_buffers and len(out) == 1 and not own_out:
+            # (an output with its own out= kernel is written into a recycled buffer instead)
+            expr, into = inplace_source(e, args, i, last_use, state)
             if into is not None:  # the result is that input's buffer
                 reused[i] = id(into)
         if expr is None and e.prim in statement_rules:
@@ -283,8 +297,13 @@ def generate_source(
         lhs = ", ".join(namer(v) for v in out)
         if e.prim.multiple_results:
             lhs += "," if len(out) == 1 else ""
-        # an equation without outputs (a debug callback) is a statement
-        lines.append(f"    {lhs} = {expr}" if out else f"    {expr}")
+        into = None
+        if i in recycled and not aliases:
+            into = out_source(e, args, expr, lhs, special)
+        if into is not None:
+            lines.extend(recycled_lines(lhs, recycled[i], expr, into))
+        else:  # an equation without outputs (a debug callback) is a statement
+            lines.append(f"    {lhs} = {expr}" if out else f"    {expr}")
         aliased = [root.get(id(e.inputs[k]), id(e.inputs[k])) for k in aliases]
         aliased = [r for k, r in zip(aliases, aliased) if isinstance(e.inputs[k], Var)]
         for v in out:
@@ -296,7 +315,7 @@ def generate_source(
                 root[id(v)] = aliased[0] if aliased else id(v)
                 # a view of several buffers: the others are never overwritten from now on
                 owned.difference_update(aliased[1:])
-                if _plain_view(e, state):
+                if plain_view(e, state):
                     plain_views.add(id(v))
             r = root[id(v)]
             live_views[r] = live_views.get(r, 0) + 1
@@ -318,101 +337,8 @@ def generate_source(
     return src, namespace
 
 
-def _inplace(e, args, i, last_use, state):
-    """(`x.method_(...)` source, the input x written into), or (None, None)."""
-    props = e.prim.props
-    method = props.inplace
-    out_aval = e.outputs[0].aval
-    if props.inplace_out is not None:
-        # an elementwise kernel's out= overload, into the first operand that dies here
-        for k, x in enumerate(e.inputs):
-            if _reusable(x, out_aval, i, last_use, state):
-                return inplace_out_source(props.inplace_out, args, e.params, args[k]), x
-        return None, None
-    if method is None or props.inplace_floating_only and not out_aval.dtype.is_floating_point:
-        return None, None
-    if len(e.inputs) == 1:
-        x = e.inputs[0]
-        if _reusable(x, out_aval, i, last_use, state):
-            return f"{args[0]}.{method}()", x
-        return None, None
-    if len(e.inputs) == 2:
-        x, y = e.inputs
-        ok_x = x is not y and _reusable(x, out_aval, i, last_use, state)
-        ok_y = props.commutative and x is not y and _reusable(y, out_aval, i, last_use, state)
-        if ok_y and (not ok_x or _is_view(x, state) and not _is_view(y, state)):
-            return f"{args[1]}.{method}({args[0]})", y  # a buffer of its own before a view
-        if ok_x:
-            return f"{args[0]}.{method}({args[1]})", x
-    return None, None
-
-
-def _is_view(x, state) -> bool:
-    return state.root.get(id(x)) != id(x)
-
-
-def inplace_out_source(overload: str, args, params, into: str) -> str:
-    """The call of aten's out= overload `overload` on the operand sources `args` with `params`
-    as keywords, writing into the buffer named `into`."""
-    _, out_name = out_overload(overload)
-    kw = "".join(f", {k}={v!r}" for k, v in params.items())
-    return f"torch.ops.aten.{overload}({', '.join(args)}{kw}, {out_name}={into})"
-
-
 # identities for thunderx's transforms that cut torch autograd's graph
 _DETACHING = (stop_gradient_p, no_grad_p)
-
-
-class _Buffers(NamedTuple):
-    """generate_source's bookkeeping of which buffers may be written in place."""
-
-    root: dict  # var -> the buffer it may share storage with
-    owned: set  # buffers this function allocated
-    live_views: dict  # buffer -> number of live vars on it
-    plain_views: set  # vars that are plain views (_plain_view) of an owned buffer
-
-
-def _writable(x, state) -> bool:
-    """Whether x is a buffer this function allocated, or a plain view of one."""
-    r = state.root.get(id(x))
-    return r in state.owned and (r == id(x) or id(x) in state.plain_views)
-
-
-def _plain_view(e, state) -> bool:
-    """Whether equation `e`'s one output is a view of its first operand alone whose elements
-    never share memory (not an expand) and cover all of it (a reshape or transpose, not a slice:
-    writing into a strided slice is slower than into a fresh buffer), that operand being an
-    owned buffer or such a view."""
-    x = e.inputs[0] if e.inputs else None
-    if not (
-        is_view_primitive(e.prim)
-        and not e.prim.props.overlapping
-        and len(e.outputs) == 1
-        and isinstance(x, Var)
-        and _writable(x, state)
-    ):
-        return False
-    a, b = x.aval, e.outputs[0].aval
-    sizes = (*a.shape, *b.shape)
-    return (
-        a.dtype == b.dtype
-        and all(isinstance(d, int) for d in sizes)
-        and math.prod(a.shape) == math.prod(b.shape)
-    )
-
-
-def _reusable(x, out_aval, i, last_use, state) -> bool:
-    """Whether equation `i` may write its result into `x`: x dies there, is the one live value
-    on its buffer, has the result's shape and dtype, and is a buffer this function allocated
-    or a plain view of one (a reshape of a dead matmul result is as writable as the result)."""
-    return (
-        isinstance(x, Var)
-        and _writable(x, state)
-        and last_use.get(id(x)) == i
-        and state.live_views.get(state.root[id(x)], 0) == 1
-        and x.aval.shape == out_aval.shape
-        and x.aval.dtype == out_aval.dtype
-    )
 
 
 def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted", calls: dict | None = None) -> CompiledProgram:
@@ -420,9 +346,13 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted", calls: dict | None = None)
     `{"_impl_<name>": callable}` for equations of primitives made outside the registry (the
     inductor executor's compiled regions)."""
 
+    pools: dict = {}  # the output buffers both variants with reuse recycle
+
     def gen(reuse: bool, **kw):
         ns = base_namespace() | (calls or {})
-        return generate_source(jaxpr, name, reuse, namespace=ns, hoist_constants=True, **kw)
+        return generate_source(
+            jaxpr, name, reuse, namespace=ns, hoist_constants=True, pools=pools, **kw
+        )
 
     src, ns = gen(True)
     src_plain, ns_plain = gen(False)

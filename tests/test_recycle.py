@@ -1,0 +1,259 @@
+"""Recycled output buffers (executors/recycle.py): a large output is written into a buffer kept
+across calls only once nothing outside the program refers to it. Every out= form is checked
+against the primitive's implementation, random programs are run with every output recycled
+while earlier results are held, and each way a caller can keep a result's memory is checked."""
+
+import contextlib
+import gc
+import threading
+
+import pytest
+import torch
+import torch.func as tf
+from hypothesis import given, note, settings
+
+import thunderx as tx
+from thunderx import core
+from thunderx.executors import recycle
+from thunderx.executors.torch_codegen import compile_jaxpr
+from thunderx.passes import closure_convert
+from thunderx.testing.programs import random_programs, run_program
+
+from .test_nvfuser import _single_eqn_program
+from .test_properties import CHECKED, _samples
+
+
+@contextlib.contextmanager
+def every_output_recycled():
+    """Recycle outputs of any size (the threshold keeps small ones out in normal use)."""
+    old = recycle.RECYCLE_BYTES
+    recycle.RECYCLE_BYTES = 0
+    try:
+        yield
+    finally:
+        recycle.RECYCLE_BYTES = old
+
+
+def _exact(got, want):
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+RECYCLED_PRIMS: set = set()
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_every_out_form_computes_what_the_primitive_does(name):
+    prim = core.primitives[name]
+    if prim.multiple_results or prim.props.effects:
+        return  # never recycled (one-output equations only; random draws differ per call)
+    for sample in _samples(name, 6):
+        closed, tensors, _ = _single_eqn_program(name, sample)
+        with every_output_recycled():
+            prog = compile_jaxpr(closure_convert(closed.jaxpr))
+        if "_recycled" not in prog.source:
+            continue
+        RECYCLED_PRIMS.add(name)
+        want = core.impl_rules[prim](*sample.args, **sample.params)
+        first = prog(*closed.consts, *tensors)[0]
+        _exact(first, want)
+        ptr = first.untyped_storage().data_ptr()
+        held = prog(*closed.consts, *tensors)[0]  # `first` is held: another buffer
+        assert held.numel() == 0 or held.untyped_storage().data_ptr() != ptr
+        _exact(held, want)
+        _exact(first, want)
+        del first, held
+        again = prog(*closed.consts, *tensors)[0]  # both dropped: a kept buffer, rewritten
+        assert again.numel() == 0 or any(
+            again.untyped_storage().data_ptr() == s.data_ptr()
+            for pool in _pools(prog)
+            for s in pool.storages
+        )
+        _exact(again, want)
+
+
+def _pools(prog):
+    return [fn.__self__ for k, fn in prog.fn.__globals__.items() if k.startswith("_recycled")]
+
+
+def test_the_out_forms_cover_the_kernels_that_make_large_results():
+    # runs after the parametrized test above (pytest keeps file order)
+    if not RECYCLED_PRIMS:
+        pytest.skip("run with the parametrized out-form test")
+    for name in ("mul", "add", "exp", "dot_general", "reduce_sum", "tanh_backward"):
+        assert name in RECYCLED_PRIMS, f"{name} has no recycled out= form"
+
+
+@settings(max_examples=3 * settings.default.max_examples)
+@given(random_programs())
+def test_random_programs_with_every_output_recycled(prog):
+    xs = prog.example_inputs()
+    ys = [x * 0.5 + 0.25 for x in xs]
+    f = lambda *v: run_program(prog, *v)  # noqa: E731
+    scalar = lambda *v: (run_program(prog, *v) ** 2).sum()  # noqa: E731
+    with every_output_recycled():
+        jf = tx.jit(f)
+        note(jf.lower(*xs).program_text())
+        first = jf(*xs)
+        kept = first.clone()
+        second = jf(*ys)  # while `first` is held
+        _exact(first, kept)
+        torch.testing.assert_close(second, f(*ys), rtol=1e-8, atol=1e-8)
+        del first, second
+        torch.testing.assert_close(jf(*xs), f(*xs), rtol=1e-8, atol=1e-8)
+        # per-example gradients, results kept across calls
+        bxs = prog.example_inputs(batch=3)
+        g = tx.jit(tx.vmap(tx.grad(scalar, argnums=(0, 1))))
+        r1 = g(*bxs)
+        keep = [r.clone() for r in r1]
+        r2 = g(*[b * 0.5 for b in bxs])
+        ref = tf.vmap(tf.grad(scalar, argnums=(0, 1)))(*[b * 0.5 for b in bxs])
+        for a, b in zip(r1, keep):
+            _exact(a, b)
+        for a, b in zip(r2, ref):
+            torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-7)
+
+
+def _outer(a, b):
+    return torch.einsum("bi,bj->bij", a, b)
+
+
+A, B = torch.randn(64, 128), torch.randn(64, 128)  # a 2 MiB output: recycled by default
+
+
+def _ptr(t):
+    return t.untyped_storage().data_ptr()
+
+
+def test_a_large_output_is_recycled_once_dropped():
+    f = tx.jit(_outer)
+    assert "out=" in f.lower(A, B).program_text()
+    r = f(A, B)
+    p = _ptr(r)
+    del r
+    r = f(A * 2, B)
+    assert _ptr(r) == p, "a dropped result's buffer is written again"
+    _exact(r, _outer(A * 2, B))
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        lambda r: r,
+        lambda r: r[3],
+        lambda r: r.view(-1)[5:9],
+        lambda r: r.untyped_storage(),
+        lambda r: r.numpy(),
+        lambda r: r.detach(),
+        lambda r: torch.utils.dlpack.from_dlpack(torch.utils.dlpack.to_dlpack(r)),
+        lambda r: torch.nn.Parameter(r),
+        lambda r: [r],
+    ],
+    ids=["tensor", "row", "slice", "storage", "numpy", "detach", "dlpack", "parameter", "list"],
+)
+def test_memory_a_caller_still_refers_to_is_never_written(keep):
+    f = tx.jit(_outer)
+    r = f(A, B)
+    want = _as_tensor(keep(r.clone())).clone()
+    held = keep(r)
+    p = _ptr(r)
+    del r
+    gc.collect()
+    for k in range(3):  # later calls, with other values, never touch the held memory
+        r2 = f(A * (k + 3), B)
+        assert _ptr(r2) != p
+        _exact(r2, _outer(A * (k + 3), B))
+        del r2
+    _exact(_as_tensor(held), want)
+
+
+def _as_tensor(held):
+    if isinstance(held, list):
+        return held[0]
+    if isinstance(held, torch.UntypedStorage):
+        return torch.empty(0).set_(held, 0, (held.nbytes() // 4,))
+    if not isinstance(held, torch.Tensor):
+        return torch.from_numpy(held)
+    return held
+
+
+def test_a_result_fed_back_alternates_between_two_buffers():
+    f = tx.jit(lambda x: torch.tanh(x) * 1.5 + 0.1)
+    x0 = torch.randn(256, 512)
+    x, want = x0, x0
+    ptrs = set()
+    for _ in range(8):
+        x = f(x)
+        want = torch.tanh(want) * 1.5 + 0.1
+        ptrs.add(_ptr(x))
+    _exact(x, want)
+    assert len(ptrs) <= 3, "a result fed back in alternates between the kept buffers"
+
+
+def test_at_most_keep_buffers_are_kept_per_output():
+    f = tx.jit(_outer)
+    results = [f(A, B) for _ in range(5)]  # all held: five buffers, only KEEP of them kept
+    assert len({_ptr(r) for r in results}) == 5
+    cached = [e.program for e in f.jit_function._cache.values()]
+    pools = [p for prog in cached for p in _pools(prog)]
+    assert pools and all(len(p.storages) <= recycle.KEEP for p in pools)
+    for r in results:
+        _exact(r, _outer(A, B))
+
+
+def test_a_storage_resized_by_the_caller_is_not_reused():
+    f = tx.jit(_outer)
+    r = f(A, B)
+    r.untyped_storage().resize_(0)
+    del r
+    r = f(A, B)
+    _exact(r, _outer(A, B))
+
+
+def test_threads_never_share_a_buffer():
+    f = tx.jit(_outer)
+    f(A, B)
+    errors = []
+
+    def work(scale):
+        for _ in range(30):
+            r = f(A * scale, B)
+            if not torch.equal(r, _outer(A * scale, B)):
+                errors.append(scale)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in (1.0, 2.0, 3.0, 4.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads) and not errors
+
+
+def test_modes_where_outputs_are_not_recycled():
+    f = tx.jit(_outer)
+    with torch.inference_mode():
+        r = f(A, B)
+    assert r.is_inference()
+    _exact(r, _outer(A, B))
+    # under torch.func transforms the operands are wrapped: the program allocates its results
+    got = tf.vmap(f)(A.expand(3, 64, 128), B.expand(3, 64, 128))
+    _exact(got, _outer(A, B).expand(3, 64, 128, 128))
+    # torch autograd runs through the variant without reuse
+    a = A.clone().requires_grad_()
+    f(a, B).sum().backward()
+    _exact(a.grad, B.sum(1, keepdim=True).expand(64, 128))
+
+
+def test_turned_off_no_output_is_recycled():
+    old = recycle.enabled
+    recycle.enabled = False
+    try:
+        f = tx.jit(_outer)
+        assert "_recycled" not in f.lower(A, B).program_text()
+        r = f(A, B)
+        p = _ptr(r)
+        del r
+        _exact(f(A, B), _outer(A, B))
+        assert p is not None
+    finally:
+        recycle.enabled = old
+

@@ -1,0 +1,250 @@
+"""Recycling a program's large outputs across calls (the torch executor on CPU).
+
+On CPU every fresh tensor of more than a few hundred KiB is memory glibc maps and unmaps per call,
+so writing it costs first-touch page faults: a per-example gradient program spends most of its
+time faulting in the gradients it returns (torch.compile pays the same). A program output of at
+least RECYCLE_BYTES is instead written, through the kernel's out= form, into a buffer kept by
+its `OutputPool`, and the caller gets a fresh tensor on that buffer's storage. The next call
+writes into the same buffer only once nothing outside the pool refers to that storage any more:
+no tensor or view of it (each holds a reference to the storage, counted by torch) and no Python
+storage object (counted by Python). A caller that keeps its results, or passes them back in (a
+training step's new parameters), gets another buffer; each output keeps at most KEEP, released
+with the program (`jit(f).clear_cache()`, or the jit function itself).
+
+Not recycled: under inference mode (results are inference tensors), under torch.func transforms
+or a torch dispatch or function mode (operands are wrapped), on other devices (CUDA has its own
+caching allocator), and in the variant torch autograd runs through. Set THUNDERX_RECYCLE_OUTPUTS=0
+to turn it off.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+import sys
+import threading
+
+import torch
+
+# outputs of at least this many bytes are recycled (smaller ones come from malloc's heap, which
+# hands them back without page faults); THUNDERX_RECYCLE_BYTES=0 recycles every output (a
+# thorough local run of the test suite)
+RECYCLE_BYTES = int(os.environ.get("THUNDERX_RECYCLE_BYTES", 1 << 18))
+# buffers kept per output: two let a caller that feeds each result into the next call alternate
+KEEP = 2
+enabled = os.environ.get("THUNDERX_RECYCLE_OUTPUTS", "1") != "0"
+
+_C = torch._C
+_use_count = getattr(_C, "_storage_Use_Count", None)
+
+
+def _py_refs(s) -> int:
+    return sys.getrefcount(s)
+
+
+def _calibrate() -> int:
+    """Python references to a pool's storage object while `take` looks at it, when only the
+    pool holds it (measured on the same code path, so that the interpreter's own counting of
+    list slots, loop variables and arguments cancels out)."""
+    storages = [torch.empty(0).untyped_storage()]
+    for s in storages:
+        return _py_refs(s)
+    raise AssertionError
+
+
+_BASE_REFS = _calibrate()
+
+
+class OutputPool:
+    """The buffers one program output is written into; `take()` gives a tensor on one that
+    nothing else refers to, or None when the program must allocate its own result."""
+
+    __slots__ = ("shape", "stride", "dtype", "device", "nbytes", "storages", "lock")
+
+    def __init__(self, shape, dtype: torch.dtype, device: torch.device):
+        self.shape = tuple(shape)
+        strides, step = [], 1
+        for d in reversed(self.shape):
+            strides.append(step)
+            step *= max(d, 1)
+        self.stride = tuple(reversed(strides))
+        self.dtype, self.device = dtype, device
+        self.nbytes = math.prod(self.shape) * dtype.itemsize
+        self.storages: list = []
+        self.lock = threading.Lock()
+
+    def take(self) -> torch.Tensor | None:
+        if (
+            not enabled
+            or _C._are_functorch_transforms_active()
+            or torch.is_inference_mode_enabled()
+            or _C._len_torch_dispatch_stack()
+            or _C._is_torch_function_mode_enabled()
+        ):
+            return None
+        with self.lock:  # a tensor on the chosen storage exists before another thread looks
+            for s in self.storages:
+                if _use_count(s._cdata) == 1 and _py_refs(s) == _BASE_REFS:
+                    if s.nbytes() >= self.nbytes:  # a caller may have resized it
+                        return self._tensor(s)
+                    self.storages.remove(s)
+                    break
+            t = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+            if len(self.storages) < KEEP:
+                self.storages.append(t.untyped_storage())
+            return t
+
+    def _tensor(self, s) -> torch.Tensor:
+        # a new tensor (its own version counter) on the recycled storage
+        t = torch.empty((0,), dtype=self.dtype, device=self.device)
+        return t.set_(s, 0, self.shape, self.stride)
+
+    def __repr__(self) -> str:
+        return f"OutputPool({self.shape}, {self.dtype}, {len(self.storages)} buffers)"
+
+
+def recyclable(v) -> bool:
+    """Whether output var `v` is worth a pool: a static CPU tensor of RECYCLE_BYTES or more."""
+    a = v.aval
+    return (
+        enabled
+        and _use_count is not None
+        and getattr(a, "device", None) is not None
+        and a.device.type == "cpu"
+        and all(isinstance(d, int) for d in a.shape)
+        and math.prod(a.shape) * a.dtype.itemsize >= RECYCLE_BYTES
+    )
+
+
+# torch functions whose out= form writes the functional result (a call spanning the whole
+# expression); anything else has no out form here
+_OUT_FUNCS = frozenset(
+    {"mm", "bmm", "addmm", "baddbmm", "matmul", "tensordot", "mul", "add", "sub", "sum"}
+)
+_CALL = re.compile(r"torch\.(\w+)\(")
+
+
+def out_source(e, args: list[str], expr: str, out: str, special: bool) -> str | None:
+    """A statement computing equation `e` into the tensor named `out`, or None when it has no
+    out= form: the primitive's own out= kernel, or `expr` (its source, or the source of the
+    pattern that replaced it when `special`) as an out= call."""
+    own = None if special else primitive_out_source(e, args, out)
+    return own if own is not None else _call_with_out(expr, out)
+
+
+def primitive_out_source(e, args: list[str], out: str) -> str | None:
+    """An elementwise primitive's out= kernel writing into `out`: its declared out= overload,
+    or the torch function of its in-place method; None otherwise."""
+    props = e.prim.props
+    if props.inplace_out is not None:
+        from thunderx.executors.inplace import inplace_out_source
+
+        return inplace_out_source(props.inplace_out, args, e.params, out)
+    if not props.elementwise or props.inplace is None or e.params:
+        return None
+    base = props.inplace[:-1]
+    dtype = e.outputs[0].aval.dtype
+    floating = dtype.is_floating_point or dtype.is_complex
+    if (floating or not props.inplace_floating_only) and _takes_out(base, len(args)):
+        return f"torch.{base}({', '.join(args)}, out={out})"
+    return None
+
+
+def output_pools(jaxpr, pools: dict | None, namespace: dict) -> dict[int, str]:
+    """{equation index: the namespace name of its pool's `take`} for the outputs of `jaxpr`
+    worth recycling (each made by a one-output equation, returned once), with their pools
+    made in `pools` (output index -> OutputPool) unless there already."""
+    if pools is None or not enabled or _use_count is None:
+        return {}
+    producer = {id(v): i for i, e in enumerate(jaxpr.eqns) for v in e.outputs}
+    counts: dict[int, int] = {}
+    for v in jaxpr.outvars:
+        counts[id(v)] = counts.get(id(v), 0) + 1
+    out: dict[int, str] = {}
+    for k, v in enumerate(jaxpr.outvars):
+        i = producer.get(id(v))
+        if i is None or counts[id(v)] != 1 or not recyclable(v):
+            continue
+        e = jaxpr.eqns[i]
+        if len(e.outputs) != 1 or e.prim.multiple_results:
+            continue
+        pool = pools.get(k)
+        if pool is None:
+            pool = pools[k] = OutputPool(v.aval.shape, v.aval.dtype, v.aval.device)
+        name = f"_recycled{k}"
+        namespace[name] = pool.take
+        out[i] = name
+    return out
+
+
+@functools.cache
+def _takes_out(name: str, arity: int) -> bool:
+    """Whether torch.<name> takes out= with `arity` tensor operands (torch.relu does not)."""
+    fn = getattr(torch, name, None)
+    if fn is None:
+        return False
+    try:
+        fn(*[torch.ones(1)] * arity, out=torch.empty(1))
+    except (TypeError, RuntimeError):
+        return False
+    return True
+
+
+def _call_with_out(expr: str, out: str) -> str | None:
+    """`torch.f(...)` spanning all of `expr`, f in _OUT_FUNCS, with `out=` added; `(a * b)` as
+    `torch.mul(a, b, out=...)`; None for anything else."""
+    m = _CALL.match(expr)
+    if m is not None:
+        if m.group(1) in _OUT_FUNCS and _closes_at_end(expr, m.end() - 1) and "out=" not in expr:
+            return f"{expr[:-1]}, out={out})"
+        return None
+    if expr.startswith("(") and _closes_at_end(expr, 0):
+        parts = _split_top(expr[1:-1], " * ")
+        if len(parts) == 2:
+            return f"torch.mul({parts[0]}, {parts[1]}, out={out})"
+    return None
+
+
+def _closes_at_end(expr: str, start: int) -> bool:
+    """Whether the bracket at `start` closes at the last character (no string literals in
+    generated expressions hold brackets)."""
+    depth = 0
+    for k in range(start, len(expr)):
+        c = expr[k]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return k == len(expr) - 1
+    return False
+
+
+def _split_top(s: str, sep: str) -> list[str]:
+    parts, depth, last, k = [], 0, 0, 0
+    while k < len(s):
+        c = s[k]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and s.startswith(sep, k):
+            parts.append(s[last:k])
+            last = k = k + len(sep)
+            continue
+        k += 1
+    parts.append(s[last:])
+    return parts
+
+
+def recycled_lines(name: str, take: str, expr: str, into: str) -> list[str]:
+    """The generated lines: `name` is a recycled buffer written by `into`, else `expr`."""
+    return [
+        f"    {name} = {take}()  # a recycled output buffer, or None",
+        f"    if {name} is None:",
+        f"        {name} = {expr}",
+        "    else:",
+        f"        {into}",
+    ]
