@@ -15,6 +15,7 @@ import shutil
 from thunderx.core import Primitive
 from thunderx.executors.base import Executor, register_executor
 from thunderx.executors.inductor_cache import PerLayout, clear_kernel_cache  # noqa: F401
+from thunderx.executors.inductor_tail import split_tail, tail_equations
 from thunderx.executors.inductor_whole import WholeProgram, whole_program_reason
 from thunderx.executors.kernel_groups import kernel_groups
 from thunderx.executors.patterns import fresh_index_adds, gemm_patterns
@@ -131,14 +132,23 @@ class InductorProgram:
         self.jaxpr = jaxpr
         self.whole = None
         self.whole_reason = whole_program_reason(jaxpr)
+        self.host = None
         if self.whole_reason is None:
             eager = compile_jaxpr(jaxpr, name)
-            self.whole = WholeProgram(jaxpr, name, eager)
             self.kernels, self.uncompiled, self.units = [], [], []
+            self.fn_plain, self.fn_single_plain = eager.fn_plain, eager.fn_single_plain
+            tail = tail_equations(jaxpr)
+            if tail:  # large outputs written by torch into recycled buffers (inductor_tail.py)
+                graph, host, prim = split_tail(jaxpr, tail)
+                self.whole = WholeProgram(graph, name, compile_jaxpr(graph, name))
+                self.host = compile_jaxpr(host, name, {f"_impl_{prim.name}": self.whole})
+                self.source = self.host.source
+                self.fn, self.fn_single = self.host.fn, self.host.fn_single
+                return
+            self.whole = WholeProgram(jaxpr, name, eager)
             self.source = self.whole.source
-            self.fn, self.fn_plain = self.whole, eager.fn_plain
+            self.fn = self.whole
             self.fn_single = self.whole.single if eager.fn_single is not None else None
-            self.fn_single_plain = eager.fn_single_plain
             return
         regions, compiled, self.uncompiled = _region_plan(jaxpr)
         self.kernels = [RegionKernel(u, f"region{u.region}", n) for u, n in compiled]
@@ -165,6 +175,9 @@ class InductorProgram:
         return self.fn(*args)
 
     def as_text(self) -> str:
+        if self.host is not None:
+            how = "the graph's call, then large outputs written by torch into recycled buffers"
+            return f"{self.whole.as_text()}\n# host program: {how}\n{self.host.source}"
         if self.whole is not None:
             return self.whole.as_text()
         parts = [f"# fusion regions compiled by inductor: {self.whole_reason}", self.source]
@@ -229,7 +242,8 @@ class InductorExecutor(Executor):
 
     def partition(self, jaxpr: Jaxpr) -> list[int | None]:
         if whole_program_reason(jaxpr) is None:
-            return [0] * len(jaxpr.eqns)  # one graph: inductor fuses inside it
+            tail = set(tail_equations(jaxpr))  # computed by torch after the graph
+            return [None if i in tail else 0 for i in range(len(jaxpr.eqns))]
         return _region_plan(jaxpr)[0]
 
     def lower(self, jaxpr: Jaxpr) -> InductorProgram:
