@@ -118,7 +118,7 @@ def _outer(a, b):
     return torch.einsum("bi,bj->bij", a, b)
 
 
-A, B = torch.randn(64, 128), torch.randn(64, 128)  # a 2 MiB output: recycled by default
+A, B = torch.randn(64, 256), torch.randn(64, 160)  # a 10 MiB output: recycled by default
 
 
 def _ptr(t):
@@ -179,7 +179,7 @@ def _as_tensor(held):
 
 def test_a_result_fed_back_alternates_between_two_buffers():
     f = tx.jit(lambda x: torch.tanh(x) * 1.5 + 0.1)
-    x0 = torch.randn(256, 512)
+    x0 = torch.randn(2048, 1280)  # 10 MiB
     x, want = x0, x0
     ptrs = set()
     for _ in range(8):
@@ -236,12 +236,12 @@ def test_modes_where_outputs_are_not_recycled():
     assert r.is_inference()
     _exact(r, _outer(A, B))
     # under torch.func transforms the operands are wrapped: the program allocates its results
-    got = tf.vmap(f)(A.expand(3, 64, 128), B.expand(3, 64, 128))
-    _exact(got, _outer(A, B).expand(3, 64, 128, 128))
+    got = tf.vmap(f)(A.expand(2, 64, 256), B.expand(2, 64, 160))
+    _exact(got, _outer(A, B).expand(2, 64, 256, 160))
     # torch autograd runs through the variant without reuse
     a = A.clone().requires_grad_()
     f(a, B).sum().backward()
-    _exact(a.grad, B.sum(1, keepdim=True).expand(64, 128))
+    _exact(a.grad, B.sum(1, keepdim=True).expand(64, 256))
 
 
 def test_turned_off_no_output_is_recycled():
@@ -271,7 +271,7 @@ def _per_example(w, x):
 
 @needs_inductor
 def test_the_inductor_executor_writes_large_outputs_outside_its_graph():
-    w, x = torch.randn(128, 96), torch.randn(64, 128)
+    w, x = torch.randn(256, 160), torch.randn(64, 256)  # a 10 MiB outer product
     f = tx.jit(_per_example, executor="inductor")
     low = f.lower(w, x)
     text = low.program_text()
