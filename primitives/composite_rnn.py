@@ -36,11 +36,12 @@ def _split(args, mode):
     return args[0], list(args[1 : 1 + n]), list(args[1 + n :])
 
 
-def _impl(*args, mode, has_biases, num_layers, bidirectional, batch_first):
+def _impl(*args, mode, has_biases, num_layers, bidirectional, batch_first, train=False):
+    # `train`: cuDNN's backward needs the forward run in training mode (no dropout either way)
     x, states, weights = _split(args, mode)
     hx = tuple(states) if mode == "lstm" else states[0]
     out = _KERNELS[mode]()(
-        x, hx, weights, has_biases, num_layers, 0.0, False, bidirectional, batch_first
+        x, hx, weights, has_biases, num_layers, 0.0, train, bidirectional, batch_first
     )
     return list(out)
 
@@ -130,7 +131,7 @@ def _backward_impl(*args, mode, **params):
             p.view_as(p) if outer and p.requires_grad else p.detach().requires_grad_()
             for p in primals
         ]
-        outs = _impl(*leaves, mode=mode, **params)
+        outs = _impl(*leaves, mode=mode, train=True, **params)
         grads = torch.autograd.grad(outs, leaves, cts, allow_unused=True, create_graph=outer)
     return [torch.zeros_like(p) if g is None else g for p, g in zip(primals, grads)]
 
