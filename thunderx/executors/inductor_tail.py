@@ -10,18 +10,13 @@ graph returns that equation's operands instead, which are small for exactly thes
 
 from __future__ import annotations
 
-import math
+from collections import Counter
 
 from thunderx.core import Primitive, torch_codegen_rules
 from thunderx.executors.recycle import out_source, recyclable
+from thunderx.executors.release import nbytes
 from thunderx.ir import Eqn, Jaxpr, Var
 from thunderx.properties import ALL_OPERANDS, Properties
-
-
-def _nbytes(x) -> int:
-    if not isinstance(x, Var):
-        return 0
-    return math.prod(x.aval.shape) * x.aval.dtype.itemsize
 
 
 def tail_equations(jaxpr: Jaxpr) -> list[int]:
@@ -29,9 +24,7 @@ def tail_equations(jaxpr: Jaxpr) -> list[int]:
     no other equation, with an out= form, made by a contraction or by broadcasting operands of
     at most half its size."""
     read = {id(x) for e in jaxpr.eqns for x in e.inputs}
-    counts: dict[int, int] = {}
-    for v in jaxpr.outvars:
-        counts[id(v)] = counts.get(id(v), 0) + 1
+    counts = Counter(id(v) for v in jaxpr.outvars)
     out = []
     for i, e in enumerate(jaxpr.eqns):
         if len(e.outputs) != 1 or e.prim.multiple_results or e.prim.props.effects:
@@ -42,7 +35,8 @@ def tail_equations(jaxpr: Jaxpr) -> list[int]:
         if e.prim.props.alias_positions(len(e.inputs)):
             continue
         contraction = e.prim.name == "dot_general"
-        expanding = 2 * sum(_nbytes(x) for x in e.inputs) <= _nbytes(v)
+        operand_bytes = sum(nbytes(x.aval) for x in e.inputs if isinstance(x, Var))
+        expanding = 2 * operand_bytes <= nbytes(v.aval)
         if not (contraction or expanding) or e.prim not in torch_codegen_rules:
             continue
         names = [f"x{k}" for k in range(len(e.inputs))]

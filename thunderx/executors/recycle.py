@@ -20,13 +20,16 @@ to turn it off.
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 import sys
 import threading
+from collections import Counter
 
 import torch
+
+from thunderx.executors.inplace import inplace_out_source
+from thunderx.executors.release import nbytes
 
 # outputs of at least this many bytes are recycled. Measured (CPU, A/B in one process): outputs
 # of 16 MiB and more (per-example gradients) are mapped afresh by malloc on every call and ran
@@ -64,17 +67,11 @@ class OutputPool:
     """The buffers one program output is written into; `take()` gives a tensor on one that
     nothing else refers to, or None when the program must allocate its own result."""
 
-    __slots__ = ("shape", "stride", "dtype", "device", "nbytes", "storages", "lock")
+    __slots__ = ("shape", "dtype", "device", "nbytes", "storages", "lock")
 
-    def __init__(self, shape, dtype: torch.dtype, device: torch.device):
-        self.shape = tuple(shape)
-        strides, step = [], 1
-        for d in reversed(self.shape):
-            strides.append(step)
-            step *= max(d, 1)
-        self.stride = tuple(reversed(strides))
-        self.dtype, self.device = dtype, device
-        self.nbytes = math.prod(self.shape) * dtype.itemsize
+    def __init__(self, aval):
+        self.shape, self.dtype, self.device = aval.shape, aval.dtype, aval.device
+        self.nbytes = nbytes(aval)
         self.storages: list = []
         self.lock = threading.Lock()
 
@@ -100,9 +97,9 @@ class OutputPool:
             return t
 
     def _tensor(self, s) -> torch.Tensor:
-        # a new tensor (its own version counter) on the recycled storage
+        # a new contiguous tensor (its own version counter) on the recycled storage
         t = torch.empty((0,), dtype=self.dtype, device=self.device)
-        return t.set_(s, 0, self.shape, self.stride)
+        return t.set_(s, 0, self.shape)
 
     def __repr__(self) -> str:
         return f"OutputPool({self.shape}, {self.dtype}, {len(self.storages)} buffers)"
@@ -117,7 +114,7 @@ def recyclable(v) -> bool:
         and getattr(a, "device", None) is not None
         and a.device.type == "cpu"
         and all(isinstance(d, int) for d in a.shape)
-        and math.prod(a.shape) * a.dtype.itemsize >= RECYCLE_BYTES
+        and nbytes(a) >= RECYCLE_BYTES
     )
 
 
@@ -142,8 +139,6 @@ def primitive_out_source(e, args: list[str], out: str) -> str | None:
     or the torch function of its in-place method; None otherwise."""
     props = e.prim.props
     if props.inplace_out is not None:
-        from thunderx.executors.inplace import inplace_out_source
-
         return inplace_out_source(props.inplace_out, args, e.params, out)
     if not props.elementwise or props.inplace is None or e.params:
         return None
@@ -159,12 +154,10 @@ def output_pools(jaxpr, pools: dict | None, namespace: dict) -> dict[int, str]:
     """{equation index: the namespace name of its pool's `take`} for the outputs of `jaxpr`
     worth recycling (each made by a one-output equation, returned once), with their pools
     made in `pools` (output index -> OutputPool) unless there already."""
-    if pools is None or not enabled or _use_count is None:
+    if pools is None:
         return {}
     producer = {id(v): i for i, e in enumerate(jaxpr.eqns) for v in e.outputs}
-    counts: dict[int, int] = {}
-    for v in jaxpr.outvars:
-        counts[id(v)] = counts.get(id(v), 0) + 1
+    counts = Counter(id(v) for v in jaxpr.outvars)
     out: dict[int, str] = {}
     for k, v in enumerate(jaxpr.outvars):
         i = producer.get(id(v))
@@ -175,7 +168,7 @@ def output_pools(jaxpr, pools: dict | None, namespace: dict) -> dict[int, str]:
             continue
         pool = pools.get(k)
         if pool is None:
-            pool = pools[k] = OutputPool(v.aval.shape, v.aval.dtype, v.aval.device)
+            pool = pools[k] = OutputPool(v.aval)
         name = f"_recycled{k}"
         namespace[name] = pool.take
         out[i] = name

@@ -28,7 +28,7 @@ def releases(jaxpr: Jaxpr, last_use: dict, unnamed: set, affine: dict) -> dict:
         for v in e.outputs
     ]
     named += [v for outs, _, _ in affine.values() for v in outs if v is not None]
-    big = {id(v) for v in named if _nbytes(v.aval) >= RELEASE_BYTES}
+    big = {id(v) for v in named if nbytes(v.aval) >= RELEASE_BYTES}
     dying: dict[int, list] = {}
     for v in named:
         i = last_use.get(id(v))
@@ -48,7 +48,7 @@ def releases(jaxpr: Jaxpr, last_use: dict, unnamed: set, affine: dict) -> dict:
     return out
 
 
-def _nbytes(aval) -> int:
+def nbytes(aval) -> int:
     """Bytes of a tensor value (0 for a value whose size is not static, such as a dynamic
     count)."""
     if any(not isinstance(d, int) for d in aval.shape):
