@@ -4,12 +4,13 @@ Lightning Thunder where it imports, and eager torch; steady state and first call
 from __future__ import annotations
 
 import math
+import statistics
 
 import torch
 import torch.func as tf
 import torch.nn.functional as F
 from cases import _check, _row
-from harness import compare, first_call
+from harness import compare, first_calls
 
 import thunderx as tx
 from thunderx.executors.inductor_exec import inductor_unavailable_reason
@@ -37,19 +38,18 @@ def _raw_row(case, cand, base, ours_s, theirs_s, note=""):
     }
 
 
-def _peers(case, f, args, rounds, ours, thunder_ok=True, first=False, tol=1e-4):
+def _peers(case, f, args, rounds, ours, thunder_ok=True, first=None, tol=1e-4):
     """Rows comparing `ours` (label -> thunderx callable) with torch.compile(f): steady state
-    for each, eager and Thunder beside them, and optionally both first calls. Each round times
-    every candidate for at least 0.1 s (several calls even of the slowest case: a round of one
-    call is at the mercy of one page fault or one preemption)."""
+    for each, eager and Thunder beside them, and, when `first` maps labels to makers of fresh
+    thunderx callables, first calls against torch.compile's (median of interleaved rounds, each
+    compiling from cold caches). Each round times every candidate for at least 0.1 s (several
+    calls even of the slowest case: a round of one call is at the mercy of one page fault or
+    one preemption)."""
     rows = []
-    comp = torch.compile(f)
     t_first = {}
     if first:
-        t_first["torch.compile"] = first_call(comp, *args)
-        for label, fn in ours.items():
-            if "inductor" in label:
-                t_first[label] = first_call(fn, *args)
+        t_first = first_calls({"torch.compile": lambda: torch.compile(f), **first}, args)
+    comp = torch.compile(f)
     want = f(*args)
     cands = {}
     for label, fn in ours.items():
@@ -73,11 +73,15 @@ def _peers(case, f, args, rounds, ours, thunder_ok=True, first=False, tol=1e-4):
     if thunder_note:
         rows.append(_raw_row(case, "thunder.jit", "torch.compile", math.nan, 1.0, thunder_note))
         rows[-1]["ms"] = rows[-1]["baseline_ms"] = math.nan
-    for label, t in t_first.items():
+    base_s, base_rounds = t_first.get("torch.compile", (None, None))
+    for label, (t, t_rounds) in t_first.items():
         if label != "torch.compile":
-            rows.append(
-                _raw_row(f"{case}: first call", label, "torch.compile", t, t_first["torch.compile"])
-            )
+            row = _raw_row(f"{case}: first call", label, "torch.compile", t, base_s)
+            # the ratio is the median of the rounds' ratios (each pair compiled back to back)
+            per_round = [a / b for a, b in zip(t_rounds, base_rounds)]
+            row["ratio"] = statistics.median(per_round)
+            row["spread"] = (min(per_round), max(per_round))
+            rows.append(row)
     return rows
 
 
@@ -109,7 +113,10 @@ def elementwise_chain(rounds):
         g = torch.Generator().manual_seed(0)
         args = (torch.randn(n, n, generator=g), torch.randn(n, generator=g))
         case = f"elementwise chain (12 ops), f32[{n},{n}]"
-        rows += _peers(case, gelu_gate_chain, args, rounds, _ours(gelu_gate_chain), first=True)
+        first = None
+        if _inductor_ok():
+            first = {"jit (inductor)": lambda: tx.jit(gelu_gate_chain, executor="inductor")}
+        rows += _peers(case, gelu_gate_chain, args, rounds, _ours(gelu_gate_chain), first=first)
     return rows
 
 

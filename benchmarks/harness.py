@@ -121,3 +121,19 @@ def first_call(fn, *args) -> float:
         return timed(lambda: fn(*args))
     with cold_compile_caches():
         return timed(lambda: fn(*args))
+
+
+def first_calls(makers: dict, args: tuple, rounds: int = 3) -> dict:
+    """First-call seconds of several compilers, measured like `compare`: `makers` maps a label
+    to a zero-argument function returning a fresh, never-called callable; each round makes one
+    of each and times its first call with cold compile caches, interleaved (the order flips
+    every round). A cold compile is one long sample at the mercy of the machine (the same code
+    measured 0.9-1.8 s), so the report is the median over rounds. Returns {label: (median
+    seconds, per-round seconds)}; one round under --quick."""
+    rounds = 1 if QUICK[0] else rounds
+    times = {k: [] for k in makers}
+    for r in range(rounds):
+        order = list(makers) if r % 2 == 0 else list(reversed(list(makers)))
+        for k in order:
+            times[k].append(first_call(makers[k](), *args))
+    return {k: (statistics.median(t), t) for k, t in times.items()}
