@@ -206,3 +206,85 @@ def test_multihead_attention_with_key_bias_and_zero_attention_matches_torch(
     for n in params:
         torch.testing.assert_close(got[0][n], want[0][n], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-5)
+
+
+MHA_CASES = {
+    # name: (module kwargs, query shape, key/value shape or None for self-attention, call kw)
+    "self_batch_first": (dict(batch_first=True), (3, 5, 8), None, {}),
+    "self_seq_first": (dict(), (5, 3, 8), None, {}),
+    "self_unbatched": (dict(), (5, 8), None, {}),
+    "cross_padding_mask": (dict(batch_first=True), (3, 4, 8), (3, 6, 8), {"kpm": True}),
+    "cross_kdim_vdim": (dict(kdim=6, vdim=6), (4, 3, 8), (7, 3, 6), {}),
+    "self_float_mask": (dict(batch_first=True), (3, 5, 8), None, {"mask": "float"}),
+    "self_bool_mask": (dict(), (5, 3, 8), None, {"mask": "bool"}),
+    "self_causal": (dict(batch_first=True), (3, 5, 8), None, {"mask": "causal"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MHA_CASES))
+def test_multihead_attention_without_weights_matches_torch(case):
+    """The path nn.TransformerEncoderLayer takes (need_weights=False), which thunderx computes
+    batch-major whatever the module's layout: values and gradients against torch eager and
+    torch.func, for self- and cross-attention, separate key/value sizes, masks, unbatched."""
+    mod_kw, q_shape, kv_shape, call = MHA_CASES[case]
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, **mod_kw)
+    params = {n: p.detach() for n, p in mha.named_parameters()}
+    q = torch.randn(*q_shape)
+    kv = q if kv_shape is None else torch.randn(*kv_shape)
+    bf = mod_kw.get("batch_first", False)
+    lq = q_shape[1] if bf else q_shape[0]
+    lk = lq if kv_shape is None else (kv_shape[1] if bf else kv_shape[0])
+    kw = {"need_weights": False}
+    if call.get("kpm"):
+        kpm = torch.zeros(q_shape[0], lk, dtype=torch.bool)
+        kpm[1, lk // 2 :] = True
+        kw["key_padding_mask"] = kpm
+    if call.get("mask") == "float":
+        kw["attn_mask"] = torch.randn(lq, lk)
+    elif call.get("mask") == "bool":
+        kw["attn_mask"] = torch.rand(lq, lk, generator=torch.Generator().manual_seed(2)) > 0.7
+    elif call.get("mask") == "causal":
+        kw["attn_mask"] = torch.nn.Transformer.generate_square_subsequent_mask(lq)
+        kw["is_causal"] = True
+
+    def run(p, q, kv, call_fn):
+        args = (q, q, q) if kv_shape is None else (q, kv, kv)
+        return call_fn(mha, p, args, kw)[0]
+
+    want = run(params, q, kv, torch.func.functional_call)
+    got = tx.jit(lambda p, q, kv: run(p, q, kv, tx.functional_call))(params, q, kv)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+    def loss(call_fn):
+        return lambda p, q, kv: run(p, q, kv, call_fn).sin().sum()
+
+    argnums = (0, 1) if kv_shape is None else (0, 1, 2)
+    want_g = torch.func.grad(loss(torch.func.functional_call), argnums)(params, q, kv)
+    got_g = tx.jit(tx.grad(loss(tx.functional_call), argnums))(params, q, kv)
+    for n in params:
+        torch.testing.assert_close(got_g[0][n], want_g[0][n], rtol=1e-4, atol=1e-5)
+    for a, b in zip(got_g[1:], want_g[1:]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_batch_first_attention_layer_runs_without_sequence_major_copies():
+    # nn.MultiheadAttention(batch_first=True) turns (N, L, E) into (L, N, E) and back; thunderx
+    # computes the attention batch-major, so the two transposes cancel: no permutation of the
+    # batch and sequence axes is left, in the forward or the backward, and the heads merge back
+    # into rows as a view of the kernel's output
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    params = {n: p.detach() for n, p in layer.named_parameters()}
+    x = torch.randn(3, 5, 16)
+
+    def loss(p, x, call):
+        return call(layer, p, (x,)).square().mean()
+
+    f = tx.jit(tx.grad(lambda p, x: loss(p, x, tx.functional_call)))
+    src = f.lower(params, x).as_text().split("# execution program")[1]
+    assert "permute(1, 0, 2" not in src and "permute(2, 0, 1, 3" not in src, src
+    want = torch.func.grad(lambda p, x: loss(p, x, torch.func.functional_call))(params, x)
+    got = f(params, x)
+    for n in params:
+        torch.testing.assert_close(got[n], want[n], rtol=1e-4, atol=1e-5)

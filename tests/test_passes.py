@@ -122,6 +122,20 @@ def test_doubling_integers_and_leaving_booleans():
     _exact(tx.jit(lambda v: v | v)(b), b | b)
 
 
+def test_a_transpose_undone_vanishes():
+    # the two transposes compose to the identity: no reshape to the same shape is left either
+    def f(x):
+        y = x.sin().transpose(0, 1)
+        return y.transpose(0, 1).cos() + y.permute(1, 0).exp()
+
+    x = SPECIALS.reshape(2, 4)
+    before = _jaxpr(f, x)
+    assert _names(before).count("transpose") == 3, before
+    after = optimize(before)
+    assert "transpose" not in _names(after) and "reshape" not in _names(after), after
+    _exact(tx.jit(f)(x), f(x))
+
+
 # ------------------------------------------------------------------ transposes in dot_general
 
 

@@ -160,7 +160,7 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
     vanish (stop_gradient stays: torch autograd through a jitted call must not see past it);
     `x + x` becomes `x * 2`
     (exact, inf and NaN included); `x * 0` stays (NaN and inf times 0 are NaN). Chains of
-    layout ops are composed."""
+    layout ops are composed, and a reshape to its operand's own shape vanishes."""
     bool_ = torch.bool
     subst: dict[int, object] = {}
     producers: dict[int, Eqn] = {}
@@ -227,12 +227,24 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
         elif ins != e.inputs:
             e = Eqn(e.prim, ins, e.outputs, e.params)
             changed = True
+        if _identity_reshape(e):
+            # a reshape to its operand's shape (a transpose undone by another, folded above)
+            subst[id(out)] = e.inputs[0]
+            changed = True
+            continue
         for v in e.outputs:
             producers[id(v)] = e
         eqns.append(e)
     if not changed:
         return jaxpr
     return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [get(x) for x in jaxpr.outvars], check=False)
+
+
+def _identity_reshape(e: Eqn) -> bool:
+    x = e.inputs[0] if e.prim is S.reshape_p else None
+    return isinstance(x, Var) and x.aval.shape == e.outputs[0].aval.shape == tuple(
+        e.params["new_sizes"]
+    )
 
 
 def _one_over(x, y, out, producers) -> bool:

@@ -132,7 +132,16 @@ def _multi_head_attention_forward(
     tgt_len, bsz, embed_dim = shape(query)
     src_len = shape(key)[0]
     hd = embed_dim // num_heads
-    if not use_separate_proj_weight and key is query and value is query:
+    # torch's fused path (one scaled_dot_product_attention, no weights returned) runs batch-major:
+    # the projections take (N, n, E) rows and the heads are (N, n, H, hd) views, the layout the
+    # attention kernels return their output in, so merging the heads back is a view, not a copy.
+    # nn.MultiheadAttention(batch_first=True) transposes its (N, L, E) input to (L, N, E) and its
+    # output back: those transposes and the ones here compose to nothing.
+    batch_major = not need_weights and bias_k is None and static_k is None and not add_zero_attn
+    self_attention = key is query and value is query
+    if batch_major:
+        query, key, value = (S.transpose(t, (1, 0, 2)) for t in (query, key, value))
+    if not use_separate_proj_weight and self_attention:
         # self-attention: one projection by the packed weight, as torch's _in_projection_packed
         q, k, v = _chunk(linear(query, in_proj_weight, in_proj_bias), 3, -1)
     else:
@@ -148,7 +157,9 @@ def _multi_head_attention_forward(
     def heads(t, n):  # (n, N, E) -> (N * H, n, hd)
         return S.transpose(S.reshape(t, (n, bsz * num_heads, hd)), (1, 0, 2))
 
-    def split(t, n):  # (n, N, E) -> (N, H, n, hd), views of the projection in torch
+    def split(t, n):  # (n, N, E) or batch-major (N, n, E) -> (N, H, n, hd), views in torch
+        if batch_major:
+            return S.transpose(S.reshape(t, (bsz, n, num_heads, hd)), (0, 2, 1, 3))
         return S.transpose(S.reshape(t, (n, bsz, num_heads, hd)), (1, 2, 0, 3))
 
     def zeros(shp):
@@ -160,12 +171,13 @@ def _multi_head_attention_forward(
         v = _cat([v, S.broadcast_to(bias_v, (1, bsz, embed_dim))], 0)
         appended, src_len = 1, src_len + 1
     q4, k4, v4 = split(q, tgt_len), split(k, src_len), split(v, src_len)
-    q = heads(q, tgt_len)
-    if static_k is not None:
-        k, v = static_k, static_v  # (N * H, S, hd)
-        src_len = shape(k)[1]
-    else:
-        k, v = heads(k, src_len), heads(v, src_len)
+    if not batch_major:
+        q = heads(q, tgt_len)
+        if static_k is not None:
+            k, v = static_k, static_v  # (N * H, S, hd)
+            src_len = shape(k)[1]
+        else:
+            k, v = heads(k, src_len), heads(v, src_len)
     if add_zero_attn:
         k, v = (_cat([t, zeros((bsz * num_heads, 1, hd))], 1) for t in (k, v))
         appended, src_len = appended + 1, src_len + 1
@@ -215,8 +227,9 @@ def _multi_head_attention_forward(
             dropout_p if training else 0.0,
             is_causal=causal,
         )
-        out = S.reshape(S.transpose(out, (2, 0, 1, 3)), (tgt_len * bsz, embed_dim))
-        out = S.reshape(linear(out, out_proj_weight, out_proj_bias), (tgt_len, bsz, embed_dim))
+        out = S.reshape(S.transpose(out, (0, 2, 1, 3)), (bsz * tgt_len, embed_dim))
+        out = S.reshape(linear(out, out_proj_weight, out_proj_bias), (bsz, tgt_len, embed_dim))
+        out = S.transpose(out, (1, 0, 2))
         return (S.squeeze(out, (1,)) if unbatched else out), None
     scores = matmul(B.mul(q, 1.0 / math.sqrt(hd)), S.transpose(k, (0, 2, 1)))
     if mask is not None:
