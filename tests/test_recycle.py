@@ -26,13 +26,14 @@ from .test_properties import CHECKED, _samples
 
 @contextlib.contextmanager
 def every_output_recycled():
-    """Recycle outputs of any size (the threshold keeps small ones out in normal use)."""
-    old = recycle.RECYCLE_BYTES
-    recycle.RECYCLE_BYTES = 0
+    """Recycle outputs and intermediates of any size (the thresholds keep small ones out in
+    normal use)."""
+    old = recycle.RECYCLE_BYTES, recycle.INTERMEDIATE_BYTES
+    recycle.RECYCLE_BYTES = recycle.INTERMEDIATE_BYTES = 0
     try:
         yield
     finally:
-        recycle.RECYCLE_BYTES = old
+        recycle.RECYCLE_BYTES, recycle.INTERMEDIATE_BYTES = old
 
 
 def _exact(got, want):
@@ -72,8 +73,12 @@ def test_every_out_form_computes_what_the_primitive_does(name):
         _exact(again, want)
 
 
-def _pools(prog):
-    return [fn.__self__ for k, fn in prog.fn.__globals__.items() if k.startswith("_recycled")]
+def _pools(prog, intermediates=True):
+    return [
+        fn.__self__
+        for k, fn in prog.fn.__globals__.items()
+        if k.startswith("_recycled") and (intermediates or not k.startswith("_recycled_t"))
+    ]
 
 
 def test_the_out_forms_cover_the_kernels_that_make_large_results():
@@ -191,8 +196,9 @@ def test_a_result_fed_back_alternates_between_two_buffers():
         want = step(want)
         ptrs.add(_ptr(x))
     torch.testing.assert_close(x, want)
-    kept = {s.data_ptr() for e in f.jit_function._cache.values() for p in _pools(e.program)
-            for s in p.storages}  # fmt: skip
+    # (tanh(x), 10 MiB, is an intermediate with a pool of its own: one buffer, reused)
+    kept = {s.data_ptr() for e in f.jit_function._cache.values()
+            for p in _pools(e.program, intermediates=False) for s in p.storages}  # fmt: skip
     assert len(kept) == 2 and ptrs == kept, "a result fed back alternates between two buffers"
 
 
@@ -300,3 +306,54 @@ def test_the_inductor_executor_writes_large_outputs_outside_its_graph():
     ref = w.clone().requires_grad_()
     _per_example(ref, x)[0].sum().backward()
     torch.testing.assert_close(wg.grad, ref.grad)
+
+
+def _chain(x):
+    # intermediates the program makes and drops, one returned as a view, one reduced
+    h = x.exp() * 0.5
+    g = torch.tanh(h) + h
+    return g[1:], (g * h).sum(0)
+
+
+def test_large_intermediates_are_recycled_and_an_escaping_view_keeps_its_buffer():
+    x = torch.randn(64, 32, dtype=torch.float64)
+    with every_output_recycled():
+        f = tx.jit(_chain)
+        assert "_recycled_t" in f.lower(x).program_text(), f.lower(x).program_text()
+        first_view, first_sum = f(x)
+        kept = first_view.clone()
+        for k in range(3):  # `first_view` still refers to its intermediate's buffer
+            y = x * (k + 2.0)
+            got = f(y)
+            want = _chain(y)
+            _exact(got[0], want[0])
+            _exact(got[1], want[1])
+            assert _ptr(got[0]) != _ptr(first_view)
+            _exact(first_view, kept)
+        _exact(first_sum, _chain(x)[1])
+        pools = [p for p in _jit_pools(f) if p.storages]
+        assert pools and all(len(p.storages) <= recycle.KEEP for p in pools)
+
+
+def _jit_pools(f):
+    return [p for e in f.jit_function._cache.values() for p in _pools(e.program)]
+
+
+def test_an_intermediate_buffer_is_the_same_memory_call_after_call():
+    x = torch.randn(48, 40)
+
+    def f(x):
+        return (torch.sin(x) * 3.0 + x).sum()
+
+    with every_output_recycled():
+        jf = tx.jit(f)
+        src = jf.lower(x).program_text()
+        assert "_recycled_t" in src, src
+        for _ in range(2):
+            torch.testing.assert_close(jf(x), f(x))
+        pools = [p for p in _jit_pools(jf) if p.storages]
+        before = [[s.data_ptr() for s in p.storages] for p in pools]
+        for _ in range(3):
+            torch.testing.assert_close(jf(x), f(x))
+        assert [[s.data_ptr() for s in p.storages] for p in pools] == before
+        assert all(len(p.storages) == 1 for p in pools), pools
