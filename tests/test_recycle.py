@@ -357,3 +357,41 @@ def test_an_intermediate_buffer_is_the_same_memory_call_after_call():
             torch.testing.assert_close(jf(x), f(x))
         assert [[s.data_ptr() for s in p.storages] for p in pools] == before
         assert all(len(p.storages) == 1 for p in pools), pools
+
+
+@pytest.mark.parametrize(
+    "make_x",
+    [
+        lambda x: x,  # (4, 6, 8) rows
+        lambda x: x[1],  # one matrix
+        lambda x: x[0, 0],  # a single vector
+        lambda x: x.transpose(0, 1)[:, 1:3],  # strided rows
+    ],
+    ids=["3d", "2d", "1d", "strided"],
+)
+@pytest.mark.parametrize("stored_transposed", [False, True])
+def test_a_linear_layer_writes_into_a_recycled_buffer(make_x, stored_transposed):
+    # F.linear (and the addmm of 2-D rows) into recycled outputs and intermediates
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 6, 8, generator=g, dtype=torch.float64)
+    w = torch.randn(5, 8, generator=g, dtype=torch.float64)
+    w = w.t().contiguous() if stored_transposed else w  # (8, 5): read as w.t()
+    b = torch.randn(5, generator=g, dtype=torch.float64)
+    w2 = torch.randn(3, 5, generator=g, dtype=torch.float64)
+
+    def f(x, w, b, w2):
+        h = torch.nn.functional.linear(make_x(x).sin(), w.t() if stored_transposed else w, b)
+        return torch.nn.functional.linear(h.tanh(), w2, b[:3])
+
+    with every_output_recycled():
+        jf = tx.jit(f)
+        src = jf.lower(x, w, b, w2).program_text()
+        addmms = [ln for ln in src.splitlines() if "torch.addmm(" in ln and "out=" in ln]
+        # (a vector's product is a tensordot, with its own out= form)
+        assert len(addmms) == (0 if make_x(x).ndim == 1 else 2) and src.count("out=") >= 2, src
+        first = jf(x, w, b, w2)
+        kept = first.clone()
+        for k in range(3):
+            got = jf(x * (k + 1.5), w, b, w2)
+            torch.testing.assert_close(got, f(x * (k + 1.5), w, b, w2), rtol=1e-12, atol=1e-12)
+        _exact(first, kept)

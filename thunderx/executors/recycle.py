@@ -139,6 +139,7 @@ _OUT_FUNCS = frozenset(
     {"mm", "bmm", "addmm", "baddbmm", "matmul", "tensordot", "mul", "add", "sub", "sum"}
 )
 _CALL = re.compile(r"torch\.(\w+)\(")
+_LINEAR = "torch.nn.functional.linear("
 
 
 def out_source(e, args: list[str], expr: str, out: str, special: bool) -> str | None:
@@ -213,6 +214,15 @@ def _takes_out(name: str, arity: int) -> bool:
 def _call_with_out(expr: str, out: str) -> str | None:
     """`torch.f(...)` spanning all of `expr`, f in _OUT_FUNCS, with `out=` added; `(a * b)` as
     `torch.mul(a, b, out=...)`; None for anything else."""
+    if expr.startswith(_LINEAR) and _closes_at_end(expr, len(_LINEAR) - 1):
+        # F.linear has no out=: the addmm it runs on the rows (torch's own for a contiguous
+        # input), into a 2-D view of the buffer
+        args = _split_top(expr[len(_LINEAR) : -1], ", ")
+        if len(args) == 3:
+            x, w, b = args
+            rows = f"{x}.reshape(-1, {x}.shape[-1])"
+            return f"torch.addmm({b}, {rows}, {w}.t(), out={out}.view(-1, {out}.shape[-1]))"
+        return None
     m = _CALL.match(expr)
     if m is not None:
         if m.group(1) in _OUT_FUNCS and _closes_at_end(expr, m.end() - 1) and "out=" not in expr:
