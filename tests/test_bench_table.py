@@ -41,11 +41,10 @@ def test_results_hold_every_row_with_machine_and_spread():
     measured = [r for r in rows.values() if r["ratio"] not in ("-",)]
     assert measured, "no measured rows"
     for r in measured:
-        assert (
-            r["spread"] != "-"
-            or r["case"].startswith(("per-layer", "make_jaxpr"))
-            or ("first call" in r["case"])
-        ), f"row without a spread over rounds: {r}"
+        # (first calls too: each is the median of interleaved cold compiles)
+        assert r["spread"] != "-" or r["case"].startswith(("per-layer", "make_jaxpr")), (
+            f"row without a spread over rounds: {r}"
+        )
 
 
 def test_a_changed_result_breaks_the_readme_check():
