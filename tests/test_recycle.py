@@ -222,15 +222,22 @@ def test_a_storage_resized_by_the_caller_is_not_reused():
     _exact(r, _outer(A, B))
 
 
-def test_threads_never_share_a_buffer():
-    f = tx.jit(_outer)
+def _outer_of_intermediates(a, b):
+    # the outer product is an intermediate too (10 MiB), read after other threads may have run
+    o = _outer(a.sin(), b)
+    return o * 2.0 + o.cos()
+
+
+@pytest.mark.parametrize("fn", [_outer, _outer_of_intermediates], ids=["output", "intermediates"])
+def test_threads_never_share_a_buffer(fn):
+    f = tx.jit(fn)
     f(A, B)
     errors = []
 
     def work(scale):
         for _ in range(30):
             r = f(A * scale, B)
-            if not torch.equal(r, _outer(A * scale, B)):
+            if not torch.equal(r, fn(A * scale, B)):
                 errors.append(scale)
 
     threads = [threading.Thread(target=work, args=(s,)) for s in (1.0, 2.0, 3.0, 4.0)]
