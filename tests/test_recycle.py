@@ -339,7 +339,7 @@ def test_large_intermediates_are_recycled_and_an_escaping_view_keeps_its_buffer(
             _exact(first_view, kept)
         _exact(first_sum, _chain(x)[1])
         pools = [p for p in _jit_pools(f) if p.storages]
-        assert pools and all(len(p.storages) <= recycle.KEEP for p in pools)
+        assert pools and all(len(p.storages) <= p.keep for p in pools)
 
 
 def _jit_pools(f):
@@ -402,3 +402,23 @@ def test_a_linear_layer_writes_into_a_recycled_buffer(make_x, stored_transposed)
             got = jf(x * (k + 1.5), w, b, w2)
             torch.testing.assert_close(got, f(x * (k + 1.5), w, b, w2), rtol=1e-12, atol=1e-12)
         _exact(first, kept)
+
+
+def test_intermediates_of_one_shape_share_a_pool_as_large_as_the_most_alive_at_once():
+    # many same-shaped temporaries, each dead soon after it is made: the program keeps as many
+    # buffers as are ever alive together (a few), not one per equation
+    def f(x, y):
+        acc = x
+        for k in range(8):
+            acc = acc * torch.sin(y * (k + 1.0)) + torch.cos(acc + k)
+        return acc.sum()
+
+    x, y = torch.randn(32, 16, dtype=torch.float64), torch.randn(32, 16, dtype=torch.float64)
+    with every_output_recycled():
+        jf = tx.jit(f)
+        src = jf.lower(x, y).program_text()
+        sites = src.count("_recycled_t0()")
+        for k in range(3):
+            torch.testing.assert_close(jf(x, y * k), f(x, y * k), rtol=1e-12, atol=1e-12)
+        (pool,) = [p for p in _jit_pools(jf) if p.shape == (32, 16)]
+        assert sites >= 8 and pool.keep <= 4 and len(pool.storages) <= pool.keep, (sites, pool)

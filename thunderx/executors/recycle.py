@@ -13,9 +13,11 @@ training step's new parameters), gets another buffer; each output keeps at most 
 with the program (`jit(f).clear_cache()`, or the jit function itself).
 
 The program's own large intermediates (at least INTERMEDIATE_BYTES) are written into recycled
-buffers the same way: the buffer is taken at the equation that makes the value and is free again
+buffers the same way: a buffer is taken at the equation that makes the value and is free again
 once the program has deleted it, so steady-state calls fault in no fresh pages for them; a value
 whose memory escapes (an output that is a view of it) makes the next call take another buffer.
+The equations making values of one shape and dtype share one pool, which keeps as many buffers
+as such values are ever alive at once: the memory kept is what the program's own peak holds.
 
 Not recycled: under inference mode (results are inference tensors), under torch.func transforms
 or a torch dispatch or function mode (operands are wrapped), on other devices (CUDA has its own
@@ -45,8 +47,8 @@ from thunderx.executors.release import nbytes
 # the test suite).
 RECYCLE_BYTES = int(os.environ.get("THUNDERX_RECYCLE_BYTES", 1 << 23))
 # intermediates (results the program makes and drops) of at least this many bytes are written into
-# recycled buffers too: each is taken at its equation and free again once the program deletes it,
-# so one buffer per equation serves every call. Measured (A/B in one process, against
+# recycled buffers too, from a pool per shape and dtype as large as the most such values alive at
+# once (taken where a value is made, free again once the program deletes it). Measured (A/B in one process, against
 # torch.compile): a GPT block's 4 MiB GELU activations and gradients faulted in 1500 pages a call
 # and ran 5% slower than recycled; a 16 MiB elementwise chain ran 2x faster; 1-4 MiB
 # intermediates of a transformer layer neither gained nor lost (below 4 MiB malloc mostly returns
@@ -81,13 +83,14 @@ class OutputPool:
     """The buffers one program output is written into; `take()` gives a tensor on one that
     nothing else refers to, or None when the program must allocate its own result."""
 
-    __slots__ = ("shape", "dtype", "device", "nbytes", "storages", "lock")
+    __slots__ = ("shape", "dtype", "device", "nbytes", "storages", "lock", "keep")
 
-    def __init__(self, aval):
+    def __init__(self, aval, keep: int = KEEP):
         self.shape, self.dtype, self.device = aval.shape, aval.dtype, aval.device
         self.nbytes = nbytes(aval)
         self.storages: list = []
         self.lock = threading.Lock()
+        self.keep = keep  # buffers kept at most
 
     def take(self) -> torch.Tensor | None:
         if (
@@ -106,7 +109,7 @@ class OutputPool:
                     self.storages.remove(s)
                     break
             t = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-            if len(self.storages) < KEEP:
+            if len(self.storages) < self.keep:
                 self.storages.append(t.untyped_storage())
             return t
 
@@ -166,36 +169,63 @@ def primitive_out_source(e, args: list[str], out: str) -> str | None:
     return None
 
 
-def output_pools(jaxpr, pools: dict | None, namespace: dict) -> dict[int, str]:
+def output_pools(jaxpr, pools: dict | None, namespace: dict, last_use: dict) -> dict[int, str]:
     """{equation index: the namespace name of its pool's `take`} for the outputs of `jaxpr`
     worth recycling (each made by a one-output equation, returned once), and for its large
-    intermediates, with their pools made in `pools` (output index, or ("eqn", equation index)
-    for an intermediate -> OutputPool) unless there already."""
+    intermediates, with their pools made in `pools` unless there already: one per output (keyed
+    by its index), one per intermediate shape and dtype (keyed by them), shared by every
+    equation making such a value and keeping as many buffers as such values are ever alive at
+    once (from `last_use`: var id -> index of its last reader), so that the buffers kept are
+    those the program's own peak would hold, not one per equation."""
     if pools is None:
         return {}
     producer = {id(v): i for i, e in enumerate(jaxpr.eqns) for v in e.outputs}
     counts = Counter(id(v) for v in jaxpr.outvars)
     out: dict[int, str] = {}
 
-    def add(i, v, key, name):
+    def one_output(i):
         e = jaxpr.eqns[i]
-        if len(e.outputs) != 1 or e.prim.multiple_results:
-            return
-        pool = pools.get(key)
-        if pool is None:
-            pool = pools[key] = OutputPool(v.aval)
-        namespace[name] = pool.take
-        out[i] = name
+        return len(e.outputs) == 1 and not e.prim.multiple_results
 
     for k, v in enumerate(jaxpr.outvars):
         i = producer.get(id(v))
-        if i is not None and counts[id(v)] == 1 and recyclable(v):
-            add(i, v, k, f"_recycled{k}")
+        if i is not None and counts[id(v)] == 1 and recyclable(v) and one_output(i):
+            pool = pools.get(k)
+            if pool is None:
+                pool = pools[k] = OutputPool(v.aval)
+            namespace[f"_recycled{k}"] = pool.take
+            out[i] = f"_recycled{k}"
+    lives: dict = {}  # (shape, dtype) -> [(index made, index last read, equation index)]
     for i, e in enumerate(jaxpr.eqns):
         v = e.outputs[0] if e.outputs else None
-        if v is not None and id(v) not in counts and recyclable(v, INTERMEDIATE_BYTES):
-            add(i, v, ("eqn", i), f"_recycled_t{i}")
+        if v is None or id(v) in counts or not one_output(i):
+            continue
+        if recyclable(v, INTERMEDIATE_BYTES):
+            key = ("intermediate", v.aval.shape, v.aval.dtype)
+            lives.setdefault(key, []).append((i, last_use.get(id(v), i), v))
+    for n, (key, spans) in enumerate(lives.items()):
+        pool = pools.get(key)
+        if pool is None:
+            pool = pools[key] = OutputPool(spans[0][2].aval, keep=_most_alive(spans))
+        name = f"_recycled_t{n}"
+        namespace[name] = pool.take
+        for i, _, _ in spans:
+            out[i] = name
     return out
+
+
+def _most_alive(spans) -> int:
+    """The most values alive at once, each alive from the equation making it to its last
+    reader (a view read later keeps the buffer longer: take() then finds it in use and
+    allocates, never overwrites)."""
+    # at one index, a value made there comes before one read for the last time there: the
+    # equation's operands are alive while it writes its result
+    events = sorted([(a, 0) for a, _, _ in spans] + [(b, 1) for _, b, _ in spans])
+    alive = most = 0
+    for _, released in events:
+        alive += -1 if released else 1
+        most = max(most, alive)
+    return max(most, 1)
 
 
 @functools.cache

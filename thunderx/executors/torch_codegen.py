@@ -212,7 +212,7 @@ def generate_source(
     release = releases(jaxpr, last_use, skipped | hoisted, affine)
     reused: dict[int, int] = {}  # equation index -> the input it wrote its result into
     # equation index -> the name of its output pool's take()
-    recycled = output_pools(jaxpr, pools, namespace) if top and reuse_buffers else {}
+    recycled = output_pools(jaxpr, pools, namespace, last_use) if top and reuse_buffers else {}
     for i, e in enumerate(jaxpr.eqns):
         release_line(lines, release.get(i - 1), reused.get(i - 1), namer)
         while starts and starts[0][0] < i:  # collectives whose operands exist by now
