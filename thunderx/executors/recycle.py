@@ -48,11 +48,11 @@ from thunderx.executors.release import nbytes
 RECYCLE_BYTES = int(os.environ.get("THUNDERX_RECYCLE_BYTES", 1 << 23))
 # intermediates (results the program makes and drops) of at least this many bytes are written into
 # recycled buffers too, from a pool per shape and dtype as large as the most such values alive at
-# once (taken where a value is made, free again once the program deletes it). Measured (A/B in one process, against
-# torch.compile): a GPT block's 4 MiB GELU activations and gradients faulted in 1500 pages a call
-# and ran 5% slower than recycled; a 16 MiB elementwise chain ran 2x faster; 1-4 MiB
-# intermediates of a transformer layer neither gained nor lost (below 4 MiB malloc mostly returns
-# them from its heap).
+# once (taken where a value is made, free again once the program deletes it). Measured (A/B in
+# one process, against torch.compile): a GPT block's 4 MiB GELU activations and gradients
+# faulted in 1500 pages a call and ran 3-6% slower than recycled; a 16 MiB elementwise chain ran
+# 2x faster; pooling a transformer layer's 1 MiB intermediates measured 0.5-1% slower (within
+# noise), its 4 MiB ones neutral.
 INTERMEDIATE_BYTES = int(os.environ.get("THUNDERX_RECYCLE_INTERMEDIATE_BYTES", 1 << 22))
 # buffers kept per output: two let a caller that feeds each result into the next call alternate
 KEEP = 2
@@ -80,8 +80,9 @@ _BASE_REFS = _calibrate()
 
 
 class OutputPool:
-    """The buffers one program output is written into; `take()` gives a tensor on one that
-    nothing else refers to, or None when the program must allocate its own result."""
+    """The buffers one program output (or a program's intermediates of one shape and dtype) is
+    written into; `take()` gives a tensor on one that nothing else refers to, or None when the
+    program must allocate its own result."""
 
     __slots__ = ("shape", "dtype", "device", "nbytes", "storages", "lock", "keep")
 
@@ -195,7 +196,7 @@ def output_pools(jaxpr, pools: dict | None, namespace: dict, last_use: dict) -> 
                 pool = pools[k] = OutputPool(v.aval)
             namespace[f"_recycled{k}"] = pool.take
             out[i] = f"_recycled{k}"
-    lives: dict = {}  # (shape, dtype) -> [(index made, index last read, equation index)]
+    lives: dict = {}  # (shape, dtype) -> [(index made, index last read, var)]
     for i, e in enumerate(jaxpr.eqns):
         v = e.outputs[0] if e.outputs else None
         if v is None or id(v) in counts or not one_output(i):
