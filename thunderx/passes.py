@@ -213,6 +213,12 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
         elif out is not None and e.prim is U.convert_p:
             if ins[0].aval.dtype == e.params["new_dtype"] and isinstance(ins[0], Var):
                 repl = ins[0]
+        folded = _fold_layout(e, ins, producers) if out is not None and repl is None else None
+        if folded is not None:
+            e, ins, changed = folded, folded.inputs, True
+        if repl is None and _identity_reshape(e, ins):
+            # a reshape to its operand's shape (or a transpose undone by another, folded above)
+            repl = ins[0]
         if (
             repl is not None
             and repl.aval.shape == out.aval.shape
@@ -221,17 +227,9 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
             subst[id(out)] = repl
             changed = True
             continue
-        folded = _fold_layout(e, ins, producers) if out is not None else None
-        if folded is not None:
-            e, changed = folded, True
-        elif ins != e.inputs:
+        if ins != e.inputs:
             e = Eqn(e.prim, ins, e.outputs, e.params)
             changed = True
-        if _identity_reshape(e):
-            # a reshape to its operand's shape (a transpose undone by another, folded above)
-            subst[id(out)] = e.inputs[0]
-            changed = True
-            continue
         for v in e.outputs:
             producers[id(v)] = e
         eqns.append(e)
@@ -240,8 +238,8 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
     return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [get(x) for x in jaxpr.outvars], check=False)
 
 
-def _identity_reshape(e: Eqn) -> bool:
-    x = e.inputs[0] if e.prim is S.reshape_p else None
+def _identity_reshape(e: Eqn, ins) -> bool:
+    x = ins[0] if e.prim is S.reshape_p else None
     return isinstance(x, Var) and x.aval.shape == e.outputs[0].aval.shape == tuple(
         e.params["new_sizes"]
     )
