@@ -81,6 +81,11 @@ def _pools(prog, intermediates=True):
     ]
 
 
+def _jit_pools(f, intermediates=True):
+    """The pools of every program jit function `f` has compiled."""
+    return [p for e in f.jit_function._cache.values() for p in _pools(e.program, intermediates)]
+
+
 def test_the_out_forms_cover_the_kernels_that_make_large_results():
     # runs after the parametrized test above (pytest keeps file order)
     if not RECYCLED_PRIMS:
@@ -197,8 +202,7 @@ def test_a_result_fed_back_alternates_between_two_buffers():
         ptrs.add(_ptr(x))
     torch.testing.assert_close(x, want)
     # (tanh(x), 10 MiB, is an intermediate with a pool of its own: one buffer, reused)
-    kept = {s.data_ptr() for e in f.jit_function._cache.values()
-            for p in _pools(e.program, intermediates=False) for s in p.storages}  # fmt: skip
+    kept = {s.data_ptr() for p in _jit_pools(f, intermediates=False) for s in p.storages}
     assert len(kept) == 2 and ptrs == kept, "a result fed back alternates between two buffers"
 
 
@@ -206,8 +210,7 @@ def test_at_most_keep_buffers_are_kept_per_output():
     f = tx.jit(_outer)
     results = [f(A, B) for _ in range(5)]  # all held: five buffers, only KEEP of them kept
     assert len({_ptr(r) for r in results}) == 5
-    cached = [e.program for e in f.jit_function._cache.values()]
-    pools = [p for prog in cached for p in _pools(prog)]
+    pools = _jit_pools(f)
     assert pools and all(len(p.storages) <= recycle.KEEP for p in pools)
     for r in results:
         _exact(r, _outer(A, B))
@@ -340,10 +343,6 @@ def test_large_intermediates_are_recycled_and_an_escaping_view_keeps_its_buffer(
         _exact(first_sum, _chain(x)[1])
         pools = [p for p in _jit_pools(f) if p.storages]
         assert pools and all(len(p.storages) <= p.keep for p in pools)
-
-
-def _jit_pools(f):
-    return [p for e in f.jit_function._cache.values() for p in _pools(e.program)]
 
 
 def test_an_intermediate_buffer_is_the_same_memory_call_after_call():

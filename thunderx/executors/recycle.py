@@ -170,14 +170,17 @@ def primitive_out_source(e, args: list[str], out: str) -> str | None:
     return None
 
 
-def output_pools(jaxpr, pools: dict | None, namespace: dict, last_use: dict) -> dict[int, str]:
+def output_pools(
+    jaxpr, pools: dict | None, namespace: dict, last_use: dict, unemitted: set
+) -> dict[int, str]:
     """{equation index: the namespace name of its pool's `take`} for the outputs of `jaxpr`
     worth recycling (each made by a one-output equation, returned once), and for its large
     intermediates, with their pools made in `pools` unless there already: one per output (keyed
     by its index), one per intermediate shape and dtype (keyed by them), shared by every
     equation making such a value and keeping as many buffers as such values are ever alive at
     once (from `last_use`: var id -> index of its last reader), so that the buffers kept are
-    those the program's own peak would hold, not one per equation."""
+    those the program's own peak would hold, not one per equation. `unemitted`: indices of
+    equations the program does not run as calls of their own (fused into a pattern, hoisted)."""
     if pools is None:
         return {}
     producer = {id(v): i for i, e in enumerate(jaxpr.eqns) for v in e.outputs}
@@ -199,7 +202,7 @@ def output_pools(jaxpr, pools: dict | None, namespace: dict, last_use: dict) -> 
     lives: dict = {}  # (shape, dtype) -> [(index made, index last read, var)]
     for i, e in enumerate(jaxpr.eqns):
         v = e.outputs[0] if e.outputs else None
-        if v is None or id(v) in counts or not one_output(i):
+        if v is None or id(v) in counts or i in unemitted or not one_output(i):
             continue
         if recyclable(v, INTERMEDIATE_BYTES):
             key = ("intermediate", v.aval.shape, v.aval.dtype)

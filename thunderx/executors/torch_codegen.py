@@ -168,9 +168,10 @@ def generate_source(
 ):
     """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple; the
     functions of control-flow bodies come first in the source. `hoist_constants`: small `full`
-    results that are only read are made once, here, instead of on every call. `pools`: output
-    index -> OutputPool, shared by the variants of one program; large outputs are written into
-    recycled buffers (see recycle.py)."""
+    results that are only read are made once, here, instead of on every call. `pools`: the
+    OutputPools of one program (by output index, and by shape and dtype for intermediates),
+    shared by its variants; large outputs and intermediates are written into recycled buffers
+    (see recycle.py)."""
     namer = _Namer()
     top = prelude is None
     prelude = [] if prelude is None else prelude
@@ -211,8 +212,12 @@ def generate_source(
     hoisted = read_only_constants(jaxpr) if hoist_constants else set()
     release = releases(jaxpr, last_use, skipped | hoisted, affine)
     reused: dict[int, int] = {}  # equation index -> the input it wrote its result into
-    # equation index -> the name of its output pool's take()
-    recycled = output_pools(jaxpr, pools, namespace, last_use) if top and reuse_buffers else {}
+    # equation index -> the name of its pool's take()
+    recycled = (
+        output_pools(jaxpr, pools, namespace, last_use, skipped | hoisted | set(affine))
+        if top and reuse_buffers
+        else {}
+    )
     for i, e in enumerate(jaxpr.eqns):
         release_line(lines, release.get(i - 1), reused.get(i - 1), namer)
         while starts and starts[0][0] < i:  # collectives whose operands exist by now
@@ -345,7 +350,7 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted", calls: dict | None = None)
     `{"_impl_<name>": callable}` for equations of primitives made outside the registry (the
     inductor executor's compiled regions)."""
 
-    pools: dict = {}  # the output buffers both variants with reuse recycle
+    pools: dict = {}  # the recycled buffers both variants with reuse write into
 
     def gen(reuse: bool, **kw):
         ns = base_namespace() | (calls or {})
