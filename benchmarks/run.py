@@ -14,6 +14,8 @@ import sys
 
 import torch
 
+from thunderx.executors import cpu_gemm
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases  # noqa: E402
@@ -142,8 +144,11 @@ def main():
         f"{rounds} interleaved rounds, each the fastest of {harness.REPEATS} interleaved "
         "timings, all rows from one process"
         + (" (--quick: first calls may hit torch's compile caches)" if args.quick else "")
+        # the kernel thunderx's torch executor calls for large float32 products here
+        + f"; thunderx's CPU GEMM: {'oneDNN' if cpu_gemm.chosen() else 'MKL'} "
+        f"(THUNDERX_CPU_GEMM={cpu_gemm.mode})"
         # torch reads it once, at its first allocation: huge pages for CPU tensors
-        + ("; THP_MEM_ALLOC_ENABLE=1" if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" else "")
+         + ("; THP_MEM_ALLOC_ENABLE=1" if os.environ.get("THP_MEM_ALLOC_ENABLE") == "1" else "")
     )
     print(header)
     suite = [

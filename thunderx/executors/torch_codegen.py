@@ -21,6 +21,7 @@ from thunderx.core import (
     statement_rules,
     torch_codegen_rules,
 )
+from thunderx.executors import cpu_gemm
 from thunderx.executors.base import Executor, register_executor
 from thunderx.executors.inplace import Buffers, inplace_source, plain_view, reusable
 from thunderx.executors.kernel_groups import kernel_groups
@@ -43,6 +44,7 @@ from thunderx.executors.sources import exec_source
 from thunderx.executors.split_phase import split_phase_plan
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
+from thunderx.primitives.linalg import dot_general_p
 from thunderx.primitives.unary import select_p
 from thunderx.printing import _names
 
@@ -212,6 +214,7 @@ def generate_source(
     hoisted = read_only_constants(jaxpr) if hoist_constants else set()
     release = releases(jaxpr, last_use, skipped | hoisted, affine)
     reused: dict[int, int] = {}  # equation index -> the input it wrote its result into
+    onednn_calls = 0
     # equation index -> the name of its pool's take()
     recycled = (
         output_pools(jaxpr, pools, namespace, last_use, skipped | hoisted | set(affine))
@@ -301,10 +304,16 @@ def generate_source(
         lhs = ", ".join(namer(v) for v in out)
         if e.prim.multiple_results:
             lhs += "," if len(out) == 1 else ""
-        into = None
-        if i in recycled and not aliases and i not in reused:
+        into = fast = None
+        if reuse_buffers and i not in reused and not aliases:  # (the MKL call stays, for
+            # torch.func's tensors)
+            fast = cpu_gemm.onednn_source(expr, _product_macs(jaxpr, e, i, linears))
+        if i in recycled and not aliases and i not in reused and fast is None:
             into = out_source(e, args, expr, lhs, special)
-        if into is not None:
+        if fast is not None:
+            lines.append(f"    {lhs} = ({fast} if _dnn else {expr})")
+            onednn_calls += 1
+        elif into is not None:
             lines.extend(recycled_lines(lhs, recycled[i], expr, into))
         else:  # an equation without outputs (a debug callback) is a statement
             lines.append(f"    {lhs} = {expr}" if out else f"    {expr}")
@@ -330,6 +339,9 @@ def generate_source(
                     live_views[r] -= 1
     last = len(jaxpr.eqns) - 1
     release_line(lines, release.get(last), reused.get(last), namer)
+    if onednn_calls:  # whether the oneDNN kernel may run, checked once per call
+        lines.insert(1, f"    _dnn = {cpu_gemm.GUARD}()")
+        namespace.update(cpu_gemm.namespace_entries())
     outs = ", ".join(namer(x) for x in jaxpr.outvars)
     if bare_return:
         lines.append(f"    return {outs}")
@@ -339,6 +351,21 @@ def generate_source(
     if top and prelude:
         src = "\n".join(prelude) + "\n" + src
     return src, namespace
+
+
+def _product_macs(jaxpr: Jaxpr, e, i: int, linears: dict) -> int | None:
+    """The multiply-adds of equation `i` when it is a float32 CPU product without batch dims (or
+    a bias or SGD pattern around one), which oneDNN may run (cpu_gemm.py); None otherwise."""
+    if i in linears:
+        dots = [jaxpr.eqns[j] for j in linears[i][2] if jaxpr.eqns[j].prim is dot_general_p]
+        if len(dots) != 1:
+            return None
+        e = dots[0]
+    elif e.prim is not dot_general_p:
+        return None
+    (lc, _), (lb, _) = e.params["dimension_numbers"]
+    k = math.prod(e.inputs[0].aval.shape[d] for d in lc)
+    return None if lb else cpu_gemm.macs(e.outputs[0].aval, k)
 
 
 # identities for thunderx's transforms that cut torch autograd's graph

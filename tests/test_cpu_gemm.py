@@ -1,0 +1,243 @@
+"""oneDNN's GEMM in the torch executor (executors/cpu_gemm.py): every product form the executor
+emits is rewritten to the right oneDNN call (checked against float64 torch at float32's
+tolerance, and by random chains of products), small, batched, scaled and non-float32 products
+stay MKL calls, and the MKL call runs instead under torch autograd, torch.func transforms and
+torch dispatch modes. The thresholds are set to 0 here so that small shapes exercise oneDNN."""
+
+import pytest
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+from hypothesis import given, note
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import thunderx as tx
+from thunderx.executors import cpu_gemm
+
+KERNEL = cpu_gemm._kernel()
+pytestmark = pytest.mark.skipif(
+    KERNEL is None or not torch.backends.mkldnn.is_available() or not cpu_gemm._works(KERNEL),
+    reason="this torch build has no oneDNN linear kernel (torch.ops.mkldnn._linear_pointwise)",
+)
+
+
+@pytest.fixture
+def onednn(monkeypatch):
+    """oneDNN chosen, for products of any size."""
+    monkeypatch.setattr(cpu_gemm, "_chosen", True)
+    monkeypatch.setattr(cpu_gemm, "MIN_MACS", 0)
+    monkeypatch.setattr(cpu_gemm, "MIN_MACS_TRANSPOSED", 0)
+
+
+def _r(*shape, seed=0, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+def _close(got, f, *args):
+    """float32 results against torch in float64: a product's rounding, however it sums."""
+    want = f(*[a.double() for a in args])
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max())
+
+
+X, W, B = _r(23, 17), _r(9, 17, seed=1), _r(9, seed=2)
+X3 = _r(4, 6, 17, seed=3)
+Y = _r(23, 9, seed=4)
+FORMS = {
+    "x @ w.T": (lambda x, w: x @ w.T, (X, W)),
+    "x @ m": (lambda x, m: x @ m, (X, W.T.contiguous())),
+    "x.T @ y": (lambda x, y: x.T @ y, (X, Y)),
+    "x.T @ m.T": (lambda x, m: x.T @ m.T, (X, Y.T.contiguous())),
+    "rows @ m": (lambda x, m: x @ m, (X3, W.T.contiguous())),
+    "linear": (lambda x, w, b: F.linear(x, w, b), (X, W, B)),
+    "linear of 3-d rows": (lambda x, w, b: F.linear(x, w, b), (X3, W, B)),
+    "linear of transposed rows": (lambda x, w, b: F.linear(x.transpose(0, 1), w, b), (X3, W, B)),
+    "x @ m + b": (lambda x, m, b: x @ m + b, (X, W.T.contiguous(), B)),
+    "weight gradient of 3-d rows": (
+        lambda x, g: torch.einsum("bsi,bso->io", x, g),
+        (X3, _r(4, 6, 9, seed=5)),
+    ),
+}
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_each_product_form_runs_on_onednn_with_torchs_values(onednn, form):
+    f, args = FORMS[form]
+    jf = tx.jit(f)
+    src = jf.lower(*args).program_text()
+    assert cpu_gemm.NAME in src, src
+    _close(jf(*args), f, *args)
+
+
+@pytest.mark.parametrize(
+    "form",
+    ["matrix @ stack", "batched", "scaled update", "float64", "vector"],
+)
+def test_products_onednn_does_not_take_stay_mkl_calls(onednn, form):
+    f, args = {
+        "matrix @ stack": (lambda m, s: m @ s, (W, _r(3, 17, 5))),
+        "batched": (lambda a, b: a @ b, (_r(3, 8, 5), _r(3, 5, 7))),
+        "scaled update": (lambda w, x, g: w - 0.1 * (x.T @ g), (_r(17, 9), X, Y)),
+        "float64": (lambda x, w: x @ w.T, (X.double(), W.double())),
+        "vector": (lambda x, v: x @ v, (X, _r(17))),
+    }[form]
+    jf = tx.jit(f)
+    assert cpu_gemm.NAME not in jf.lower(*args).program_text()
+    _close(jf(*args), f, *args)
+
+
+def test_only_products_above_the_thresholds_take_onednn(monkeypatch):
+    monkeypatch.setattr(cpu_gemm, "_chosen", True)
+    small, large = _r(64, 64), _r(256, 256)
+    text = lambda f, *a: tx.jit(f).lower(*a).program_text()  # noqa: E731
+    assert cpu_gemm.NAME not in text(lambda a, b: a @ b, small, small)
+    assert cpu_gemm.NAME in text(lambda a, b: a @ b, large, large)
+    # a weight gradient reads its rows transposed, which oneDNN copies: a higher threshold
+    rows, grads = _r(256, 64), _r(256, 256)  # 64 x 256 x 256: 4M multiply-adds
+    assert cpu_gemm.NAME in text(lambda x, g: x @ g, rows.T.contiguous(), grads)
+    assert cpu_gemm.NAME not in text(lambda x, g: x.T @ g, rows, grads)
+    assert cpu_gemm.NAME in text(lambda x, g: x.T @ g, _r(1024, 64), _r(1024, 256))
+
+
+def test_mkl_chosen_means_no_onednn_call(monkeypatch):
+    monkeypatch.setattr(cpu_gemm, "_chosen", False)
+    a = _r(256, 256)
+    jf = tx.jit(lambda a: a @ a)
+    assert cpu_gemm.NAME not in jf.lower(a).program_text()
+    torch.testing.assert_close(jf(a), a @ a, rtol=0, atol=0)  # eager torch's kernel, bit for bit
+
+
+@pytest.mark.parametrize("value", ["mkl", "onednn", "auto", "fast"])
+def test_the_mode_decides_once_per_process(monkeypatch, value):
+    monkeypatch.setattr(cpu_gemm, "mode", value)
+    monkeypatch.setattr(cpu_gemm, "_chosen", None)
+    if value == "fast":
+        with pytest.raises(ValueError, match="THUNDERX_CPU_GEMM must be auto, mkl or onednn"):
+            cpu_gemm.chosen()
+        return
+    first = cpu_gemm.chosen()
+    assert first is {"mkl": False, "onednn": True}.get(value, first)
+    monkeypatch.setattr(cpu_gemm, "mode", "mkl")
+    assert cpu_gemm.chosen() is first  # decided: later changes of mode do not apply
+
+
+def _mlp(p, x):
+    h = torch.relu(F.linear(x, p["w1"], p["b1"]))
+    return (h @ p["w2"]).tanh().square().mean()
+
+
+P = {"w1": _r(12, 17, seed=6), "b1": _r(12, seed=7), "w2": _r(12, 5, seed=8)}
+
+
+def test_gradients_through_onednn_products_match_torch_func(onednn):
+    jg = tx.jit(tx.grad(_mlp))
+    assert cpu_gemm.NAME in jg.lower(P, X3).program_text()
+    got, want = jg(P, X3), tf.grad(_mlp)(P, X3)
+    for k in P:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_torch_autograd_through_a_jit_call_runs_the_mkl_variant(onednn):
+    jf = tx.jit(_mlp)
+    p = {k: v.clone().requires_grad_() for k, v in P.items()}
+    loss = jf(p, X3)
+    loss.backward()
+    q = {k: v.clone().requires_grad_() for k, v in P.items()}
+    _mlp(q, X3).backward()
+    for k in P:
+        torch.testing.assert_close(p[k].grad, q[k].grad, rtol=1e-5, atol=1e-6)
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_under_a_dispatch_mode_the_program_runs_mkl(onednn):
+    jf = tx.jit(lambda x, w, b: F.linear(x, w, b))
+    jf(X, W, B)  # compiled outside the mode
+    with _Ops() as mode:
+        out = jf(X, W, B)
+    assert not any("_linear_pointwise" in n for n in mode.names), mode.names
+    assert any("addmm" in n or "linear" in n for n in mode.names), mode.names
+    _close(out, lambda x, w, b: F.linear(x, w, b), X, W, B)
+
+
+@pytest.mark.parametrize("transform", ["grad", "vmap", "jacrev"])
+def test_torch_func_transforms_of_a_jit_function_match_torch_func(onednn, transform):
+    jf = tx.jit(lambda x, w: (x @ w.T).sin().sum())
+    jf(X, W)  # compiled, with oneDNN, outside the transform
+    t = {"grad": tf.grad, "jacrev": tf.jacrev, "vmap": lambda f: tf.vmap(f, in_dims=(0, None))}
+    xs = X if transform != "vmap" else X3.reshape(4, 6, 17)
+    got = t[transform](jf)(xs, W)
+    want = t[transform](lambda x, w: (x @ w.T).sin().sum())(xs, W)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_product_in_a_loop_body_runs_on_onednn(onednn):
+    def f(x, w):
+        return tx.lax.fori_loop(0, 3, lambda i, h: torch.tanh(h @ w), x)
+
+    w = _r(17, 17, seed=9) / 17**0.5
+    jf = tx.jit(f)
+    src = jf.lower(X, w).program_text()
+    assert src.count(f"_dnn = {cpu_gemm.GUARD}()") >= 1 and cpu_gemm.NAME in src, src
+
+    def ref(x, w):
+        for _ in range(3):
+            x = torch.tanh(x @ w)
+        return x
+
+    _close(jf(X, w), ref, X, w)
+
+
+@st.composite
+def product_chains(draw):
+    """x (rows, possibly 3-d) through 1-3 products, each with its operand stored either way
+    round, an optional bias and an elementwise op between."""
+    dims = [draw(st.integers(1, 12)) for _ in range(draw(st.integers(2, 4)))]
+    lead = draw(st.sampled_from([(), (3,), (2, 3)]))
+    steps = []
+    for _ in dims[1:]:
+        steps.append((draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from("tsr"))))
+    return lead, dims, steps
+
+
+@given(product_chains())
+def test_random_product_chains_match_torch_and_torch_func(chain):
+    lead, dims, steps = chain
+    note(f"lead {lead} dims {dims} steps {steps}")
+    seed = iter(range(100))
+    x = _r(*lead, 5, dims[0], seed=next(seed))
+    ws = []
+    for (stored_nk, bias, _), k, n in zip(steps, dims, dims[1:]):
+        w = _r(n, k, seed=next(seed)) if stored_nk else _r(k, n, seed=next(seed))
+        ws.append((w, _r(n, seed=next(seed))) if bias else (w,))
+
+    def f(x, ws):
+        for (stored_nk, _, op), (w, *b) in zip(steps, ws):
+            b = b[0] if b else None
+            x = F.linear(x, w, b) if stored_nk else (x @ w if b is None else x @ w + b)
+            x = {"t": torch.tanh, "s": torch.sin, "r": torch.relu}[op](x)
+        return x
+
+    old = cpu_gemm._chosen, cpu_gemm.MIN_MACS, cpu_gemm.MIN_MACS_TRANSPOSED
+    cpu_gemm._chosen, cpu_gemm.MIN_MACS, cpu_gemm.MIN_MACS_TRANSPOSED = True, 0, 0
+    try:
+        jf = tx.jit(f)
+        note(jf.lower(x, ws).program_text())
+        got = jf(x, ws)
+        loss = lambda x, ws: f(x, ws).square().sum()  # noqa: E731
+        grads = tx.jit(tx.grad(loss, argnums=(0, 1)))(x, ws)
+    finally:
+        cpu_gemm._chosen, cpu_gemm.MIN_MACS, cpu_gemm.MIN_MACS_TRANSPOSED = old
+    want = f(x.double(), [tuple(t.double() for t in w) for w in ws])
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5)
+    ref = tf.grad(loss, argnums=(0, 1))(x, ws)
+    for g, r in zip(tx.tree.leaves(grads), tx.tree.leaves(ref)):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,180 @@
+"""Which kernel the torch executor calls for a large float32 matrix product on CPU.
+
+Eager torch runs a float32 GEMM on CPU through MKL (`torch.mm`, `addmm`, `F.linear`). On CPUs
+where MKL takes a slow code path (this project's AMD EPYC machines: 2-2.3x oneDNN's time for
+products from 128^3 up), oneDNN's GEMM is the better kernel; torch ships it for its compiled
+inference path as `torch.ops.mkldnn._linear_pointwise` (`x @ w.T + b` for rows `x`). The choice
+is made once per process, from `mode` (env `THUNDERX_CPU_GEMM`):
+
+- `"mkl"`: eager torch's kernels everywhere (results bit for bit eager torch's);
+- `"onednn"`: oneDNN for every product of at least MIN_MACS multiply-adds;
+- `"auto"` (default): oneDNN when a calibration finds it faster: one 256x256x256 product timed
+  both ways, interleaved (about 10 ms, once, the first time a program has a product that large),
+  oneDNN at most CALIBRATION_RATIO of MKL's time. On CPUs where MKL is as fast (Intel's), MKL.
+
+Both accumulate in float32; oneDNN sums in another order, so its products differ from eager
+torch's in the last bits (about 1e-7 of the row's magnitude; `torch.allclose` at its default
+rtol=1e-5 fails for about 1% of the elements of a 1024x256x768 product, the entries near zero),
+as torch.compile's fused kernels differ from eager torch. Smaller products (below MIN_MACS, where
+oneDNN's ~10 us call overhead loses) stay MKL calls.
+
+Only the program variant that runs outside torch autograd calls oneDNN (its kernel has no
+derivative), and only outside torch.func transforms and torch dispatch or function modes: the
+program checks these once per call (`_dnn = _onednn_ok()`) and otherwise runs the MKL call.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import torch
+
+from thunderx.executors.recycle import _closes_at_end, _split_top
+
+mode = os.environ.get("THUNDERX_CPU_GEMM", "auto")
+# products of at least this many multiply-adds (m * k * n) go to oneDNN when it is chosen.
+# Measured (2 threads, AMD EPYC): oneDNN/MKL time 6x at 16^3, 2.2x at 64^3, 1.1-1.25x at
+# 16x256x256 and 256x128x10, 0.84-0.87x at 2048x32x32 and 128^3, 0.45-0.6x from 256^3 up
+MIN_MACS = 1 << 21
+# oneDNN copies rows given transposed (a weight gradient's `a.t() @ b`) before its product:
+# measured 0.87-1.2x MKL's time at 4M multiply-adds, 0.5-0.64x from 16M up
+MIN_MACS_TRANSPOSED = 1 << 23
+CALIBRATION_RATIO = 0.8
+NAME = "_onednn_linear"  # the kernel's name in generated code
+GUARD = "_onednn_ok"
+
+_C = torch._C
+_chosen: bool | None = None
+
+
+def _kernel():
+    try:
+        return torch.ops.mkldnn._linear_pointwise.default
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _works(op) -> bool:
+    """The kernel exists in this torch build and computes `x @ w.T + b`."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(s, generator=g) for s in ((6, 5), (4, 5), (4,)))
+    try:
+        y = op(x, w, b, "none", [], "")
+        z = op(x.t().contiguous().t(), w.t().contiguous().t(), None, "none", [], "")
+    except RuntimeError:
+        return False
+    ref = x.double() @ w.double().T
+    return torch.allclose(y.double(), ref + b.double(), atol=1e-5) and torch.allclose(
+        z.double(), ref, atol=1e-5
+    )
+
+
+def _calibrate(op) -> float:
+    """oneDNN's time over MKL's for one 256^3 product (best of interleaved rounds)."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
+    best = {"mkl": math.inf, "onednn": math.inf}
+    calls = {"mkl": lambda: torch.mm(x, w.t()), "onednn": lambda: op(x, w, None, "none", [], "")}
+    for f in calls.values():
+        f()  # oneDNN makes its primitive on the first call
+    for _ in range(5):
+        for name, f in calls.items():
+            t0 = time.perf_counter()
+            f()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best["onednn"] / best["mkl"]
+
+
+def chosen() -> bool:
+    """Whether large float32 CPU products call oneDNN in this process (decided once)."""
+    global _chosen
+    if _chosen is None:
+        _chosen = _decide()
+    return _chosen
+
+
+def _decide() -> bool:
+    if mode not in ("auto", "mkl", "onednn"):
+        raise ValueError(f"THUNDERX_CPU_GEMM must be auto, mkl or onednn, got {mode!r}")
+    if mode == "mkl" or not torch.backends.mkldnn.is_available():
+        return False
+    op = _kernel()
+    with torch.no_grad():
+        if op is None or not _works(op):
+            return False
+        return mode == "onednn" or _calibrate(op) <= CALIBRATION_RATIO
+
+
+def runtime_ok() -> bool:
+    """Outside torch.func transforms and torch dispatch / function modes (whose tensors the
+    oneDNN kernel has no rule for)."""
+    return not (
+        _C._are_functorch_transforms_active()
+        or _C._len_torch_dispatch_stack()
+        or _C._is_torch_function_mode_enabled()
+    )
+
+
+def namespace_entries() -> dict:
+    return {NAME: _kernel(), GUARD: runtime_ok}
+
+
+def macs(out_aval, k: int) -> int | None:
+    """The multiply-adds of a float32 CPU product with result `out_aval` and contraction size
+    `k`; None for any other (another dtype or device: never oneDNN's)."""
+    if out_aval.dtype != torch.float32 or torch.device(out_aval.device).type != "cpu":
+        return None
+    return math.prod(out_aval.shape) * k
+
+
+def _weight(b: str) -> str:
+    """The (n, k) weight oneDNN reads for a right operand `b` of shape (k, n)."""
+    return b[:-4] if b.endswith(".t()") else f"{b}.t()"
+
+
+def onednn_source(expr: str, n_macs: int | None) -> str | None:
+    """The oneDNN call computing `expr`, one of the torch executor's GEMM forms: `torch.mm(a, b)`,
+    `torch.addmm(bias, a, b)`, `torch.matmul(x, b)` (rows x, matrix b), `F.linear(x, w, bias)`,
+    each possibly followed by a `.reshape(...)` or `.permute(...)` of its result, when oneDNN is
+    this process's choice and faster for a product of `n_macs` multiply-adds; None otherwise and
+    for any other expression (a scaled addmm, a batched or vector product)."""
+    if n_macs is None or n_macs < MIN_MACS:
+        return None
+    for prefix in ("torch.mm(", "torch.addmm(", "torch.matmul(", "torch.nn.functional.linear("):
+        if expr.startswith(prefix):
+            break
+    else:
+        return None
+    depth, end = 0, None
+    for k in range(len(prefix) - 1, len(expr)):
+        depth += expr[k] in "([{"
+        depth -= expr[k] in ")]}"
+        if depth == 0:
+            end = k
+            break
+    if end is None:
+        return None
+    call, suffix = expr[: end + 1], expr[end + 1 :]
+    if suffix and not (
+        (suffix.startswith(".reshape(") or suffix.startswith(".permute("))
+        and _closes_at_end(suffix, suffix.index("("))
+    ):
+        return None
+    args = _split_top(call[len(prefix) : -1], ", ")
+    if any("=" in a for a in args):  # alpha=, out=
+        return None
+    if prefix == "torch.matmul(" and suffix:
+        return None  # a matrix times a stack of matrices (permuted), not rows times one
+    if prefix in ("torch.mm(", "torch.matmul(") and len(args) == 2:
+        x, w, b = args[0], _weight(args[1]), "None"
+    elif prefix == "torch.addmm(" and len(args) == 3:
+        x, w, b = args[1], _weight(args[2]), args[0]
+    elif prefix.startswith("torch.nn") and len(args) == 3:
+        x, w, b = args
+    else:
+        return None
+    if n_macs < (MIN_MACS_TRANSPOSED if x.endswith(".t()") else MIN_MACS) or not chosen():
+        return None
+    return f"{NAME}({x}, {w}, {b}, 'none', [], ''){suffix}"
