@@ -241,3 +241,17 @@ def test_random_product_chains_match_torch_and_torch_func(chain):
     ref = tf.grad(loss, argnums=(0, 1))(x, ws)
     for g, r in zip(tx.tree.leaves(grads), tx.tree.leaves(ref)):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(4, 2, 2), (64, 64, 64), (300, 200, 100)])
+def test_nan_and_inf_reach_the_same_entries_as_in_torch(onednn, shape):
+    m, k, n = shape
+    x, w = _r(m, k), _r(n, k, seed=1)
+    x[1, 0], x[2, k - 1] = float("nan"), float("inf")
+    w[0] = 0.0  # inf * 0 is nan, as in eager torch's product
+    jf = tx.jit(lambda x, w: x @ w.T)
+    assert cpu_gemm.NAME in jf.lower(x, w).program_text()
+    got, want = jf(x, w), x @ w.T
+    assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+    finite = want.isfinite()
+    torch.testing.assert_close(got[finite], want[finite], rtol=1e-5, atol=1e-4)
