@@ -255,3 +255,25 @@ def test_nan_and_inf_reach_the_same_entries_as_in_torch(onednn, shape):
     assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
     finite = want.isfinite()
     torch.testing.assert_close(got[finite], want[finite], rtol=1e-5, atol=1e-4)
+
+
+def test_the_inductor_executor_calls_onednn_as_an_extern_kernel(onednn):
+    from thunderx.executors.inductor_exec import inductor_unavailable_reason
+
+    if inductor_unavailable_reason() is not None:
+        pytest.skip(inductor_unavailable_reason())
+    jg = tx.jit(tx.grad(_mlp), executor="inductor")
+    text = jg.lower(P, X3).as_text()
+    assert f"{cpu_gemm.NAME}(" in text and "_dnn" not in text, text  # traced: no MKL branch
+    got, want = jg(P, X3), tf.grad(_mlp)(P, X3)
+    for k in P:
+        torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-6)
+    # torch.func's tensors, and torch autograd, run the torch executor's program
+    x = X3.clone().requires_grad_()
+    jf = tx.jit(_mlp, executor="inductor")
+    jf(P, X3)
+    (through_autograd,) = torch.autograd.grad(jf(P, x), x)
+    want = tf.grad(_mlp, argnums=1)(P, X3)
+    torch.testing.assert_close(through_autograd, want, rtol=1e-5, atol=1e-7)
+    g = tf.grad(jf, argnums=1)(P, X3)
+    torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-7)

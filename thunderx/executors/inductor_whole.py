@@ -47,7 +47,9 @@ class WholeProgram(PerLayout):
 
     def __init__(self, jaxpr: Jaxpr, name: str, eager: CompiledProgram):
         super().__init__()
-        self.source, namespace = generate_source(jaxpr, name, reuse_buffers=False)
+        # (large CPU products as oneDNN's, where it beats MKL: inductor calls it as an extern
+        # kernel, as for a frozen model)
+        self.source, namespace = generate_source(jaxpr, name, reuse_buffers=False, onednn=True)
         self.traced = exec_source(self.source, namespace, name)
         self.eager = eager
         self.failure: str | None = None

@@ -167,13 +167,16 @@ def generate_source(
     prelude: list | None = None,
     hoist_constants: bool = False,
     pools: dict | None = None,
+    onednn: bool | None = None,
 ):
     """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple; the
     functions of control-flow bodies come first in the source. `hoist_constants`: small `full`
     results that are only read are made once, here, instead of on every call. `pools`: the
     OutputPools of one program (by output index, and by shape and dtype for intermediates),
     shared by its variants; large outputs and intermediates are written into recycled buffers
-    (see recycle.py)."""
+    (see recycle.py). `onednn` (cpu_gemm.py): None, the products oneDNN runs faster call it in
+    the variant with buffer reuse, beside the MKL call taken under torch.func transforms and
+    dispatch modes; True, they call it alone (a program traced for inductor); False, never."""
     namer = _Namer()
     top = prelude is None
     prelude = [] if prelude is None else prelude
@@ -305,13 +308,12 @@ def generate_source(
         if e.prim.multiple_results:
             lhs += "," if len(out) == 1 else ""
         into = fast = None
-        if reuse_buffers and i not in reused and not aliases:  # (the MKL call stays, for
-            # torch.func's tensors)
+        if (reuse_buffers if onednn is None else onednn) and i not in reused and not aliases:
             fast = cpu_gemm.onednn_source(expr, _product_macs(jaxpr, e, i, linears))
         if i in recycled and not aliases and i not in reused and fast is None:
             into = out_source(e, args, expr, lhs, special)
         if fast is not None:
-            lines.append(f"    {lhs} = ({fast} if _dnn else {expr})")
+            lines.append(f"    {lhs} = {fast if onednn else f'({fast} if _dnn else {expr})'}")
             onednn_calls += 1
         elif into is not None:
             lines.extend(recycled_lines(lhs, recycled[i], expr, into))
@@ -339,8 +341,9 @@ def generate_source(
                     live_views[r] -= 1
     last = len(jaxpr.eqns) - 1
     release_line(lines, release.get(last), reused.get(last), namer)
-    if onednn_calls:  # whether the oneDNN kernel may run, checked once per call
-        lines.insert(1, f"    _dnn = {cpu_gemm.GUARD}()")
+    if onednn_calls:
+        if not onednn:  # whether the oneDNN kernel may run, checked once per call
+            lines.insert(1, f"    _dnn = {cpu_gemm.GUARD}()")
         namespace.update(cpu_gemm.namespace_entries())
     outs = ", ".join(namer(x) for x in jaxpr.outvars)
     if bare_return:
