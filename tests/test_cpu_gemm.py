@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import thunderx as tx
 from thunderx.executors import cpu_gemm
+from thunderx.executors.torch_codegen import generate_source
 
 KERNEL = cpu_gemm._kernel()
 pytestmark = pytest.mark.skipif(
@@ -28,6 +29,7 @@ def onednn(monkeypatch):
     monkeypatch.setattr(cpu_gemm, "_chosen", True)
     monkeypatch.setattr(cpu_gemm, "MIN_MACS", 0)
     monkeypatch.setattr(cpu_gemm, "MIN_MACS_TRANSPOSED", 0)
+    monkeypatch.setattr(cpu_gemm, "MIN_MACS_INDUCTOR", 0)
 
 
 def _r(*shape, seed=0, dtype=torch.float32):
@@ -97,6 +99,11 @@ def test_only_products_above_the_thresholds_take_onednn(monkeypatch):
     assert cpu_gemm.NAME in text(lambda x, g: x @ g, rows.T.contiguous(), grads)
     assert cpu_gemm.NAME not in text(lambda x, g: x.T @ g, rows, grads)
     assert cpu_gemm.NAME in text(lambda x, g: x.T @ g, _r(1024, 64), _r(1024, 256))
+    # a graph for inductor calls oneDNN only from 16M multiply-adds
+    for a, inside in ((_r(192, 192), False), (_r(256, 256), True)):  # 7M, 16M
+        jaxpr = tx.make_jaxpr(lambda a: a @ a)(a).jaxpr
+        src, _ = generate_source(jaxpr, reuse_buffers=False, onednn=True)
+        assert (cpu_gemm.NAME in src) is inside and "_dnn" not in src, src
 
 
 def test_mkl_chosen_means_no_onednn_call(monkeypatch):

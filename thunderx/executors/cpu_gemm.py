@@ -7,10 +7,11 @@ inference path as `torch.ops.mkldnn._linear_pointwise` (`x @ w.T + b` for rows `
 is made once per process, from `mode` (env `THUNDERX_CPU_GEMM`):
 
 - `"mkl"`: eager torch's kernels everywhere (results bit for bit eager torch's);
-- `"onednn"`: oneDNN for every product of at least MIN_MACS multiply-adds;
+- `"onednn"`: oneDNN for every product of at least MIN_MACS multiply-adds (MIN_MACS_INDUCTOR in
+  a graph handed to inductor);
 - `"auto"` (default): oneDNN when a calibration finds it faster: one 256x256x256 product timed
   both ways, interleaved (about 10 ms, once, the first time a program has a product that large),
-  oneDNN at most CALIBRATION_RATIO of MKL's time. On CPUs where MKL is as fast (Intel's), MKL.
+  oneDNN at most CALIBRATION_RATIO of MKL's time; on a CPU where MKL is about as fast, MKL.
 
 Both accumulate in float32; oneDNN sums in another order, so its products differ from eager
 torch's in the last bits (about 1e-7 of the row's magnitude; `torch.allclose` at its default
@@ -35,9 +36,14 @@ from thunderx.executors.recycle import _closes_at_end, _split_top
 
 mode = os.environ.get("THUNDERX_CPU_GEMM", "auto")
 # products of at least this many multiply-adds (m * k * n) go to oneDNN when it is chosen.
-# Measured (2 threads, AMD EPYC): oneDNN/MKL time 6x at 16^3, 2.2x at 64^3, 1.1-1.25x at
-# 16x256x256 and 256x128x10, 0.84-0.87x at 2048x32x32 and 128^3, 0.45-0.6x from 256^3 up
-MIN_MACS = 1 << 21
+# Measured alone (2 threads, AMD EPYC): oneDNN/MKL time 6x at 16^3, 2.2x at 64^3, 1.1-1.25x
+# at 16x256x256 and 256x128x10, 0.84-0.87x at 2048x32x32 and 128^3, 0.45-0.6x from 256^3 up;
+# in programs, the 512x64x64 products of a batched Hessian were 2% slower on oneDNN and a d=64
+# transformer layer measured the same with the threshold at 2M or 4M (3% slower at 8M)
+MIN_MACS = 1 << 22
+# in a graph handed to inductor, which calls oneDNN's kernel as an extern kernel: the d=64
+# layer's 3-4M products made it 6% slower, the d=256 layers' 64M+ ones 35% faster
+MIN_MACS_INDUCTOR = 1 << 24
 # oneDNN copies rows given transposed (a weight gradient's `a.t() @ b`) before its product:
 # measured 0.87-1.2x MKL's time at 4M multiply-adds, 0.5-0.64x from 16M up
 MIN_MACS_TRANSPOSED = 1 << 23
@@ -134,13 +140,15 @@ def _weight(b: str) -> str:
     return b[:-4] if b.endswith(".t()") else f"{b}.t()"
 
 
-def onednn_source(expr: str, n_macs: int | None) -> str | None:
+def onednn_source(expr: str, n_macs: int | None, least: int | None = None) -> str | None:
     """The oneDNN call computing `expr`, one of the torch executor's GEMM forms: `torch.mm(a, b)`,
     `torch.addmm(bias, a, b)`, `torch.matmul(x, b)` (rows x, matrix b), `F.linear(x, w, bias)`,
     each possibly followed by a `.reshape(...)` or `.permute(...)` of its result, when oneDNN is
-    this process's choice and faster for a product of `n_macs` multiply-adds; None otherwise and
-    for any other expression (a scaled addmm, a batched or vector product)."""
-    if n_macs is None or n_macs < MIN_MACS:
+    this process's choice and faster for a product of `n_macs` multiply-adds (at least `least`,
+    MIN_MACS by default); None otherwise and for any other expression (a scaled addmm, a
+    batched or vector product)."""
+    least = MIN_MACS if least is None else least
+    if n_macs is None or n_macs < least:
         return None
     for prefix in ("torch.mm(", "torch.addmm(", "torch.matmul(", "torch.nn.functional.linear("):
         if expr.startswith(prefix):
@@ -175,6 +183,6 @@ def onednn_source(expr: str, n_macs: int | None) -> str | None:
         x, w, b = args
     else:
         return None
-    if n_macs < (MIN_MACS_TRANSPOSED if x.endswith(".t()") else MIN_MACS) or not chosen():
+    if x.endswith(".t()") and n_macs < max(MIN_MACS_TRANSPOSED, least) or not chosen():
         return None
     return f"{NAME}({x}, {w}, {b}, 'none', [], ''){suffix}"

@@ -309,7 +309,8 @@ def generate_source(
             lhs += "," if len(out) == 1 else ""
         into = fast = None
         if (reuse_buffers if onednn is None else onednn) and i not in reused and not aliases:
-            fast = cpu_gemm.onednn_source(expr, _product_macs(jaxpr, e, i, linears))
+            least = cpu_gemm.MIN_MACS_INDUCTOR if onednn else None
+            fast = cpu_gemm.onednn_source(expr, _product_macs(jaxpr, e, i, linears), least)
         if i in recycled and not aliases and i not in reused and fast is None:
             into = out_source(e, args, expr, lhs, special)
         if fast is not None:
