@@ -206,25 +206,33 @@ def test_a_product_in_a_loop_body_runs_on_onednn(onednn):
 @st.composite
 def product_chains(draw):
     """x (rows, possibly 3-d) through 1-3 products, each with its operand stored either way
-    round, an optional bias and an elementwise op between."""
+    round, an optional bias and an elementwise op between; every tensor possibly a strided
+    view (every other element of a larger one)."""
     dims = [draw(st.integers(1, 12)) for _ in range(draw(st.integers(2, 4)))]
     lead = draw(st.sampled_from([(), (3,), (2, 3)]))
     steps = []
     for _ in dims[1:]:
         steps.append((draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from("tsr"))))
-    return lead, dims, steps
+    strided = draw(st.lists(st.booleans(), min_size=7, max_size=7))
+    return lead, dims, steps, strided
 
 
 @given(product_chains())
 def test_random_product_chains_match_torch_and_torch_func(chain):
-    lead, dims, steps = chain
-    note(f"lead {lead} dims {dims} steps {steps}")
-    seed = iter(range(100))
-    x = _r(*lead, 5, dims[0], seed=next(seed))
+    lead, dims, steps, strided = chain
+    note(f"lead {lead} dims {dims} steps {steps} strided {strided}")
+    seed, layouts = iter(range(100)), iter(strided)
+
+    def make(*shape):  # contiguous, or every other element of a larger tensor along the last dim
+        if next(layouts):
+            return _r(*shape[:-1], 2 * shape[-1], seed=next(seed))[..., ::2]
+        return _r(*shape, seed=next(seed))
+
+    x = make(*lead, 5, dims[0])
     ws = []
     for (stored_nk, bias, _), k, n in zip(steps, dims, dims[1:]):
-        w = _r(n, k, seed=next(seed)) if stored_nk else _r(k, n, seed=next(seed))
-        ws.append((w, _r(n, seed=next(seed))) if bias else (w,))
+        w = make(n, k) if stored_nk else make(k, n)
+        ws.append((w, make(n)) if bias else (w,))
 
     def f(x, ws):
         for (stored_nk, _, op), (w, *b) in zip(steps, ws):
@@ -285,3 +293,15 @@ def test_the_inductor_executor_calls_onednn_as_an_extern_kernel(onednn):
     torch.testing.assert_close(through_autograd, want, rtol=1e-5, atol=1e-7)
     g = tf.grad(jf, argnums=1)(P, X3)
     torch.testing.assert_close(g, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("bias", ["strided", "expanded", "offset"])
+def test_a_bias_of_any_layout_is_added_right(onednn, bias):
+    # oneDNN's kernel reads its bias as contiguous: the program hands it a contiguous one
+    big = _r(2 * 9 + 3, seed=11)
+    b = {"strided": big[::2][:9], "expanded": big[:1].expand(9), "offset": big[3:12]}[bias]
+    f = lambda x, w, b: F.linear(x, w, b)  # noqa: E731
+    args = (X, W, b)
+    jf = tx.jit(f)
+    assert cpu_gemm.NAME in jf.lower(*args).program_text()
+    _close(jf(*args), f, *args)

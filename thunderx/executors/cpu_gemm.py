@@ -186,4 +186,7 @@ def onednn_source(expr: str, n_macs: int | None, least: int | None = None) -> st
         return None
     if x.endswith(".t()") and n_macs < max(MIN_MACS_TRANSPOSED, least) or not chosen():
         return None
+    if b != "None":  # the kernel reads the bias as contiguous: a strided or expanded one (a
+        # slice of a larger vector, a broadcast scalar) gave wrong sums
+        b = f"{b}.contiguous()"
     return f"{NAME}({x}, {w}, {b}, 'none', [], ''){suffix}"
