@@ -305,3 +305,26 @@ def test_a_bias_of_any_layout_is_added_right(onednn, bias):
     jf = tx.jit(f)
     assert cpu_gemm.NAME in jf.lower(*args).program_text()
     _close(jf(*args), f, *args)
+
+
+def test_threads_calling_one_program_get_their_own_products(onednn):
+    import threading
+
+    jf = tx.jit(lambda x, w, b: torch.tanh(F.linear(x, w, b)) @ w)
+    assert jf.lower(X, W, B).program_text().count(cpu_gemm.NAME) == 2
+    inputs = [_r(23, 17, seed=20 + i) for i in range(4)]
+    want = [torch.tanh(F.linear(x, W, B)) @ W for x in inputs]
+    errors = []
+
+    def work(k):
+        for _ in range(25):
+            got = jf(inputs[k], W, B)
+            if not torch.allclose(got, want[k], rtol=1e-5, atol=1e-5):
+                errors.append(k)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads) and not errors
