@@ -1,7 +1,15 @@
+import atexit
 import os
+import shutil
+import tempfile
 
 # Full type checks of every jaxpr built during the tests (re-run abstract eval per equation).
 os.environ.setdefault("THUNDERX_CHECK_TYPES", "1")
+# The suite keeps the CPU GEMM calibration (executors/cpu_gemm.py) in a directory of its own,
+# never in the user's cache
+if "THUNDERX_CACHE_DIR" not in os.environ:
+    os.environ["THUNDERX_CACHE_DIR"] = tempfile.mkdtemp(prefix="thunderx-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["THUNDERX_CACHE_DIR"], ignore_errors=True)
 
 from thunderx.testing import load_profile  # noqa: E402
 

@@ -4,6 +4,8 @@ tolerance, and by random chains of products), small, batched, scaled and non-flo
 stay MKL calls, and the MKL call runs instead under torch autograd, torch.func transforms and
 torch dispatch modes. The thresholds are set to 0 here so that small shapes exercise oneDNN."""
 
+import json
+
 import pytest
 import torch
 import torch.func as tf
@@ -328,3 +330,35 @@ def test_threads_calling_one_program_get_their_own_products(onednn):
     for t in threads:
         t.join(timeout=60)
     assert not any(t.is_alive() for t in threads) and not errors
+
+
+def test_the_calibration_is_kept_for_later_processes(monkeypatch, tmp_path):
+    monkeypatch.setenv("THUNDERX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_gemm, "mode", "auto")
+    monkeypatch.setattr(cpu_gemm, "_chosen", None)
+    first = cpu_gemm.chosen()  # calibrates and keeps the ratio
+    kept = json.loads((tmp_path / "cpu_gemm.json").read_text())
+    assert list(kept) == [cpu_gemm._machine_key()] and kept[cpu_gemm._machine_key()] > 0
+    # a later process reads it and does not time anything
+    monkeypatch.setattr(cpu_gemm, "_chosen", None)
+    monkeypatch.setattr(cpu_gemm, "_calibrate", lambda op: pytest.fail("calibrated again"))
+    assert cpu_gemm.chosen() is first
+    # a ratio stored by hand decides; a damaged file means calibrating again
+    (tmp_path / "cpu_gemm.json").write_text(json.dumps({cpu_gemm._machine_key(): 5.0}))
+    monkeypatch.setattr(cpu_gemm, "_chosen", None)
+    assert cpu_gemm.chosen() is False
+    (tmp_path / "cpu_gemm.json").write_text("{not json")
+    monkeypatch.setattr(cpu_gemm, "_chosen", None)
+    monkeypatch.setattr(cpu_gemm, "_calibrate", lambda op: 0.5)
+    assert cpu_gemm.chosen() is True
+    assert json.loads((tmp_path / "cpu_gemm.json").read_text()) == {cpu_gemm._machine_key(): 0.5}
+
+
+def test_an_unwritable_cache_only_costs_the_calibration(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("THUNDERX_CACHE_DIR", str(blocker / "sub"))  # under a file: no directory
+    monkeypatch.setattr(cpu_gemm, "mode", "auto")
+    monkeypatch.setattr(cpu_gemm, "_chosen", None)
+    monkeypatch.setattr(cpu_gemm, "_calibrate", lambda op: 0.5)
+    assert cpu_gemm.chosen() is True

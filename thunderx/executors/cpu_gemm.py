@@ -10,8 +10,10 @@ is made once per process, from `mode` (env `THUNDERX_CPU_GEMM`):
 - `"onednn"`: oneDNN for every product of at least MIN_MACS multiply-adds (MIN_MACS_INDUCTOR in
   a graph handed to inductor);
 - `"auto"` (default): oneDNN when a calibration finds it faster: one 256x256x256 product timed
-  both ways, interleaved (about 10 ms, once, the first time a program has a product that large),
-  oneDNN at most CALIBRATION_RATIO of MKL's time; on a CPU where MKL is about as fast, MKL.
+  both ways, interleaved (7-10 ms, the first time a program has a product that large), oneDNN
+  at most CALIBRATION_RATIO of MKL's time; on a CPU where MKL is about as fast, MKL. The ratio
+  is kept in `cpu_gemm.json` under THUNDERX_CACHE_DIR (default ~/.cache/thunderx), by CPU model,
+  core count, torch version and thread count, so that later processes skip the calibration.
 
 Both accumulate in float32; oneDNN sums in another order, so its products differ from eager
 torch's in the last bits (about 1e-7 of the row's magnitude; `torch.allclose` at its default
@@ -26,6 +28,7 @@ program checks these once per call (`_dnn = _onednn_ok()`) and otherwise runs th
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -111,7 +114,60 @@ def _decide() -> bool:
     with torch.no_grad():
         if op is None or not _works(op):
             return False
-        return mode == "onednn" or _calibrate(op) <= CALIBRATION_RATIO
+        if mode == "onednn":
+            return True
+        ratio = _cached_ratio()
+        if ratio is None:
+            ratio = _calibrate(op)
+            _store_ratio(ratio)
+        return ratio <= CALIBRATION_RATIO
+
+
+def _cache_file() -> str:
+    root = os.environ.get("THUNDERX_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "thunderx"
+    )
+    return os.path.join(root, "cpu_gemm.json")
+
+
+def _machine_key() -> str:
+    model = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}|{os.cpu_count()} cores|torch {torch.__version__}|{torch.get_num_threads()} threads"
+
+
+def _cached_ratio() -> float | None:
+    """This machine's calibrated oneDNN/MKL ratio from an earlier process, if any."""
+    try:
+        with open(_cache_file()) as f:
+            ratio = json.load(f)[_machine_key()]
+        return float(ratio) if isinstance(ratio, (int, float)) and ratio > 0 else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _store_ratio(ratio: float) -> None:
+    """Keeps the ratio for later processes; a cache that cannot be written is skipped."""
+    path = _cache_file()
+    try:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+            data = data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            data = {}
+        data[_machine_key()] = ratio
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+        os.replace(tmp, path)  # whole, whatever another process writes meanwhile
+    except OSError:
+        pass
 
 
 def runtime_ok() -> bool:
