@@ -41,7 +41,7 @@ mode = os.environ.get("THUNDERX_CPU_GEMM", "auto")
 # products of at least this many multiply-adds (m * k * n) go to oneDNN when it is chosen.
 # Measured alone (2 threads, AMD EPYC): oneDNN/MKL time 6x at 16^3, 2.2x at 64^3, 1.1-1.25x
 # at 16x256x256 and 256x128x10, 0.84-0.87x at 2048x32x32 and 128^3, 0.45-0.6x from 256^3 up;
-# in programs (A/B, one process): a jacfwd's 32x32x2048 product 25% faster on oneDNN, a batched
+# in programs (A/B, one process): a jacfwd's 32x32x2048 product 8-25% faster on oneDNN, a batched
 # Hessian's 512x64x64 ones 2% slower (within noise), a d=64 transformer layer the same with the
 # threshold at 2M or 4M (3% slower at 8M)
 MIN_MACS = 1 << 21
@@ -137,7 +137,8 @@ def _machine_key() -> str:
             model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return f"{model}|{os.cpu_count()} cores|torch {torch.__version__}|{torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    return f"{model}|{os.cpu_count()} cores|torch {torch.__version__}|{threads} threads"
 
 
 def _cached_ratio() -> float | None:
