@@ -100,12 +100,7 @@ def plot(rows, path):
 
 def machine() -> str:
     """CPU model, cores and load: the facts that decide how far these ratios travel."""
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    model = cpu_gemm.cpu_model() or platform.processor() or platform.machine()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return f"{model}, {os.cpu_count()} cores, {platform.system()}, load {load:.1f} at start"
 

@@ -35,7 +35,7 @@ import time
 
 import torch
 
-from thunderx.executors.recycle import _closes_at_end, _split_top
+from thunderx.executors.sources import closes_at_end, closing_bracket, split_top
 
 mode = os.environ.get("THUNDERX_CPU_GEMM", "auto")
 # products of at least this many multiply-adds (m * k * n) go to oneDNN when it is chosen.
@@ -130,13 +130,17 @@ def _cache_file() -> str:
     return os.path.join(root, "cpu_gemm.json")
 
 
-def _machine_key() -> str:
-    model = "unknown CPU"
+def cpu_model() -> str | None:
+    """The CPU's model name from /proc/cpuinfo, or None where there is none to read."""
     try:
         with open("/proc/cpuinfo") as f:
-            model = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
+            return next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
     except (OSError, StopIteration):
-        pass
+        return None
+
+
+def _machine_key() -> str:
+    model = cpu_model() or "unknown CPU"
     threads = torch.get_num_threads()
     return f"{model}|{os.cpu_count()} cores|torch {torch.__version__}|{threads} threads"
 
@@ -213,22 +217,16 @@ def onednn_source(expr: str, n_macs: int | None, least: int | None = None) -> st
             break
     else:
         return None
-    depth, end = 0, None
-    for k in range(len(prefix) - 1, len(expr)):
-        depth += expr[k] in "([{"
-        depth -= expr[k] in ")]}"
-        if depth == 0:
-            end = k
-            break
+    end = closing_bracket(expr, len(prefix) - 1)
     if end is None:
         return None
     call, suffix = expr[: end + 1], expr[end + 1 :]
     if suffix and not (
         (suffix.startswith(".reshape(") or suffix.startswith(".permute("))
-        and _closes_at_end(suffix, suffix.index("("))
+        and closes_at_end(suffix, suffix.index("("))
     ):
         return None
-    args = _split_top(call[len(prefix) : -1], ", ")
+    args = split_top(call[len(prefix) : -1], ", ")
     if any("=" in a for a in args):  # alpha=, out=
         return None
     if prefix == "torch.matmul(" and suffix:

@@ -38,6 +38,7 @@ import torch
 
 from thunderx.executors.inplace import inplace_out_source
 from thunderx.executors.release import nbytes
+from thunderx.executors.sources import closes_at_end, split_top
 
 # outputs of at least this many bytes are recycled. Measured (CPU, A/B in one process): outputs
 # of 16 MiB and more (per-example gradients) are mapped afresh by malloc on every call and ran
@@ -248,10 +249,10 @@ def _takes_out(name: str, arity: int) -> bool:
 def _call_with_out(expr: str, out: str) -> str | None:
     """`torch.f(...)` spanning all of `expr`, f in _OUT_FUNCS, with `out=` added; `(a * b)` as
     `torch.mul(a, b, out=...)`; None for anything else."""
-    if expr.startswith(_LINEAR) and _closes_at_end(expr, len(_LINEAR) - 1):
+    if expr.startswith(_LINEAR) and closes_at_end(expr, len(_LINEAR) - 1):
         # F.linear has no out=: the addmm it runs on the rows (torch's own for a contiguous
         # input), into a 2-D view of the buffer
-        args = _split_top(expr[len(_LINEAR) : -1], ", ")
+        args = split_top(expr[len(_LINEAR) : -1], ", ")
         if len(args) == 3:
             x, w, b = args
             rows = f"{x}.reshape(-1, {x}.shape[-1])"
@@ -259,46 +260,14 @@ def _call_with_out(expr: str, out: str) -> str | None:
         return None
     m = _CALL.match(expr)
     if m is not None:
-        if m.group(1) in _OUT_FUNCS and _closes_at_end(expr, m.end() - 1) and "out=" not in expr:
+        if m.group(1) in _OUT_FUNCS and closes_at_end(expr, m.end() - 1) and "out=" not in expr:
             return f"{expr[:-1]}, out={out})"
         return None
-    if expr.startswith("(") and _closes_at_end(expr, 0):
-        parts = _split_top(expr[1:-1], " * ")
+    if expr.startswith("(") and closes_at_end(expr, 0):
+        parts = split_top(expr[1:-1], " * ")
         if len(parts) == 2:
             return f"torch.mul({parts[0]}, {parts[1]}, out={out})"
     return None
-
-
-def _closes_at_end(expr: str, start: int) -> bool:
-    """Whether the bracket at `start` closes at the last character (no string literals in
-    generated expressions hold brackets)."""
-    depth = 0
-    for k in range(start, len(expr)):
-        c = expr[k]
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-            if depth == 0:
-                return k == len(expr) - 1
-    return False
-
-
-def _split_top(s: str, sep: str) -> list[str]:
-    parts, depth, last, k = [], 0, 0, 0
-    while k < len(s):
-        c = s[k]
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif depth == 0 and s.startswith(sep, k):
-            parts.append(s[last:k])
-            last = k = k + len(sep)
-            continue
-        k += 1
-    parts.append(s[last:])
-    return parts
 
 
 def recycled_lines(name: str, take: str, expr: str, into: str) -> list[str]:

@@ -67,3 +67,43 @@ def _inside_checkcache() -> bool:
 
 
 _CHECKCACHE_CODE = linecache.checkcache.__code__
+
+
+# -- reading generated expressions (no string literal in them holds a bracket)
+
+
+def closing_bracket(expr: str, start: int) -> int | None:
+    """The index of the bracket closing the one at `start`, or None when it never closes."""
+    depth = 0
+    for k in range(start, len(expr)):
+        c = expr[k]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return k
+    return None
+
+
+def closes_at_end(expr: str, start: int) -> bool:
+    """Whether the bracket at `start` closes at the last character."""
+    return closing_bracket(expr, start) == len(expr) - 1
+
+
+def split_top(s: str, sep: str) -> list[str]:
+    """`s` split at each `sep` outside brackets."""
+    parts, depth, last, k = [], 0, 0, 0
+    while k < len(s):
+        c = s[k]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif depth == 0 and s.startswith(sep, k):
+            parts.append(s[last:k])
+            last = k = k + len(sep)
+            continue
+        k += 1
+    parts.append(s[last:])
+    return parts
