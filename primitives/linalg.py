@@ -79,6 +79,10 @@ def _dot_codegen(args, avals, *, dimension_numbers):
         return f"torch.matmul({x}, {y}).permute{perm}"
     if not lb and yn == 2 and xn > 2 and dn[0] == ((xn - 1,), (0,)):
         return f"torch.matmul({x}, {y})"
+    if not lb and yn == 2 and xn > 2 and dn[0] == ((xn - 1,), (1,)):
+        # rows times a transposed matrix (a linear layer's input cotangent under vmap): the same
+        # GEMM as tensordot's, without its reshapes, and a form the oneDNN rewrite knows
+        return f"torch.matmul({x}, {y}.t())"
     if not lb:
         flat = _flat_contraction_codegen(x, y, avals, lc, rc)
         return flat or f"torch.tensordot({x}, {y}, dims=({list(lc)}, {list(rc)}))"
@@ -115,7 +119,8 @@ def _flat_contraction_codegen(x: str, y: str, avals, lc, rc) -> str | None:
 
 # below this many output elements along the last dim a broadcast multiply vectorizes poorly and a
 # K=1 GEMM is faster (measured on CPU, 2 threads: [128,256,1]x[128,1,10] up to 30x slower as a
-# multiply, in some runs)
+# multiply, in some runs; in the per-example MLP's program, at [256,128,1]x[256,1,10], 1-7%
+# slower than the GEMM, although faster measured alone)
 _OUTER_MIN_LAST_DIM = 32
 
 

@@ -30,7 +30,7 @@ def onednn(monkeypatch):
     """oneDNN chosen, for products of any size."""
     monkeypatch.setattr(cpu_gemm, "_chosen", True)
     monkeypatch.setattr(cpu_gemm, "MIN_MACS", 0)
-    monkeypatch.setattr(cpu_gemm, "MIN_MACS_TRANSPOSED", 0)
+    monkeypatch.setattr(cpu_gemm, "MIN_COLUMNS_TRANSPOSED", 0)
     monkeypatch.setattr(cpu_gemm, "MIN_MACS_INDUCTOR", 0)
 
 
@@ -96,11 +96,17 @@ def test_only_products_above_the_thresholds_take_onednn(monkeypatch):
     text = lambda f, *a: tx.jit(f).lower(*a).program_text()  # noqa: E731
     assert cpu_gemm.NAME not in text(lambda a, b: a @ b, small, small)
     assert cpu_gemm.NAME in text(lambda a, b: a @ b, large, large)
-    # a weight gradient reads its rows transposed, which oneDNN copies: a higher threshold
-    rows, grads = _r(256, 64), _r(256, 256)  # 64 x 256 x 256: 4M multiply-adds
+    # a weight gradient reads its rows transposed, which oneDNN copies: that pays from 256
+    # columns on, whatever the size
+    rows, grads = _r(256, 64), _r(256, 128)  # 64 x 256 x 128: 2M multiply-adds
     assert cpu_gemm.NAME in text(lambda x, g: x @ g, rows.T.contiguous(), grads)
     assert cpu_gemm.NAME not in text(lambda x, g: x.T @ g, rows, grads)
-    assert cpu_gemm.NAME in text(lambda x, g: x.T @ g, _r(1024, 64), _r(1024, 256))
+    assert cpu_gemm.NAME not in text(lambda x, g: x.T @ g, _r(4096, 256), _r(4096, 128))
+    assert cpu_gemm.NAME in text(lambda x, g: x.T @ g, rows, _r(256, 256))
+    # the flattened weight gradient of a linear layer on (batch, seq, features) rows
+    x3, g3 = _r(8, 32, 64), _r(8, 32, 256)
+    assert cpu_gemm.NAME in text(lambda x, g: torch.einsum("bsi,bso->io", x, g), x3, g3)
+    assert cpu_gemm.NAME not in text(lambda x, g: torch.einsum("bsi,bso->io", x, g), g3, x3)
     # a graph for inductor calls oneDNN only from 16M multiply-adds
     for a, inside in ((_r(192, 192), False), (_r(256, 256), True)):  # 7M, 16M
         jaxpr = tx.make_jaxpr(lambda a: a @ a)(a).jaxpr
@@ -243,8 +249,8 @@ def test_random_product_chains_match_torch_and_torch_func(chain):
             x = {"t": torch.tanh, "s": torch.sin, "r": torch.relu}[op](x)
         return x
 
-    old = cpu_gemm._chosen, cpu_gemm.MIN_MACS, cpu_gemm.MIN_MACS_TRANSPOSED
-    cpu_gemm._chosen, cpu_gemm.MIN_MACS, cpu_gemm.MIN_MACS_TRANSPOSED = True, 0, 0
+    old = cpu_gemm._chosen, cpu_gemm.MIN_MACS, cpu_gemm.MIN_COLUMNS_TRANSPOSED
+    cpu_gemm._chosen, cpu_gemm.MIN_MACS, cpu_gemm.MIN_COLUMNS_TRANSPOSED = True, 0, 0
     try:
         jf = tx.jit(f)
         note(jf.lower(x, ws).program_text())
@@ -252,7 +258,7 @@ def test_random_product_chains_match_torch_and_torch_func(chain):
         loss = lambda x, ws: f(x, ws).square().sum()  # noqa: E731
         grads = tx.jit(tx.grad(loss, argnums=(0, 1)))(x, ws)
     finally:
-        cpu_gemm._chosen, cpu_gemm.MIN_MACS, cpu_gemm.MIN_MACS_TRANSPOSED = old
+        cpu_gemm._chosen, cpu_gemm.MIN_MACS, cpu_gemm.MIN_COLUMNS_TRANSPOSED = old
     want = f(x.double(), [tuple(t.double() for t in w) for w in ws])
     # float32 rounding of sums of products, relative to each result's largest entry
     torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-5 * want.abs().max())

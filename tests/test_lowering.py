@@ -54,6 +54,18 @@ def test_size_one_contraction_with_a_short_last_dim_stays_a_gemm():
     _exact(tx.jit(_outer)(a, b), torch.einsum("bi,bj->bij", a, b))
 
 
+def test_rows_times_a_transposed_matrix_is_one_matmul():
+    # x @ w.T with x of rank 3, as the input cotangent of a linear layer under vmap computes it
+    def f(x, w):
+        return torch.tensordot(x, w, dims=([2], [1]))
+
+    x, w = torch.randn(8, 5, 24), torch.randn(40, 24)
+    code = _code(f, x, w)
+    assert "tensordot" not in code and "torch.matmul(" in code, code
+    x[0, 0, :8] = SPECIALS
+    _exact(tx.jit(f)(x, w), torch.tensordot(x, w, dims=([2], [1])))
+
+
 def _pe_loss(w, x, y):
     return F.cross_entropy(torch.relu(x @ w[0]) @ w[1], y)
 

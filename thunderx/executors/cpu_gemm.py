@@ -48,9 +48,11 @@ MIN_MACS = 1 << 21
 # in a graph handed to inductor, which calls oneDNN's kernel as an extern kernel: the d=64
 # layer's 3-4M products made it 6% slower, the d=256 layers' 64M+ ones 35% faster
 MIN_MACS_INDUCTOR = 1 << 24
-# oneDNN copies rows given transposed (a weight gradient's `a.t() @ b`) before its product:
-# measured 0.87-1.2x MKL's time at 4M multiply-adds, 0.5-0.64x from 16M up
-MIN_MACS_TRANSPOSED = 1 << 23
+# oneDNN copies rows given transposed (a weight gradient's `a.t() @ b`) before its product, and
+# the product's column count n decides whether that pays: measured alone over k 256-4096 and
+# m 64-1024 (2M-256M multiply-adds), oneDNN/MKL time 0.56-0.94x with n of 256 or more, 1.1-1.4x
+# with n of 64 or 128 (but for 0.85-0.93x at m = 1024)
+MIN_COLUMNS_TRANSPOSED = 256
 CALIBRATION_RATIO = 0.8
 NAME = "_onednn_linear"  # the kernel's name in generated code
 GUARD = "_onednn_ok"
@@ -189,12 +191,13 @@ def namespace_entries() -> dict:
     return {NAME: _kernel(), GUARD: runtime_ok}
 
 
-def macs(out_aval, k: int) -> int | None:
-    """The multiply-adds of a float32 CPU product with result `out_aval` and contraction size
-    `k`; None for any other (another dtype or device: never oneDNN's)."""
+def product(out_aval, k: int, columns: int) -> tuple[int, int] | None:
+    """(multiply-adds, columns) of a float32 CPU product with result `out_aval`, contraction
+    size `k` and `columns` columns (the right operand's free size); None for any other (another
+    dtype or device: never oneDNN's)."""
     if out_aval.dtype != torch.float32 or torch.device(out_aval.device).type != "cpu":
         return None
-    return math.prod(out_aval.shape) * k
+    return math.prod(out_aval.shape) * k, columns
 
 
 def _weight(b: str) -> str:
@@ -202,15 +205,17 @@ def _weight(b: str) -> str:
     return b[:-4] if b.endswith(".t()") else f"{b}.t()"
 
 
-def onednn_source(expr: str, n_macs: int | None, least: int | None = None) -> str | None:
+def onednn_source(
+    expr: str, product: tuple[int, int] | None, least: int | None = None
+) -> str | None:
     """The oneDNN call computing `expr`, one of the torch executor's GEMM forms: `torch.mm(a, b)`,
     `torch.addmm(bias, a, b)`, `torch.matmul(x, b)` (rows x, matrix b), `F.linear(x, w, bias)`,
     each possibly followed by a `.reshape(...)` or `.permute(...)` of its result, when oneDNN is
-    this process's choice and faster for a product of `n_macs` multiply-adds (at least `least`,
-    MIN_MACS by default); None otherwise and for any other expression (a scaled addmm, a
-    batched or vector product)."""
+    this process's choice and faster for a product of `(multiply-adds, columns)` (at least
+    `least` multiply-adds, MIN_MACS by default); None otherwise and for any other expression (a
+    scaled addmm, a batched or vector product)."""
     least = MIN_MACS if least is None else least
-    if n_macs is None or n_macs < least:
+    if product is None or product[0] < least:
         return None
     for prefix in ("torch.mm(", "torch.addmm(", "torch.matmul(", "torch.nn.functional.linear("):
         if expr.startswith(prefix):
@@ -239,7 +244,7 @@ def onednn_source(expr: str, n_macs: int | None, least: int | None = None) -> st
         x, w, b = args
     else:
         return None
-    if x.endswith(".t()") and n_macs < max(MIN_MACS_TRANSPOSED, least) or not chosen():
+    if x.endswith(".t()") and product[1] < MIN_COLUMNS_TRANSPOSED or not chosen():
         return None
     if b != "None":  # the kernel reads the bias as contiguous: a strided or expanded one (a
         # slice of a larger vector, a broadcast scalar) gave wrong sums

@@ -310,7 +310,7 @@ def generate_source(
         into = fast = None
         if (reuse_buffers if onednn is None else onednn) and i not in reused and not aliases:
             least = cpu_gemm.MIN_MACS_INDUCTOR if onednn else None
-            fast = cpu_gemm.onednn_source(expr, _product_macs(jaxpr, e, i, linears), least)
+            fast = cpu_gemm.onednn_source(expr, _product(jaxpr, e, i, linears), least)
         if i in recycled and not aliases and i not in reused and fast is None:
             into = out_source(e, args, expr, lhs, special)
         if fast is not None:
@@ -357,9 +357,10 @@ def generate_source(
     return src, namespace
 
 
-def _product_macs(jaxpr: Jaxpr, e, i: int, linears: dict) -> int | None:
-    """The multiply-adds of equation `i` when it is a float32 CPU product without batch dims (or
-    a bias or SGD pattern around one), which oneDNN may run (cpu_gemm.py); None otherwise."""
+def _product(jaxpr: Jaxpr, e, i: int, linears: dict) -> tuple[int, int] | None:
+    """(multiply-adds, columns) of equation `i` when it is a float32 CPU product without batch
+    dims (or a bias or SGD pattern around one), which oneDNN may run (cpu_gemm.py); None
+    otherwise."""
     if i in linears:
         dots = [jaxpr.eqns[j] for j in linears[i][2] if jaxpr.eqns[j].prim is dot_general_p]
         if len(dots) != 1:
@@ -367,9 +368,11 @@ def _product_macs(jaxpr: Jaxpr, e, i: int, linears: dict) -> int | None:
         e = dots[0]
     elif e.prim is not dot_general_p:
         return None
-    (lc, _), (lb, _) = e.params["dimension_numbers"]
-    k = math.prod(e.inputs[0].aval.shape[d] for d in lc)
-    return None if lb else cpu_gemm.macs(e.outputs[0].aval, k)
+    (lc, rc), (lb, _) = e.params["dimension_numbers"]
+    x, y = e.inputs[0].aval, e.inputs[1].aval
+    k = math.prod(x.shape[d] for d in lc)
+    columns = math.prod(s for d, s in enumerate(y.shape) if d not in rc)
+    return None if lb else cpu_gemm.product(e.outputs[0].aval, k, columns)
 
 
 # identities for thunderx's transforms that cut torch autograd's graph
