@@ -46,11 +46,14 @@ def test_unbatched_outer_product_stays_one_gemm():
     _exact(tx.jit(outer)(a, b), torch.outer(a, b))
 
 
-def test_size_one_contraction_with_a_short_last_dim_stays_a_gemm():
-    # a broadcast multiply over an inner dim of 10 vectorizes poorly: the GEMM stays
-    a, b = torch.randn(16, 64), torch.randn(16, 10)
+@pytest.mark.parametrize("last", [1, 3, 10])
+def test_size_one_contraction_with_a_short_last_dim_is_a_multiply_too(last):
+    # the per-example gradient of a 10-class output layer: [b,i,1] x [b,1,10]
+    a, b = torch.randn(16, 64), torch.randn(16, last)
     code = _code(_outer, a, b)
-    assert " * " not in code, code
+    assert "bmm" not in code and " * " in code, code
+    _exact(tx.jit(_outer)(a, b), torch.einsum("bi,bj->bij", a, b))
+    a[0, :8], b[1, : min(8, last)] = SPECIALS, SPECIALS[:last]
     _exact(tx.jit(_outer)(a, b), torch.einsum("bi,bj->bij", a, b))
 
 
