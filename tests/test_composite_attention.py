@@ -40,7 +40,7 @@ def test_values_and_gradients_match_torch(lead, mask_kind, is_causal):
     q, k, v = _qkv(lead, 5, 5 if is_causal else 7, 8)
     mask = MASKS[mask_kind](lead, 5, shape_k := k.shape[-2])
     if mask is not None and mask.dtype == torch.bool:
-        mask[:, 0] = True  # no fully masked row (torch's math and flash paths differ there)
+        mask[:, 0] = True  # no fully masked row (test_a_fully_masked_row_... covers those)
     del shape_k
 
     def f(q, k, v):
@@ -73,11 +73,13 @@ def test_the_math_path_is_used_where_flash_does_not_apply():
     torch.testing.assert_close(tx.jit(f)(q, k, v), f(q, k, v))
 
 
-@pytest.mark.parametrize("use_mask", [False, True])
+@pytest.mark.parametrize("use_mask", [False, True, "dead_row"])
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_the_kernels_equal_the_decomposition_and_its_second_derivatives(use_mask, is_causal):
     q, k, v = _qkv((2, 2), 3, 4, 3, F64)
     mask = [torch.randn(1, 2, 3, 4, dtype=F64)] if use_mask else []
+    if use_mask == "dead_row":  # every key of one query masked out: output 0, not NaN
+        mask[0][0, 1, 2] = float("-inf")
     params = dict(is_causal=is_causal, scale=0.6)
 
     def kernel(q, k, v):
@@ -87,6 +89,8 @@ def test_the_kernels_equal_the_decomposition_and_its_second_derivatives(use_mask
         return KA._decomposition(q, k, v, *mask, **params)[0].sin().sum()
 
     torch.testing.assert_close(kernel(q, k, v), decomposed(q, k, v))
+    for a, b in zip(KA.sdpa(q, k, v, *mask, **params), KA._decomposition(q, k, v, *mask, **params)):
+        torch.testing.assert_close(a, b)  # the output and its logsumexp
     g_k = tx.grad(kernel, argnums=(0, 1, 2))
     g_d = tx.grad(decomposed, argnums=(0, 1, 2))
     for a, b in zip(g_k(q, k, v), g_d(q, k, v)):
@@ -110,6 +114,52 @@ def test_the_kernels_equal_the_decomposition_and_its_second_derivatives(use_mask
     )
     torch.testing.assert_close(hess, want)
     check_grads(lambda q, k, v: KA.sdpa(q, k, v, *mask, **params)[0], (q, k, v))
+
+
+def _dead_row_mask(kind, lq, lk, dtype):
+    keep = torch.rand(lq, lk, generator=torch.Generator().manual_seed(2)) > 0.3
+    keep[:, 0], keep[1] = True, False  # query 1 sees no key
+    if kind == "bool":
+        return keep
+    return torch.zeros(lq, lk, dtype=dtype).masked_fill(~keep, float("-inf"))
+
+
+# each of thunderx's attention paths: the flash kernels (4-D and folded 3-D), torch's math path
+# in primitives (half precision, a value head size unlike the query's), and the decomposition
+# the nvFuser executor runs (here through its reference interpreter)
+DEAD_ROW_PATHS = {
+    "flash": ((2, 3), 5, 6, 4, 4, torch.float32, None),
+    "flash_3d": ((3,), 5, 6, 4, 4, torch.float64, None),
+    "math_half": ((2, 3), 5, 6, 4, 4, torch.float16, None),
+    "math_value_head": ((2, 3), 5, 6, 4, 3, torch.float32, None),
+    "decomposition": ((2, 3), 5, 6, 4, 4, torch.float32, "nvfuser"),
+}
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+@pytest.mark.parametrize("path", sorted(DEAD_ROW_PATHS))
+def test_a_fully_masked_row_gives_zeros_and_zero_gradients_like_torch(path, kind):
+    lead, lq, lk, e, ev, dtype, executor = DEAD_ROW_PATHS[path]
+    q, k, _ = _qkv(lead, lq, lk, e, dtype)
+    v = torch.randn(*lead, lk, ev, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    mask = _dead_row_mask(kind, lq, lk, dtype)
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, mask)
+
+    def loss(q, k, v):
+        return f(q, k, v).float().sin().sum()
+
+    want = f(q, k, v)
+    assert torch.all(want[..., 1, :] == 0)  # torch's answer, every path of it
+    got = tx.jit(f, **({"executor": executor} if executor else {}))(q, k, v)
+    tol = dict(rtol=2e-3, atol=2e-3) if dtype == torch.float16 else {}
+    torch.testing.assert_close(got, want, **tol)
+    grads = tx.jit(tx.grad(loss, argnums=(0, 1, 2)), **({"executor": executor} if executor else {}))
+    qs = [t.clone().requires_grad_() for t in (q, k, v)]
+    for a, b in zip(grads(q, k, v), torch.autograd.grad(loss(*qs), qs)):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, b, **tol)
 
 
 def test_a_differentiable_float_mask_gets_its_gradient():

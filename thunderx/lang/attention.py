@@ -52,7 +52,10 @@ def math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
             scores = B.add(
                 scores, S.broadcast_to(m, shape(scores)) if shape(m) != shape(scores) else m
             )
-    weights = softmax(scores, -1)
+    if attn_mask is not None and lk:
+        weights = KA.safe_softmax(scores)  # a fully masked row: 0, as torch's math path gives
+    else:
+        weights = softmax(scores, -1)
     if dropout_p:
         weights = F.dropout(weights, p=dropout_p)  # under the randomness rules of lang/random.py
     return matmul(weights, v)
