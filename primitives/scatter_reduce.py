@@ -102,7 +102,9 @@ def _prod_tangent(x, idx, src, y, tx, ts, self_in, axis):
     o_src = others(
         src, s_zero, gather(zeros, idx, axis), gather(y, idx, axis), gather(p_nz, idx, axis)
     )
-    t_self = U.select(B.gt(self_in, 0.5), B.mul(tx, o_self), 0.0)
+    # the coefficient is masked, not the product: where x[p] takes no part, y / x[p] may be
+    # 0 / 0, and reverse mode (this map's transpose) would multiply the masked-out zero by it
+    t_self = B.mul(tx, U.select(B.gt(self_in, 0.5), o_self, 0.0))
     return B.add(t_self, scatter_add(_zeros(x), idx, B.mul(ts, o_src), axis))
 
 

@@ -66,6 +66,34 @@ def test_index_reduce(reduce):
     torch.testing.assert_close(tx.grad(lambda x, s: (f(x, s) ** 2).sum(), (0, 1))(x, src), want)
 
 
+@pytest.mark.parametrize("src_zero", [False, True])
+def test_prod_gradient_where_a_left_out_self_is_zero(src_zero):
+    # include_self=False: x[p] = 0 takes no part where sources land, and its share y / x[p]
+    # (inf or 0 / 0) must not reach the gradient: torch's is 0 there, not NaN
+    x = torch.tensor([[-1.75, 0.0, 2.0], [0.0, 3.0, -0.5]], dtype=F64)
+    src = torch.tensor([[0.5, -0.0 if src_zero else -0.25, 1.5]], dtype=F64).expand(3, 3) * 2
+    idx = torch.tensor([[1, 0, 0], [1, 1, 0], [0, 0, 1]])
+
+    def loss(x, s):
+        return (torch.scatter_reduce(x, 0, idx, s, "prod", include_self=False) * 1.5).sum()
+
+    def loss_index(x, s):
+        return x.index_reduce(0, torch.tensor([1, 0, 1]), s, "prod", include_self=False).sum()
+
+    for f in (loss, loss_index):
+        xr, sr = x.clone().requires_grad_(), src.clone().requires_grad_()
+        want = torch.autograd.grad(f(xr, sr), (xr, sr))
+        for got in (tx.grad(f, (0, 1))(x, src), tx.jit(tx.grad(f, (0, 1)))(x, src)):
+            for g, w in zip(got, want):
+                assert torch.isfinite(g).all()
+                torch.testing.assert_close(g, w)
+        xs, ss = torch.stack([x, 2 * x]), torch.stack([src, src - 1])
+        batched = tx.vmap(tx.grad(f, (0, 1)))(xs, ss)
+        for i in range(2):
+            for g, w in zip(batched, tx.grad(f, (0, 1))(xs[i], ss[i])):
+                torch.testing.assert_close(g[i], w)
+
+
 def test_generated_code_calls_torch_scatter_reduce():
     x, src, idx = _data()
     text = tx.jit(lambda x, s: torch.scatter_reduce(x, 0, idx, s, "amax")).lower(x, src).as_text()
