@@ -322,7 +322,12 @@ def check_jacfwd(c: Ctx):
 
 def check_jacrev(c: Ctx):
     got = _jac_matrix(tx.jacrev(c.f, argnums=c.argnums)(*c.xs), c)
-    want = _oracle(lambda: _jac_matrix(tf.jacrev(c.f, argnums=c.argnums)(*c.xs), c))
+    if c.out.numel() == 0:
+        # no outputs, an empty Jacobian; torch.func.jacrev would vmap the VJP over an empty
+        # basis, which kills the process in torch 2.13 (SIGFPE in batch_norm's backward)
+        want = torch.zeros(0, dtype=c.out.dtype)
+    else:
+        want = _oracle(lambda: _jac_matrix(tf.jacrev(c.f, argnums=c.argnums)(*c.xs), c))
     return _derivative("jacrev", got, want, _fd_of(c, c.f, lambda j: j.reshape(-1)))
 
 
