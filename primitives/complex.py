@@ -12,7 +12,8 @@ import torch
 
 from thunderx.ad_util import Zero
 from thunderx.avals import ShapedArray
-from thunderx.core import declare, get_aval
+from thunderx.core import declare
+from thunderx.primitives import creation as C
 from thunderx.primitives._elementwise import elementwise_batch, nary_abstract_eval
 
 _REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
@@ -56,7 +57,7 @@ real_p = _unary_linear(
     "real",
     torch.real,
     _part_aval("real"),
-    lambda ct, x: [None if type(ct) is Zero else complex_(ct, _zeros_like(ct))],
+    lambda ct, x: [None if type(ct) is Zero else complex_(ct, C.zeros_like(ct))],
     "torch.real",
     aliases=(0,),
 )
@@ -64,7 +65,7 @@ imag_p = _unary_linear(
     "imag",
     torch.imag,
     _part_aval("imag"),
-    lambda ct, x: [None if type(ct) is Zero else complex_(_zeros_like(ct), _neg(ct))],
+    lambda ct, x: [None if type(ct) is Zero else complex_(C.zeros_like(ct), _neg(ct))],
     "torch.imag",
     aliases=(0,),
 )
@@ -93,13 +94,6 @@ complex_p = declare(
     torch_codegen=lambda args, avals: f"torch.complex({args[0]}, {args[1]})",
     elementwise=True,
 )
-
-
-def _zeros_like(x):
-    from thunderx.primitives import creation as C
-
-    a = get_aval(x)
-    return C.full(a.shape, 0.0, a.dtype, a.device)
 
 
 def _neg(x):

@@ -64,18 +64,17 @@ def _sum_last(x):
     return R.reduce_sum(x, (3,))
 
 
-def _zeros(x):
-    a = get_aval(x)
-    return C.full(a.shape, 0.0, a.dtype, a.device)
-
-
-def dead_rows(s):
-    """The rows of scores `s` (..., L, S), S > 0, whose every score is -inf (masked out): a
-    bool (..., L), and the same broadcast to `s`'s shape."""
+def _row_max(s):
     from thunderx.primitives.higher_order import stop_gradient
 
+    return stop_gradient(R.reduce_max(s, (len(S._shape(s)) - 1,)))
+
+
+def dead_rows(s, m=None):
+    """The rows of scores `s` (..., L, S), S > 0, whose every score is -inf (masked out): a
+    bool (..., L), and the same broadcast to `s`'s shape. `m`: the rows' maxima, if at hand."""
     shp = S._shape(s)
-    m = stop_gradient(R.reduce_max(s, (len(shp) - 1,)))
+    m = _row_max(s) if m is None else m
     dead = B.eq(m, C.full(S._shape(m), -math.inf, get_aval(m).dtype, get_aval(m).device))
     return dead, S.broadcast_in_dim(dead, shp, tuple(range(len(shp) - 1)))
 
@@ -87,27 +86,26 @@ def safe_softmax(s):
     from thunderx.primitives.composite_softmax import softmax
 
     _, dead = dead_rows(s)
-    zeros = _zeros(s)
+    zeros = C.zeros_like(s)
     return U.select(dead, zeros, softmax(U.select(dead, zeros, s), len(S._shape(s)) - 1))
 
 
 def _decomposition(q, k, v, *mask, is_causal, scale):
     from thunderx.primitives.composite_softmax import softmax
-    from thunderx.primitives.higher_order import stop_gradient
 
     s = _scores(q, k, mask[0] if mask else None, is_causal, scale)
     shp = S._shape(s)
+    m = _row_max(s)
     if mask:
         # a fully masked row (a causal mask alone leaves each row its first key): output 0 and
-        # logsumexp 0, as the kernels give
-        dead, dead_b = dead_rows(s)
-        s = U.select(dead_b, _zeros(s), s)
-    m = stop_gradient(R.reduce_max(s, (3,)))
+        # logsumexp 0, as the kernels give; its scores and maximum become 0
+        dead, dead_b = dead_rows(s, m)
+        s, m = U.select(dead_b, C.zeros_like(s), s), U.select(dead, C.zeros_like(m), m)
     shifted = B.sub(s, S.broadcast_in_dim(m, shp, (0, 1, 2)))
     lse = B.add(U.log(_sum_last(U.exp(shifted))), m)
     p = softmax(s, 3)
     if mask:
-        p, lse = U.select(dead_b, _zeros(p), p), U.select(dead, _zeros(lse), lse)
+        p, lse = U.select(dead_b, C.zeros_like(p), p), U.select(dead, C.zeros_like(lse), lse)
     return [M.mm(p, v), lse]
 
 

@@ -67,11 +67,6 @@ def _n_out(mode) -> int:
     return 3 if mode == "lstm" else 2
 
 
-def _zeros_like(x):
-    a = get_aval(x)
-    return C.full(a.shape, 0.0, a.dtype, a.device)
-
-
 # Which layers differentiate through torch's backward (rnn_backward) rather than through the
 # unrolled cells' jvp and transpose, per (mode, device type); elsewhere torch's (on CUDA, cuDNN's
 # fused backward). Torch's backward recomputes the forward inside it. Measured on CPU (2
@@ -102,7 +97,7 @@ def _jvp(primals, tangents, **params):
 def _jvp_decomposition(*args, **params):
     n = len(args) // 2
     outs, t_outs = decomposition_jvp(_decomposition, args[n:], args[:n], params)
-    return [_zeros_like(o) if t is None or type(t) is Zero else t for o, t in zip(outs, t_outs)]
+    return [C.zeros_like(o) if t is None or type(t) is Zero else t for o, t in zip(outs, t_outs)]
 
 
 def _jvp_abstract_eval(*avals, **params):

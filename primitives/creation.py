@@ -7,7 +7,7 @@ import contextvars
 import torch
 
 from thunderx.avals import CPU, ShapedArray
-from thunderx.core import declare
+from thunderx.core import declare, get_aval
 
 
 def _fmt_shape(shape) -> str:
@@ -72,6 +72,12 @@ def iota(dtype, shape, dimension: int, device=None):
 def full(shape, fill_value, dtype, device=None):
     device = CALL_DEVICE.get() if device is None else device
     return full_p.bind(shape=tuple(shape), fill_value=fill_value, dtype=dtype, device=device)
+
+
+def zeros_like(x):
+    """Zeros of `x`'s shape, dtype and device."""
+    a = get_aval(x)
+    return full(a.shape, 0.0, a.dtype, a.device)
 
 
 # Random draws: effectful, so jit runs them on each call; vmap handles them through its

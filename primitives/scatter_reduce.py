@@ -50,14 +50,9 @@ def scatter_reduce(x, idx, src, axis: int, reduce: str, include_self: bool = Tru
     )
 
 
-def _zeros(x):
-    a = get_aval(x)
-    return C.full(a.shape, 0.0, a.dtype, a.device)
-
-
 def _counts(x, idx, mask, axis):
     """Per output position, how many scattered elements satisfy `mask` (in x's dtype)."""
-    return scatter_add(_zeros(x), idx, U.convert(mask, get_aval(x).dtype), axis)
+    return scatter_add(C.zeros_like(x), idx, U.convert(mask, get_aval(x).dtype), axis)
 
 
 def _jvp(primals, tangents, *, axis, reduce, include_self):
@@ -73,14 +68,14 @@ def _jvp(primals, tangents, *, axis, reduce, include_self):
         self_in = C.full(a.shape, 1.0, a.dtype, a.device)
     else:
         ones_src = C.full(get_aval(src).shape, 1.0, a.dtype, a.device)
-        self_in = U.convert(B.eq(scatter_add(_zeros(x), idx, ones_src, axis), 0.0), a.dtype)
+        self_in = U.convert(B.eq(scatter_add(C.zeros_like(x), idx, ones_src, axis), 0.0), a.dtype)
     if reduce == "prod":
         return y, _prod_tangent(x, idx, src, y, tx, ts, self_in, axis)
     self_hit = U.convert(B.eq(x, y), a.dtype)
     src_hit = B.eq(src, gather(y, idx, axis))
     n = B.add(self_hit, _counts(x, idx, src_hit, axis))
     share_self = U.select(B.gt(B.mul(self_hit, self_in), 0.5), tx, 0.0)
-    share_src = scatter_add(_zeros(x), idx, U.select(src_hit, ts, 0.0), axis)
+    share_src = scatter_add(C.zeros_like(x), idx, U.select(src_hit, ts, 0.0), axis)
     return y, B.div(B.add(share_self, share_src), n)
 
 
@@ -105,7 +100,7 @@ def _prod_tangent(x, idx, src, y, tx, ts, self_in, axis):
     # the coefficient is masked, not the product: where x[p] takes no part, y / x[p] may be
     # 0 / 0, and reverse mode (this map's transpose) would multiply the masked-out zero by it
     t_self = B.mul(tx, U.select(B.gt(self_in, 0.5), o_self, 0.0))
-    return B.add(t_self, scatter_add(_zeros(x), idx, B.mul(ts, o_src), axis))
+    return B.add(t_self, scatter_add(C.zeros_like(x), idx, B.mul(ts, o_src), axis))
 
 
 def _batch(args, dims, *, axis, reduce, include_self):
