@@ -48,7 +48,7 @@ def def_binary(name, impl, codegen, nvf_op, out_bool=False, partials=None, **dec
         abstract_eval=lambda x, y: nary_abstract_eval(name, x, y, out_dtype=out_dtype),
         batch=lambda args, dims: elementwise_batch(prim, args, dims),
         torch_codegen=codegen,
-        nvfuser=lambda fd, x, y: getattr(fd.ops, nvf_op)(x, y),
+        nvfuser=(lambda fd, x, y: getattr(fd.ops, nvf_op)(x, y)) if nvf_op else None,
         elementwise=True,
         **declared,
     )
@@ -265,6 +265,69 @@ rem_p = def_binary(
     partials=(lambda t, x, y, out: t, lambda t, x, y, out: mul(t, neg(_trunc(div(x, y))))),
     inplace="fmod_",
 )
+# Python's remainder (the sign of the divisor), the kernel torch.remainder and nvFuser's
+# remainder share: fmod, moved by one divisor where the signs differ. Its derivative in y is
+# minus the floor quotient that the value itself used, as torch's: floor(x / y) rounds the other
+# way where x / y rounds up to an integer (1.0 % 0.1 is 0.0999..., so the quotient is 9, not 10).
+remainder_p = def_binary(
+    "remainder",
+    _tensor_args(torch.remainder),
+    _call("torch.remainder", "remainder"),
+    "remainder",
+    partials=(
+        lambda t, x, y, out: t,
+        lambda t, x, y, out: mul(t, neg(floor_divide_float(x, y))),
+    ),
+    inplace="remainder_",
+)
+
+
+# sqrt(x^2 + y^2) without the squares' overflow and underflow (std::hypot); nvFuser has no
+# such op, so it runs as torch's kernel there. Derivative x / out (y / out), torch's rule: nan
+# at (0, 0), as the derivative of sqrt(x^2 + y^2) is there
+hypot_p = def_binary(
+    "hypot",
+    _tensor_args(torch.hypot),
+    _call("torch.hypot", "hypot"),
+    None,
+    partials=(lambda t, x, y, out: mul(t, div(x, out)), lambda t, x, y, out: mul(t, div(y, out))),
+    inplace="hypot_",
+)
+
+
+def floor_divide_float(x, y):
+    """torch's floating floor division (c10's div_floor_floating, Python's float //): the
+    quotient of x - fmod(x, y), rounded to the integer it is, so that x == (x // y) * y +
+    remainder(x, y) holds; floor(x / y) breaks that where x / y rounds up to an integer. IEEE's
+    x / y where y is 0. No derivative (every branch ends in a floor)."""
+    from thunderx.primitives import unary
+
+    def both(p, q):  # a Python scalar operand makes its conditions Python bools
+        if isinstance(p, bool) or isinstance(q, bool):
+            return (q if p else False) if isinstance(p, bool) else (p if q else False)
+        return and_p.bind(p, q)
+
+    def pick(c, a, b):
+        return (a if c else b) if isinstance(c, bool) else unary.select(c, a, b)
+
+    if is_scalar(x) or is_scalar(y):  # torch rounds a Python scalar to the tensor's dtype first
+        dt = get_aval(y if is_scalar(x) else x).dtype
+        x, y = (float(torch.tensor(v, dtype=dt)) if is_scalar(v) else v for v in (x, y))
+    mod = rem_p.bind(x, y)
+    # where x / y overflows, fmod may be NaN (torch's vectorized fmod is): x alone is the
+    # numerator then, as in torch's vectorized kernel
+    over = both(
+        eq(unary.abs(div(x, y)), math.inf), ne(abs(x) if is_scalar(x) else unary.abs(x), math.inf)
+    )
+    q = div(pick(over, x, sub(x, mod)), y)
+    q = pick(both(ne(mod, 0.0), ne(lt(y, 0.0), lt(mod, 0.0))), sub(q, 1.0), q)
+    fl = unary.floor(q)
+    fl = pick(gt(sub(q, fl), 0.5), add(fl, 1.0), fl)
+    # q == 0 (|x| < |y|, same signs) and y == 0: floor(x / y) is the signed zero, the inf or
+    # the nan that torch returns there
+    return pick(both(ne(q, 0.0), ne(y, 0.0)), fl, unary.floor(div(x, y)))
+
+
 # the next representable value after x towards y; torch's derivative: 1 in x where x != y (0
 # where they are equal and the value is y itself), 0 in y
 nextafter_p = def_binary(

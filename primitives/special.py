@@ -15,20 +15,31 @@ from thunderx.primitives import unary as U
 _HALF = 0.5
 
 
-def _safe(x):
-    """x with its zeros replaced by 1: a divisor whose untaken branch stays finite."""
-    return U.select(B.eq(x, 0.0), 1.0, x)
+# Below this |x|, i1(x) / x is its series 1/2 sum_k (x^2/4)^k / (k! (k+1)!), k <= 3 (the next
+# term is 1e-22 relative): y / x loses digits to cancellation in its own derivative there
+# ((y' x - y) / x^2), and i1(x) underflows where x is subnormal (i1e(x) * (1 / x) was 0 * inf)
+_SERIES_BELOW = 1e-2
+
+
+def _over_x(x, y, scaled):
+    """y / x for y = i1(x) (or i1e(x) = exp(-|x|) i1(x), `scaled`): 1/2 at 0."""
+    small = B.lt(U.abs(x), _SERIES_BELOW)
+    near = U.select(small, x, 0.0)  # the series where taken only: its derivatives stay finite
+    x2 = B.mul(near, near)
+    series = B.add(B.mul(B.add(B.mul(B.add(B.mul(x2, 1 / 18432), 1 / 384), x2), 1 / 16), x2), _HALF)
+    if scaled:
+        series = B.mul(U.exp(U.neg(U.abs(near))), series)
+    return U.select(small, series, B.div(y, U.select(small, 1.0, x)))
 
 
 def _di1(x, y):
     # i1'(x) = i0(x) - i1(x)/x, 1/2 at 0
-    return U.select(B.eq(x, 0.0), _HALF, B.sub(i0_p.bind(x), B.div(y, _safe(x))))
+    return B.sub(i0_p.bind(x), _over_x(x, y, scaled=False))
 
 
 def _di1e(x, y):
-    # i1e'(x) = i0e(x) - i1e(x) (sign(x) + 1/x), 1/2 at 0
-    d = B.sub(i0e_p.bind(x), B.mul(y, B.add(U.sign(x), U.reciprocal(_safe(x)))))
-    return U.select(B.eq(x, 0.0), _HALF, d)
+    # i1e'(x) = i0e(x) - i1e(x) sign(x) - i1e(x)/x, 1/2 at 0
+    return B.sub(B.sub(i0e_p.bind(x), B.mul(y, U.sign(x))), _over_x(x, y, scaled=True))
 
 
 def _def(name, torch_fn, derivative, domain="real"):

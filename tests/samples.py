@@ -145,6 +145,8 @@ _BINARY_DOMAINS = {
     "min": ("real", "real"),
     "atan2": ("nonzero", "nonzero"),
     "rem": ("small", "gt1"),
+    "remainder": ("small", "gt1"),
+    "hypot": ("real", "real"),
     "nextafter": ("real", "real"),
 }
 
@@ -156,9 +158,9 @@ def _binary(name):
         shape = d.shape()
         x, y = d.tensor(shape, F64, dx), d.tensor(shape, F64, dy)
         k = d.int(0, 3)
-        if k == 1 and name not in ("pow",):
+        if k == 1 and name not in ("pow", "hypot"):  # torch.hypot takes tensors only
             y = float(d.tensor((), F64, dy))  # a Python scalar operand
-        elif k == 2 and name not in ("rem", "atan2"):
+        elif k == 2 and name not in ("rem", "remainder", "atan2", "hypot"):
             x = float(d.tensor((), F64, dx))
         return Sample([x, y], {})
 

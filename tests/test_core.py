@@ -90,8 +90,10 @@ def test_registry_size_and_module_budget():
     # 10 for collectives and shard_map, composites with their fused backward kernels (~20), 4
     # complex parts, 6 special functions, 3 for attention (sdpa, sdpa_jvp, sdpa_backward), fft,
     # scatter_reduce, nextafter, mode_index, four vision composites, 3 for recurrent layers
-    # (rnn, rnn_jvp, rnn_backward): the cap keeps the set a deliberate choice
-    assert 60 <= len(core.primitives) <= 177
+    # (rnn, rnn_jvp, rnn_backward), remainder (its derivative needs the quotient its value
+    # used, which fmod's selects cannot give), hypot (sqrt(x*x + y*y) overflows): the cap keeps
+    # the set a deliberate choice
+    assert 60 <= len(core.primitives) <= 179
     import pathlib
 
     root = pathlib.Path(tx.__file__).parent.parent

@@ -296,6 +296,7 @@ REFERENCE_OPS = {
     "atan2": _binary(torch.atan2),
     "nextafter": _binary(torch.nextafter),
     "fmod": _binary(torch.fmod),
+    "remainder": _binary(torch.remainder),
     "eq": _binary(torch.eq),
     "ne": _binary(torch.ne),
     "lt": _binary(torch.lt),

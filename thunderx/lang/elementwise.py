@@ -178,11 +178,45 @@ def _logit(x, eps=None):
 
 @register(torch.sinc, torch.special.sinc, methods=("sinc",))
 def _sinc(x):
+    """sin(pi x) / (pi x), 1 at 0. Its derivative (cos(pi x) - sinc(x)) / x is 0 / 0 where x
+    is subnormal (pi x * x underflows) and loses every digit to cancellation below ~1e-6, so
+    below |x| = 1e-2 it is its Taylor series instead, with the series' derivatives after it
+    (the second derivative at 0 is -pi^2 / 3, as finite differences say)."""
+    from thunderx.transforms.custom import custom_jvp
+
     x = float_operand(x)
-    zero = B.eq(x, 0.0)
-    safe = U.select(zero, 1.0, x)
-    pix = B.mul(safe, math.pi)
-    return U.select(zero, 1.0, B.div(U.sin(pix), pix))
+
+    @custom_jvp
+    def f(x):
+        zero = B.eq(x, 0.0)
+        pix = B.mul(U.select(zero, 1.0, x), math.pi)
+        return U.select(zero, 1.0, B.div(U.sin(pix), pix))
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        y = f(x)
+        small = B.lt(U.abs(x), _SINC_SERIES_BELOW)
+        safe = U.select(small, 1.0, x)
+        ratio = B.div(B.sub(U.cos(B.mul(safe, math.pi)), f(safe)), safe)
+        series = _sinc_series_derivative(U.select(small, x, 0.0))  # finite where not taken
+        return y, B.mul(t, U.select(small, series, ratio))
+
+    return f(x)
+
+
+_SINC_SERIES_BELOW = 1e-2
+
+
+def _sinc_series_derivative(x):
+    # d/dx sum_k (-1)^k (pi x)^(2k) / (2k+1)! = x sum_k c_k x^(2k-2), k <= 5 (Horner in x^2):
+    # the next term is below 1e-18 relative for |x| < 1e-2
+    c = [(-1) ** k * math.pi ** (2 * k) * 2 * k / math.factorial(2 * k + 1) for k in range(1, 6)]
+    x2 = B.mul(x, x)
+    acc = B.add(B.mul(x2, c[4]), c[3])
+    for ck in reversed(c[:3]):
+        acc = B.add(B.mul(acc, x2), ck)
+    return B.add(B.mul(acc, x), 0.0)  # + 0.0: torch's +0 at x = 0, not -0
 
 
 @register(torch.polygamma, torch.special.polygamma)
@@ -257,8 +291,14 @@ def _rtruediv(x, y):
 @register(torch.floor_divide, torch.Tensor.__floordiv__, methods=("floor_divide",))
 def _floor_divide(x, y):
     (a, b), dt = promote(x, y)
+    if dt in (torch.float16, torch.bfloat16):
+        # in float32, rounding once, as torch's scalar loop (its vectorized loop rounds every
+        # step to dt and can pass the quotient: pytorch#193754); a Python scalar operand stays
+        # a float32 as in torch, not rounded to dt
+        a, b = (v if type(v) in SCALARS else U.convert(v, torch.float32) for v in (a, b))
+        return U.convert(B.floor_divide_float(a, b), dt)
     if is_float(dt):
-        return U.floor(B.div(a, b))
+        return B.floor_divide_float(a, b)
     q = B.div(a, b)  # truncates
     adjust = B.and_p.bind(B.ne(B.rem_p.bind(a, b), 0), B.ne(B.lt(a, 0), B.lt(b, 0)))
     return U.select(adjust, B.sub(q, 1), q)
@@ -331,10 +371,7 @@ def _fmod(x, y):
 
 @register(torch.remainder, torch.Tensor.__mod__, methods=("remainder",))
 def _remainder(x, y):
-    (a, b), _ = promote(x, y)
-    r = B.rem_p.bind(a, b)
-    fix = B.and_p.bind(B.ne(r, 0), B.ne(B.lt(r, 0), B.lt(b, 0)))
-    return U.select(fix, B.add(r, b), r)
+    return binary(B.remainder_p.bind, x, y)
 
 
 @register(torch.Tensor.__rmod__)
@@ -344,8 +381,7 @@ def _rmod(x, y):
 
 @register(torch.hypot, methods=("hypot",))
 def _hypot(x, y):
-    (a, b), _ = promote(x, y, to_float=True)
-    return U.sqrt(B.add(B.mul(a, a), B.mul(b, b)))
+    return binary(B.hypot_p.bind, x, y, to_float=True)
 
 
 @register(torch.xlogy, torch.special.xlogy, methods=("xlogy",))

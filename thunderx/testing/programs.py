@@ -91,6 +91,7 @@ BINARY = {
     "hypot": lambda x, y: torch.hypot(x, y + 2),
     "pow": lambda x, y: (x * x + 1) ** torch.tanh(y),
     "fmod": lambda x, y: torch.fmod(x, y * y + 1),
+    "remainder": lambda x, y: torch.remainder(x, -(y * y + 1)),
     "where_lt": lambda x, y: torch.where(x < y, x, y),
     "where_le": lambda x, y: torch.where(x <= y, y, x),
     "where_ge": lambda x, y: torch.where(x >= y, x * y, y),

@@ -1,0 +1,185 @@
+"""Elementwise functions at the edges of floating point, against torch (values bit for bit,
+derivatives against torch.func, and finite differences or closed forms where torch is off).
+
+Floor division and remainder: torch's float quotient is the one of x - fmod(x, y) (Python's
+float //), not floor(x / y), which rounds the other way where x / y rounds up to an integer:
+1.0 // 0.1 is 9.0 (the double 0.1 is a little more than a tenth) and 1.0 % 0.1 is 0.0999...
+The remainder's derivative in y is minus that same quotient. hypot where the squares overflow
+or underflow; sinc, i1 and i1e derivatives at tiny and subnormal x."""
+
+import math
+
+import pytest
+import torch
+
+import thunderx as tx
+
+INF, NAN = math.inf, math.nan
+# (x, y): quotients that round up to an integer, overflowing quotients (torch's vectorized fmod
+# gives NaN there), zeros of both signs, infinities and NaN
+PAIRS = [
+    (1.0, 0.1),
+    (-1.0, 0.1),
+    (0.3, 0.1),
+    (7.0, 0.7),
+    (2.0, 0.2),
+    (-0.7, -0.1),
+    (1e300, 1e-10),
+    (-1e300, 1e-10),
+    (1e300, -1e-10),
+    (5.0, -0.0),
+    (0.0, 0.0),
+    (-0.0, 2.0),
+    (0.0, -3.0),
+    (3.0, INF),
+    (-2.0, INF),
+    (INF, 2.0),
+    (1.0, NAN),
+    (0.25, 0.5),
+]
+
+
+def same(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Equal values, NaN where NaN, and the same sign on zeros."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    nan = want.isnan()
+    return (
+        torch.equal(got.isnan(), nan)
+        and torch.equal(got[~nan], want[~nan])
+        and torch.equal(torch.signbit(got[~nan]), torch.signbit(want[~nan]))
+    )
+
+
+FUNCTIONS = {
+    "floordiv": lambda x, y: x // y,
+    "div_floor": lambda x, y: torch.div(x, y, rounding_mode="floor"),
+    "floor_divide": torch.floor_divide,
+    "remainder": torch.remainder,
+    "mod": lambda x, y: x % y,
+    "floordiv_by_literal": lambda x, y: x // 0.1,
+    "literal_floordiv": lambda x, y: 1.0 // y,
+    "remainder_by_literal": lambda x, y: x % 0.1,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("repeat", [1, 3])
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_values_match_torch_at_the_edges(name, repeat, dtype):
+    fn = FUNCTIONS[name]
+    x = torch.tensor([p[0] for p in PAIRS] * repeat, dtype=torch.float64).to(dtype)
+    y = torch.tensor([p[1] for p in PAIRS] * repeat, dtype=torch.float64).to(dtype)
+    want = fn(x, y)
+    assert same(tx.jit(fn)(x, y), want)
+    assert same(tx.vmap(fn)(x, y), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_values_match_torch_over_wide_magnitudes(dtype):
+    g = torch.Generator().manual_seed(0)
+
+    def draw():
+        return torch.randn(20000, generator=g, dtype=dtype) * torch.exp(
+            torch.randn(20000, generator=g, dtype=dtype) * 4
+        )
+
+    x, y = draw(), draw()
+    # quotients near integers, where floor(x / y) and torch disagree most often
+    k = torch.randint(-50, 50, (20000,), generator=g).to(dtype)
+    x[::2] = (k * y)[::2]
+    for name in ("floordiv", "remainder"):
+        fn = FUNCTIONS[name]
+        assert same(tx.jit(fn)(x, y), fn(x, y)), name
+
+
+def test_floor_division_is_not_floor_of_the_quotient():
+    # the case itself, with Python's own float // as a second oracle
+    x, y = torch.tensor(1.0, dtype=torch.float64), torch.tensor(0.1, dtype=torch.float64)
+    assert tx.jit(lambda x, y: x // y)(x, y).item() == 1.0 // 0.1 == 9.0
+    assert tx.jit(torch.remainder)(x, y).item() == 1.0 % 0.1
+
+
+def test_remainder_derivatives_match_torch_func():
+    # dividends that are (rounded) multiples of the divisor: the quotient the value used, not
+    # x / y rounded, is the derivative in y
+    y = torch.tensor([0.1, 0.1, 0.7, 0.2, 0.3, -0.1], dtype=torch.float64)
+    x = torch.arange(-12, 12, dtype=torch.float64)[:, None] * y
+    x = torch.cat([x, torch.tensor([[1.0, -1.0, 7.0, 2.0, 1.0, 0.3]], dtype=torch.float64)])
+    f = lambda x, y: torch.remainder(x, y).sin().sum()  # noqa: E731
+    for argnum in (0, 1):
+        want = torch.func.grad(f, argnums=argnum)(x, y)
+        got = tx.grad(f, argnums=argnum)(x, y)
+        assert torch.equal(got, want), argnum
+    tangents = (torch.ones_like(x), torch.ones_like(y))
+    want = torch.func.jvp(f, (x, y), tangents)[1]
+    got = tx.jvp(f, (x, y), tangents)[1]
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_second_derivative_of_a_remainder_in_its_divisor():
+    # what the differential test found: d²/dy² of sin(remainder(sign(x), y*y + 0.1)).sum() at
+    # y = 0, where 1 / 0.1 rounds up to 10 but the remainder's quotient is 9
+    s = torch.tensor([[1.0, 0.0, -1.0], [1.0, 1.0, 0.0]], dtype=torch.float64)
+
+    def f(y):
+        return torch.remainder(s, y * y + 0.1).sin().sum()
+
+    y = torch.tensor(0.0, dtype=torch.float64)
+    want = torch.func.hessian(f)(y)
+    assert torch.equal(tx.hessian(f)(y), want)
+    assert torch.equal(tx.jit(tx.hessian(f))(y), want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_rounds_once_as_torchs_scalar_loop(dtype):
+    # torch's vectorized half kernel rounds every step and can pass the quotient (pytorch#193754:
+    # bfloat16 560 // 3 gives 187); its scalar loop computes in float32 and rounds once
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(2000, generator=g) * 100).to(dtype)
+    y = (torch.randn(2000, generator=g) * 3).to(dtype)
+    scalar_loop = torch.cat([x[i : i + 1] // y[i : i + 1] for i in range(len(x))])
+    assert torch.equal(scalar_loop, (x.float() // y.float()).to(dtype))
+    assert same(tx.jit(lambda x, y: x // y)(x, y), scalar_loop)
+
+
+def test_hypot_where_the_squares_overflow_or_underflow():
+    x = torch.tensor([1e200, 5e-324, 3.0, 0.0, INF, NAN, INF, -0.0, 1e-200], dtype=torch.float64)
+    y = torch.tensor([1e200, 0.0, 4.0, 0.0, NAN, INF, 1.0, 2.0, 1e-200], dtype=torch.float64)
+    for dtype in (torch.float64, torch.float32):
+        a, b = x.to(dtype), y.to(dtype)
+        assert same(tx.jit(torch.hypot)(a, b), torch.hypot(a, b))
+    assert tx.jit(torch.hypot)(x, y)[0].item() == math.hypot(1e200, 1e200)
+    f = lambda x, y: torch.hypot(x, y).sum()  # noqa: E731
+    for got, want in zip(tx.grad(f, (0, 1))(x, y), torch.func.grad(f, (0, 1))(x, y)):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    xs, ys = x[[0, 1, 2, 8]], y[[0, 1, 2, 8]]
+    want = torch.func.hessian(f, (0, 1))(xs, ys)
+    for got_row, want_row in zip(tx.hessian(f, (0, 1))(xs, ys), want):
+        for got, w in zip(got_row, want_row):
+            torch.testing.assert_close(got, w, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "fn, d1, d2",
+    [  # closed forms near 0: sinc' = -pi^2 x / 3, sinc'' = -pi^2 / 3; i1' = 1/2, i1'' = 3x/8;
+        # i1e' = 1/2 - |x|, i1e'' = -sign(x) (to first order)
+        (torch.sinc, lambda x: -(math.pi**2) * x / 3, lambda x: -(math.pi**2) / 3),
+        (torch.special.i1, lambda x: 0.5, lambda x: 3 * x / 8),
+        (torch.special.i1e, lambda x: 0.5 - abs(x), lambda x: -math.copysign(1.0, x)),
+    ],
+)
+def test_derivatives_at_tiny_and_subnormal_inputs(fn, d1, d2):
+    # the derivatives divided by x (or by x^2): 0 / 0 or 0 * inf where x is subnormal, and
+    # cancellation below ~1e-6; torch's own second derivatives there are 0 (also off)
+    for v in (5e-324, -1e-310, 1e-200, -1e-50, 1e-9, 3e-6):
+        x = torch.tensor(v, dtype=torch.float64)
+        assert math.isclose(tx.grad(fn)(x).item(), d1(v), rel_tol=1e-9, abs_tol=1e-300), v
+        assert math.isclose(tx.jit(tx.grad(fn))(x).item(), d1(v), rel_tol=1e-9, abs_tol=1e-300)
+        assert math.isclose(tx.hessian(fn)(x).item(), d2(v), rel_tol=1e-4, abs_tol=1e-300), v
+    # away from 0, torch.func's derivatives
+    x = torch.tensor([0.00999, 0.01, -0.3, 2.5, 40.0], dtype=torch.float64)
+    g = lambda x: fn(x).sum()  # noqa: E731
+    torch.testing.assert_close(tx.grad(g)(x), torch.func.grad(g)(x), rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(tx.hessian(g)(x), torch.func.hessian(g)(x), rtol=1e-9, atol=1e-12)
+    assert torch.equal(tx.jit(fn)(x), fn(x))
