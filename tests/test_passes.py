@@ -114,6 +114,21 @@ def test_non_commutative_operands_are_not_merged():
     _exact(tx.jit(f)(h, k), f(h, k))
 
 
+def test_adding_zero_vanishes_only_where_it_keeps_the_sign_of_zero():
+    # -0.0 + 0.0 is +0.0 (eager torch too): x + 0.0 and x - (-0.0) stay; x - 0.0, x + (-0.0),
+    # x * 1 and x / 1 give x's own bits and vanish, as do integer sums with 0
+    kept = [lambda x: x + 0.0, lambda x: 0.0 + x, lambda x: x - (-0.0), lambda x: x + 0]
+    gone = [lambda x: x - 0.0, lambda x: x + (-0.0), lambda x: -0.0 + x, lambda x: x * 1.0]
+    for f in kept + gone:
+        got, want = tx.jit(f)(SPECIALS), f(SPECIALS)
+        _exact(got, want)
+        assert torch.equal(torch.signbit(got), torch.signbit(want))
+        ops = _names(optimize(_jaxpr(f, SPECIALS)))
+        assert (len(ops) == 1) if f in kept else not ops, ops
+    n = torch.tensor([0, -3])
+    assert not _names(optimize(_jaxpr(lambda v: v + 0, n)))
+
+
 def test_doubling_integers_and_leaving_booleans():
     x = torch.tensor([3, -7, 2**62], dtype=torch.int64)
     assert "add" not in _names(optimize(_jaxpr(lambda v: v + v, x)))

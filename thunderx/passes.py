@@ -5,6 +5,8 @@ absorbed into contractions)."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from thunderx.core import Primitive, call_primitives, effectful_primitives
@@ -155,9 +157,23 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
     return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, [get(x) for x in jaxpr.outvars], check=False)
 
 
+def _no_sign(z) -> bool:
+    """A literal zero that is not -0.0 (an integer zero, or +0.0)."""
+    return not (isinstance(z.val, float) and math.copysign(1.0, z.val) < 0)
+
+
+def _adds_nothing(z, x) -> bool:
+    # x + 0 is x but where x is -0.0 (the sum is +0.0, torch's answer too): only x + (-0.0) and
+    # integer sums vanish
+    if not (isinstance(z, Literal) and type(z.val) is not bool and z.val == 0):
+        return False
+    floating = x.aval.dtype.is_floating_point or x.aval.dtype.is_complex
+    return not floating or not _no_sign(z)
+
+
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
-    """NaN-safe algebra: `x + 0`, `x - 0`, `x * 1`, `x / 1`, `neg(neg(x))` and no-op converts
-    vanish (stop_gradient stays: torch autograd through a jitted call must not see past it);
+    """NaN- and sign-safe algebra: `x + (-0.0)`, `x - 0.0` (and integer `x + 0`), `x * 1`,
+    `x / 1`, `neg(neg(x))` and no-op converts vanish (`x + 0.0` stays: -0.0 + 0.0 is +0.0) (stop_gradient stays: torch autograd through a jitted call must not see past it);
     `x + x` becomes `x * 2`
     (exact, inf and NaN included); `x * 0` stays (NaN and inf times 0 are NaN). Chains of
     layout ops are composed, and a reshape to its operand's own shape vanishes."""
@@ -179,11 +195,11 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
         repl = None
         if out is not None and e.prim in (B.add_p, B.sub_p, B.mul_p, B.div_p):
             x, y = ins
-            if e.prim is B.add_p and lit(y, 0) and isinstance(x, Var):
+            if e.prim is B.add_p and _adds_nothing(y, x) and isinstance(x, Var):
                 repl = x
-            elif e.prim is B.add_p and lit(x, 0) and isinstance(y, Var):
+            elif e.prim is B.add_p and _adds_nothing(x, y) and isinstance(y, Var):
                 repl = y
-            elif e.prim is B.sub_p and lit(y, 0) and isinstance(x, Var):
+            elif e.prim is B.sub_p and lit(y, 0) and _no_sign(y) and isinstance(x, Var):
                 repl = x
             elif e.prim is B.mul_p and lit(y, 1) and isinstance(x, Var):
                 repl = x
