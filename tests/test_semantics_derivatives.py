@@ -135,6 +135,19 @@ def test_extremum_jvp_ignores_infinite_tangents_it_does_not_select(reduce):
     close(tx.jvp(f, (x,), (t,)), tf.jvp(f, (x,), (t,)))
 
 
+@pytest.mark.parametrize("loss", [F.huber_loss, F.smooth_l1_loss])
+def test_huber_and_smooth_l1_gradients_at_infinite_and_nan_differences(loss):
+    """The quadratic piece squared an infinite difference that the linear piece handles: its
+    derivative (inf times the select's zero cotangent) made the gradient nan, where torch's
+    backward gives +-1; a nan difference keeps torch's nan."""
+    x = T(-math.inf, math.inf, 0.3, -2, 1, -1, math.nan)
+    f = lambda x: loss(x, torch.zeros_like(x), reduction="sum")  # noqa: E731
+    want = tf.grad(f)(x)
+    assert want[:2].tolist() == [-1.0, 1.0] and want[-1].isnan()
+    for got in (tx.grad(f)(x), tx.jit(tx.grad(f))(x), tx.vmap(tx.grad(f))(x[None])[0]):
+        close(got, want)
+
+
 @pytest.mark.parametrize("fn", [F.elu, F.selu, F.celu])
 def test_second_derivative_of_elu_family_at_zero(fn):
     x = T(0, 1, -1, -0.25)
@@ -314,3 +327,21 @@ def test_pow_derivatives_in_the_exponent_at_a_zero_base_match_torch_func(x, y):
     for i in range(2):
         for j in range(2):
             torch.testing.assert_close(ours[i][j], ref[i][j], equal_nan=True)
+
+
+def test_jacobians_with_no_elements_on_one_side_skip_the_batching_rules():
+    """jacrev of an output without elements vmapped the VJP over an empty basis, which ran
+    max_pool2d's backward on a batch of 0 that torch's kernel rejects; the Jacobian has no
+    elements, and jacfwd of an input without elements likewise."""
+    x = torch.randn(3, 4, 4, dtype=torch.float64)
+    f = lambda x: F.max_pool2d(x, 2)[..., :0].frac()  # noqa: E731
+    want = tf.jacrev(f)(x)
+    for jac in (tx.jacrev(f), tx.jit(tx.jacrev(f)), tx.jacfwd(f)):
+        got = jac(x)
+        assert got.shape == want.shape == (3, 2, 0, 3, 4, 4) and got.dtype == want.dtype
+    e = torch.randn(0, 3, dtype=torch.float64)
+    g = lambda e: (e.sum(0) * 2, e.t().sin())  # noqa: E731
+    for jac in (tx.jacfwd, tx.jacrev):
+        for got, want in zip(jac(g)(e), tf.jacfwd(g)(e), strict=True):
+            assert got.shape == want.shape and got.dtype == want.dtype
+            close(got, want)

@@ -43,6 +43,13 @@ def _std_basis(avals):
     return blocks
 
 
+def _no_rows(shape, aval):
+    """The empty Jacobian part of `shape` (which has a 0 in it) for a leaf of `aval`."""
+    from thunderx.primitives import creation as C
+
+    return C.full(shape, 0, aval.dtype, aval.device)
+
+
 def _jac_tree(out_tree, in_tree, blocks):
     """blocks[i][j]: d out_leaf_i / d in_leaf_j -> out tree of in trees."""
     return tree.unflatten(out_tree, [tree.unflatten(in_tree, row) for row in blocks])
@@ -105,7 +112,9 @@ def jacfwd(
         H.check(holomorphic, leaves, "jacfwd")
         in_avals = [get_aval(x) for x in leaves]
         basis = _std_basis(in_avals)
-        if basis:
+        if basis and not any(a.size for a in in_avals):  # inputs without elements (as jacrev)
+            cols = [_no_rows(tuple(a.shape) + (0,), a) for a in lin.tangent_avals]
+        elif basis:
             cols = vmap(
                 lambda *ts: _apply_linearized(lin, list(ts)),
                 in_axes=0,
@@ -204,7 +213,12 @@ def jacrev(
         H.check(holomorphic, leaves, "jacrev")
         out_avals = lin.tangent_avals
         basis = _std_basis(out_avals)
-        if basis:
+        if basis and not any(a.size for a in out_avals):
+            # outputs without elements: no cotangent to pull back (a vmap over an empty basis
+            # would still run every batching rule on a batch of 0, which some torch kernels
+            # reject); the Jacobian has no elements either
+            rows = [_no_rows((0,) + tuple(get_aval(x).shape), get_aval(x)) for x in leaves]
+        elif basis:
             rows = vmap(
                 lambda *cts: _transpose_linearized(lin, list(cts), holomorphic),
                 in_axes=0,

@@ -60,8 +60,18 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     d = U.abs(diff)
     if beta == 0:
         return _reduce(d, reduction)
-    quad = B.div(B.mul(B.mul(diff, diff), 0.5), beta)
-    return _reduce(U.select(B.lt(d, beta), quad, B.sub(d, 0.5 * beta)), reduction)
+    inside = B.lt(d, beta)
+    near = _near(B.ge(d, beta), diff)
+    quad = B.div(B.mul(B.mul(near, near), 0.5), beta)
+    return _reduce(U.select(inside, quad, B.sub(d, 0.5 * beta)), reduction)
+
+
+def _near(outside, diff):
+    # the difference, 0 where the linear piece applies: an infinite difference must not reach
+    # the square, whose derivative there (inf times the zero cotangent the select sends the
+    # piece not taken) is NaN where torch's backward gives +-delta; a NaN one does, for the NaN
+    # torch's backward gives
+    return U.select(outside, 0.0, diff)
 
 
 @register(F.huber_loss)
@@ -71,9 +81,11 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):  # noqa
     a, b = _pair(input, target)
     diff = B.sub(a, b)
     d = U.abs(diff)
-    quad = B.mul(B.mul(diff, diff), 0.5)
+    inside = B.le(d, delta)
+    near = _near(B.gt(d, delta), diff)
+    quad = B.mul(B.mul(near, near), 0.5)
     lin = B.mul(B.sub(d, 0.5 * delta), delta)
-    return _reduce(U.select(B.le(d, delta), quad, lin), reduction)
+    return _reduce(U.select(inside, quad, lin), reduction)
 
 
 @register(F.nll_loss)
