@@ -54,9 +54,12 @@ def reproduce(op: str, edge: str, seed: int, check: str) -> list:
         return check_case(case, [check], Report(), seed, program="reproduce")
 
 
-def reproduce_program(chain: tuple, edge: str, seed: int, check: str) -> set:
-    """The failure keys of one check on the program of ops `chain` (edge, seed)."""
-    prog, steps = make_program(random.Random(seed), edge, len(chain), chain)
+def reproduce_program(
+    chain: tuple | None, edge: str, seed: int, check: str, length: int | None = None
+) -> set:
+    """The failure keys of one check on the program of ops `chain` (edge, seed), or with
+    `chain` None on the random program of `length` ops a long run drew at `seed`."""
+    prog, steps = make_program(random.Random(seed), edge, length or len(chain), chain)
     report = Report()
     if prog is not None:
         with warnings.catch_warnings():
@@ -83,6 +86,7 @@ class Failure:
     case: str
     detail: str
     program: str = ""
+    replay: str = ""  # a call that shows the finding again
 
 
 @dataclasses.dataclass
@@ -126,10 +130,14 @@ class Report:
         lines.append(f"unexpected failures: {len(bad)}")
         for f in bad:
             lines.append(f"  {f.key}: {f.detail}\n    {f.case}{f.program}")
+            if f.replay:
+                lines.append(f"    replay: {f.replay}")
         return "\n".join(lines)
 
 
-def check_case(case: Case, names, report: Report, seed: int, program: str = "") -> list:
+def check_case(
+    case: Case, names, report: Report, seed: int, program: str = "", replay: str = ""
+) -> list:
     """Run the checks on one case; findings go to the report (failures of a single-op case under
     its own key; a program's are keyed by `check_program`). Returns every finding, notes too."""
     try:
@@ -152,7 +160,15 @@ def check_case(case: Case, names, report: Report, seed: int, program: str = "") 
                 report.notes.append(f"{res.category}: {case!r} {name}: {res.detail}")
             continue
         if not program:
-            report.add(Failure((case.op, name, res.category), repr(case), res.detail))
+            report.add(
+                Failure(
+                    (case.op, name, res.category),
+                    repr(case),
+                    res.detail,
+                    "",
+                    replay.replace("CHECK", repr(name)),
+                )
+            )
     return found
 
 
@@ -245,7 +261,7 @@ def localize(prog: Case, steps: list, check: str, seed: int) -> tuple | None:
     return None
 
 
-def check_program(prog: Case, steps, names, report: Report, seed: int) -> None:
+def check_program(prog: Case, steps, names, report: Report, seed: int, replay: str = "") -> None:
     """Findings of a program are blamed on the first step that fails alone; a step whose own
     finding is a note (torch wrong) turns the program's finding into a note. A composition bug
     is keyed `("<with OP>", check, category)` when the table lists one for an op of the program,
@@ -264,7 +280,11 @@ def check_program(prog: Case, steps, names, report: Report, seed: int) -> None:
         else:
             with_op = [(f"<with {st.op}>", f.check, f.category) for st in steps]
             key = next((k for k in with_op if known(k)), ("<composition>", f.check, f.category))
-        report.add(Failure(key, repr(prog), f.detail, program=f" in {prog.op}"))
+        report.add(
+            Failure(
+                key, repr(prog), f.detail, f" in {prog.op}", replay.replace("CHECK", repr(f.check))
+            )
+        )
 
 
 # ------------------------------------------------------------------------------- running
@@ -292,12 +312,8 @@ def run(
             for i, name in enumerate(op_names):
                 for k in range(len(EDGES)):
                     edge = EDGES[(i + seed + k) % len(EDGES)]
-                    case = make_case(OPS[name], edge, rng)
-                    if case is not None:
+                    if _one_case(name, edge, names, report, seed + i):
                         break
-                if case is not None:
-                    report.cases += 1
-                    check_case(case, names, report, seed + i)
             for j in range(programs):
                 _one_program(rng, names, report, seed + 10_000 + j)
         else:
@@ -305,21 +321,30 @@ def run(
             while time.perf_counter() - start < seconds:
                 j += 1
                 if j % 3:
-                    case = make_case(OPS[rng.choice(op_names)], rng.choice(EDGES), rng)
-                    if case is not None:
-                        report.cases += 1
-                        check_case(case, names, report, seed + j)
+                    _one_case(rng.choice(op_names), rng.choice(EDGES), names, report, seed + j)
                 else:
                     _one_program(rng, names, report, seed + j)
     report.seconds = time.perf_counter() - start
     return report
 
 
+def _one_case(name, edge, names, report, seed) -> bool:
+    """Check the case (name, edge, seed), which `reproduce` makes again; False: none fits."""
+    case = make_case(OPS[name], edge, random.Random(seed))
+    if case is None:
+        return False
+    report.cases += 1
+    check_case(case, names, report, seed, replay=f"reproduce({name!r}, {edge!r}, {seed}, CHECK)")
+    return True
+
+
 def _one_program(rng, names, report, seed):
-    prog, steps = make_program(rng, rng.choice(EDGES), rng.randint(2, 4))
+    edge, length = rng.choice(EDGES), rng.randint(2, 4)
+    prog, steps = make_program(random.Random(seed), edge, length)
     if prog is not None:
         report.programs += 1
-        check_program(prog, steps, names, report, seed)
+        replay = f"reproduce_program(None, {edge!r}, {seed}, CHECK, length={length})"
+        check_program(prog, steps, names, report, seed, replay)
 
 
 def _reason(key: tuple) -> str:
