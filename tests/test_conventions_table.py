@@ -62,6 +62,12 @@ def forward_mode_kinks():
     assert tx.jvp(clamp, (one, one), (ta, tb))[1] == 2.0
     assert tf.jvp(clamp, (one, one), (ta, tb))[1] == 3.0
     _close(tx.grad(clamp, argnums=(0, 1))(one, one), tf.grad(clamp, (0, 1))(one, one))
+    # clamp(x, lo, hi) with tensor bounds at x nan: 0 (torch forward: x's tangent; reverse: 0)
+    clamp2 = lambda x, lo, hi: torch.clamp(x, lo, hi)  # noqa: E731
+    nan, lo, hi = S(math.nan), S(-1.0), S(2.0)
+    assert tx.jvp(clamp2, (nan, lo, hi), (ta, zero, zero))[1] == 0
+    assert tf.jvp(clamp2, (nan, lo, hi), (ta, zero, zero))[1] == 2.0
+    _close(tx.grad(clamp2, (0, 1, 2))(nan, lo, hi), tf.grad(clamp2, (0, 1, 2))(nan, lo, hi))
 
 
 def forward_mode_unselected_tangent():
@@ -82,6 +88,8 @@ def extremum_of_nan():
     assert tf.jvp(torch.maximum, (nan, one), (S(1.0), S(3.0)))[1] == 3.0
     _close(torch.stack(tx.grad(torch.maximum, argnums=(0, 1))(nan, one)), T(0.5, 0.5))
     _close(torch.stack(tf.grad(torch.maximum, argnums=(0, 1))(nan, one)), T(1.0, 1.0))
+    _close(torch.stack(tx.grad(torch.minimum, argnums=(0, 1))(one, nan)), T(0.5, 0.5))
+    _close(torch.stack(tf.grad(torch.minimum, argnums=(0, 1))(one, nan)), T(1.0, 1.0))
 
 
 def batched_rule_at_nan():
@@ -99,6 +107,9 @@ def variance_without_degrees_of_freedom():
     assert tf.hessian(torch.var)(x) == 0
     assert torch.isnan(tf.grad(torch.var)(x))
     assert torch.isnan(tf.hessian(lambda v: torch.var(v.reshape(1, 1), 1).sum())(x))
+    f = lambda v: torch.abs(torch.var(torch.softmax(v, -1) ** 3))  # noqa: E731
+    assert torch.isnan(tx.jacrev(f)(x)) and torch.isnan(tx.grad(f)(x))
+    assert tf.jacrev(f)(x) == 0 and torch.isnan(tf.grad(f)(x))
 
 
 def layer_norm_constant_row():

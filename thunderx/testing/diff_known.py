@@ -21,7 +21,10 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("atan2", "*", "kink"): "forward-mode-kinks",
     ("fmax", "*", "kink"): "forward-mode-kinks",
     ("clamp_tensor", "*", "kink"): "forward-mode-kinks",
+    ("clamp_tensor", "*", "unresolved"): "forward-mode-kinks",
     ("maximum", "*", "unresolved"): "extremum-of-nan",
+    ("minimum", "*", "unresolved"): "extremum-of-nan",
+    ("<with var>", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("smooth_l1_loss", "*", "unresolved"): "batched-rule-at-nan",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
@@ -38,12 +41,17 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
 
 # (op, check, category) -> (edge, seed, check): make_case(OPS[op], edge, Random(seed)) through
 # that check (with Ctx seed `seed`) shows the finding (found by `find_reproducer`); for a
-# "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it.
+# "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it, or
+# (edge, seed, check, None, length) for a program the long run drew (its `replay` line).
 KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("atan2", "*", "kink"): ("zero", 5, "jvp"),
     ("fmax", "*", "kink"): ("tie", 0, "jvp"),
     ("clamp_tensor", "*", "kink"): ("zero", 5, "jvp"),
     ("maximum", "*", "unresolved"): ("empty", 0, "grad", ("huber_loss", "maximum")),
+    # (edge, seed, check, None, length): the random program a long run drew at that seed
+    ("clamp_tensor", "*", "unresolved"): ("scalar", 3159, "jvp", None, 3),
+    ("minimum", "*", "unresolved"): ("empty", 999, "grad", None, 3),
+    ("<with var>", "*", "unresolved"): ("scalar", 1947, "jacrev", None, 4),
     ("smooth_l1_loss", "*", "unresolved"): (
         "scalar",
         0,

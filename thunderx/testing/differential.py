@@ -360,7 +360,7 @@ def stale_entries() -> list[str]:
         op, _, category = key
         edge, seed, check, *chain = KNOWN_REPROS[key]
         if chain:
-            keys = reproduce_program(chain[0], edge, seed, check)
+            keys = reproduce_program(chain[0], edge, seed, check, *chain[1:])
             fails = any(known(k) == key for k in keys)
         else:
             fails = any(f.category == category for f in reproduce(op, edge, seed, check))
