@@ -183,3 +183,30 @@ def test_derivatives_at_tiny_and_subnormal_inputs(fn, d1, d2):
     torch.testing.assert_close(tx.grad(g)(x), torch.func.grad(g)(x), rtol=1e-12, atol=1e-15)
     torch.testing.assert_close(tx.hessian(g)(x), torch.func.hessian(g)(x), rtol=1e-9, atol=1e-12)
     assert torch.equal(tx.jit(fn)(x), fn(x))
+
+
+def test_logsigmoid_and_bce_with_logits_below_softplus_threshold():
+    # -softplus(-x) rounds to x below x = -20 (softplus' threshold): -21.0 where torch gives
+    # -21.00000000076 (2e-11 relative), a derivative of exactly 1; torch's formula is
+    # min(x, 0) - log1p(exp(-|x|)). binary_cross_entropy_with_logits in torch's form too: the
+    # symmetric form gave -inf where torch gives nan (x = -inf, target outside [0, 1])
+    import torch.nn.functional as F
+
+    x = torch.tensor([-21.0, -30.0, -45.0, 25.0, 0.5, -0.0, INF, -INF, NAN], dtype=torch.float64)
+    assert same(tx.jit(F.logsigmoid)(x), F.logsigmoid(x))  # short: torch's scalar loop
+    g = lambda v: F.logsigmoid(v).sum()  # noqa: E731
+    torch.testing.assert_close(tx.grad(g)(x), torch.func.grad(g)(x), equal_nan=True)
+    assert tx.grad(g)(x)[0] < 1.0  # sigmoid(21), not the threshold's 1
+    y = torch.tensor([0.5, -30.0, 0.9, 0.2, 1.0, 0.3, 0.5, -30.0, 0.5], dtype=torch.float64)
+    pw = torch.tensor([2.0, 0.5, 1.0, 3.0, 0.1, 1.5, 2.5, 1.0, 1.0], dtype=torch.float64)
+    for kw in ({}, {"pos_weight": pw}, {"weight": pw}):
+        f = lambda x, y, kw=kw: F.binary_cross_entropy_with_logits(x, y, reduction="none", **kw)
+        assert same(tx.jit(f)(x, y), f(x, y)), kw
+    g = torch.Generator().manual_seed(0)
+    xs = torch.randn(4000, dtype=torch.float64, generator=g) * 30
+    ys = torch.rand(4000, dtype=torch.float64, generator=g)
+    # long tensors: torch's vectorized exp and log1p, within an ulp of the scalar loop's
+    torch.testing.assert_close(tx.jit(F.logsigmoid)(xs), F.logsigmoid(xs), rtol=5e-16, atol=0)
+    h = lambda x, y: F.binary_cross_entropy_with_logits(x, y)  # noqa: E731
+    for got, want in zip(tx.grad(h, (0, 1))(xs, ys), torch.func.grad(h, (0, 1))(xs, ys)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-18)

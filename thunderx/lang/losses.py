@@ -210,15 +210,16 @@ def binary_cross_entropy_with_logits(
     reduction="mean",
     pos_weight=None,
 ):
+    # torch's form, (1 - y) x - w log(sigmoid(x)) with w = (pos_weight - 1) y + 1 (or 1), for
+    # its values bit for bit: -(y log(sigmoid(x)) + (1 - y) log(sigmoid(-x))), equal in exact
+    # arithmetic, gave -inf where torch gives nan (x = -inf, y > 1) and cost a second logsigmoid
     x, y = _pair(input, target)
     log_sig = logsigmoid(x)
-    log_1msig = logsigmoid(U.neg(x))
     if pos_weight is not None:
         (pw, _), _ = promote(pos_weight, x)
         pw = S.broadcast_to(pw, shape(x)) if shape(pw) != shape(x) else pw
-        loss = U.neg(B.add(B.mul(B.mul(pw, y), log_sig), B.mul(B.sub(1.0, y), log_1msig)))
-    else:
-        loss = U.neg(B.add(B.mul(y, log_sig), B.mul(B.sub(1.0, y), log_1msig)))
+        log_sig = B.mul(B.add(B.mul(B.sub(pw, 1.0), y), 1.0), log_sig)
+    loss = B.sub(B.mul(B.sub(1.0, y), x), log_sig)
     if weight is not None:
         (loss, w), _ = promote(loss, weight)
         loss = B.mul(loss, w)

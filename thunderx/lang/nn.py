@@ -141,7 +141,22 @@ def mish(x, inplace=False):
 
 @register(F.logsigmoid)
 def logsigmoid(x):
-    return U.neg(softplus(U.neg(x)))
+    """torch's formula, min(x, 0) - log1p(exp(-|x|)), with torch's derivative sigmoid(-x) (smooth
+    at 0, where the formula's own derivative has sign(x) terms). -softplus(-x) rounded to x
+    below -20 (softplus' threshold): -21.0 where the value is -21.00000000076, a derivative of
+    exactly 1, and -0.0 at +inf."""
+    from thunderx.transforms.custom import custom_jvp
+
+    @custom_jvp
+    def f(x):
+        return B.sub(U.select(B.lt(x, 0.0), x, 0.0), U.log1p(U.exp(U.neg(U.abs(x)))))
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return f(x), B.mul(t, U.logistic(U.neg(x)))
+
+    return f(x)
 
 
 @register(F.hardsigmoid)
