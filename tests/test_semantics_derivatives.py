@@ -345,3 +345,17 @@ def test_jacobians_with_no_elements_on_one_side_skip_the_batching_rules():
         for got, want in zip(jac(g)(e), tf.jacfwd(g)(e), strict=True):
             assert got.shape == want.shape and got.dtype == want.dtype
             close(got, want)
+
+
+def test_std_of_a_constant_row_has_no_gradient_along_the_constant_direction():
+    """std of an expanded value is constant in it, but its computed deviations are rounding
+    noise (std 1.4e-16 for three 0.7s) that d std = sum((x - m) dx) / ((n - 1) std) divided by
+    noise: the gradient was 1.22. torch.func (exactly 0 there) and finite differences give 0."""
+    g = lambda v: torch.std(v.expand(3, 2), 0).sum()  # noqa: E731
+    y = T(0.0, 0.7)
+    want = tf.grad(g)(y)
+    assert torch.equal(want, torch.zeros(2, dtype=torch.float64))
+    for got in (tx.grad(g)(y), tx.jit(tx.grad(g))(y), tx.vmap(tx.grad(g))(y[None])[0]):
+        close(got, want)
+    h = lambda v: torch.var(v.expand(4, 2) * 3, 0).sum()  # noqa: E731
+    close(tx.grad(h)(y), tf.grad(h)(y))

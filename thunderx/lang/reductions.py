@@ -194,6 +194,13 @@ def _var_mean_fn(dims, n, denom):
         (x,), (t,) = primals, tangents
         var, mean = f(x)
         c, _ = centered(x)
+        # centred again: the deviations of a (near-)constant row are rounding noise that does
+        # not sum to 0, and d std = d var / (2 std) divides it by noise (std(x.expand(3)) got
+        # gradient 1.22 where the function is constant); their mean removed, the derivative
+        # along the all-ones direction is 0 as in exact arithmetic (var is shift-invariant)
+        c = B.sub(
+            c, S.broadcast_to(B.div(R.reduce_sum(c, dims, keepdims=True), float(n)), shape(c))
+        )
         dvar = B.mul(R.reduce_sum(B.mul(c, t), dims), 2.0 / denom if denom else math.inf)
         dmean = B.div(R.reduce_sum(t, dims), float(n))
         return (var, mean), (dvar, dmean)
