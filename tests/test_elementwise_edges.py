@@ -210,3 +210,27 @@ def test_logsigmoid_and_bce_with_logits_below_softplus_threshold():
     h = lambda x, y: F.binary_cross_entropy_with_logits(x, y)  # noqa: E731
     for got, want in zip(tx.grad(h, (0, 1))(xs, ys), torch.func.grad(h, (0, 1))(xs, ys)):
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-18)
+
+
+def test_sinc_tangent_at_zero_is_zero_even_where_the_incoming_one_is_nan():
+    # hypot's tangent at (0, 0) is nan (torch's too); sinc's derivative at 0 is 0, and torch's
+    # forward mode gives 0 there: sinc(hypot(a, b)) has the finite derivative finite differences
+    # find, which the series' t * 0 = nan lost (the long profile, seed 2)
+    z, one = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+    f = lambda a, b: torch.sinc(torch.hypot(a, b))  # noqa: E731
+    want = torch.func.jvp(f, (z, z), (one, one))[1]
+    assert torch.equal(want, z)
+    assert torch.equal(tx.jvp(f, (z, z), (one, one))[1], want)
+    assert torch.equal(tx.jit(lambda a, b: tx.jvp(f, (a, b), (one, one))[1])(z, z), want)
+
+
+def test_log_softmax_of_a_0d_tensor_is_positive_zero():
+    # it was x * 0.0: -0.0 for a negative x, where torch gives +0.0 (atan2 of it then gave -pi
+    # instead of pi: the long profile, seed 2)
+    import torch.nn.functional as F
+
+    for v in (-1.72, 2.0, -0.0, INF, -INF, NAN):
+        x = torch.tensor(v, dtype=torch.float64)
+        want = F.log_softmax(x, -1)
+        assert same(tx.jit(lambda x: F.log_softmax(x, -1))(x), want), v
+        assert same(tx.vmap(lambda x: F.log_softmax(x, -1))(x[None])[0], want), v

@@ -176,49 +176,6 @@ def _logit(x, eps=None):
     return U.log(B.div(x, B.sub(1.0, x)))
 
 
-@register(torch.sinc, torch.special.sinc, methods=("sinc",))
-def _sinc(x):
-    """sin(pi x) / (pi x), 1 at 0. Its derivative (cos(pi x) - sinc(x)) / x is 0 / 0 where x
-    is subnormal (pi x * x underflows) and loses every digit to cancellation below ~1e-6, so
-    below |x| = 1e-2 it is its Taylor series instead, with the series' derivatives after it
-    (the second derivative at 0 is -pi^2 / 3, as finite differences say)."""
-    from thunderx.transforms.custom import custom_jvp
-
-    x = float_operand(x)
-
-    @custom_jvp
-    def f(x):
-        zero = B.eq(x, 0.0)
-        pix = B.mul(U.select(zero, 1.0, x), math.pi)
-        return U.select(zero, 1.0, B.div(U.sin(pix), pix))
-
-    @f.defjvp
-    def f_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        y = f(x)
-        small = B.lt(U.abs(x), _SINC_SERIES_BELOW)
-        safe = U.select(small, 1.0, x)
-        ratio = B.div(B.sub(U.cos(B.mul(safe, math.pi)), f(safe)), safe)
-        series = _sinc_series_derivative(U.select(small, x, 0.0))  # finite where not taken
-        return y, B.mul(t, U.select(small, series, ratio))
-
-    return f(x)
-
-
-_SINC_SERIES_BELOW = 1e-2
-
-
-def _sinc_series_derivative(x):
-    # d/dx sum_k (-1)^k (pi x)^(2k) / (2k+1)! = x sum_k c_k x^(2k-2), k <= 5 (Horner in x^2):
-    # the next term is below 1e-18 relative for |x| < 1e-2
-    c = [(-1) ** k * math.pi ** (2 * k) * 2 * k / math.factorial(2 * k + 1) for k in range(1, 6)]
-    x2 = B.mul(x, x)
-    acc = B.add(B.mul(x2, c[4]), c[3])
-    for ck in reversed(c[:3]):
-        acc = B.add(B.mul(acc, x2), ck)
-    return B.add(B.mul(acc, x), 0.0)  # + 0.0: torch's +0 at x = 0, not -0
-
-
 @register(torch.polygamma, torch.special.polygamma)
 def _polygamma(n, x):
     return U.polygamma(float_operand(x), int(n))

@@ -230,7 +230,8 @@ def log_softmax(x, dim=None, _stacklevel=3, dtype=None):
     x = _softmax_dtype(x, dtype)
     d = canon_dim(-1 if dim is None else dim, ndim(x))
     if ndim(x) == 0:
-        return B.mul(x, 0.0)
+        # x - x: +0.0 where torch gives +0.0 (x * 0.0 is -0.0 for a negative x), nan at inf
+        return B.sub(x, x)
     if 0 in shape(x):
         return x
     return KS.log_softmax(x, d)

@@ -1,6 +1,7 @@
 """torch.special functions: the Bessel functions, erfcx and ndtri bind primitives of their own
 (primitives/special.py); ndtr, log_ndtr, entr, xlog1py and multigammaln are torch's formulas
-(aten/src/ATen/native/Math.h) written with primitives, so every rule comes with them."""
+(aten/src/ATen/native/Math.h) written with primitives, so every rule comes with them; sinc is
+torch's value with a series for its derivative near 0."""
 
 from __future__ import annotations
 
@@ -100,3 +101,49 @@ def _mvlgamma(x, p: int):
         total = B.add(total, U.lgamma(B.sub(x, j / 2.0)))
     total = B.add(total, p * (p - 1) / 4.0 * math.log(math.pi))
     return U.select(B.gt(x, (p - 1) / 2.0), total, math.nan)
+
+
+@register(torch.sinc, torch.special.sinc, methods=("sinc",))
+def _sinc(x):
+    """sin(pi x) / (pi x), 1 at 0. Its derivative (cos(pi x) - sinc(x)) / x is 0 / 0 where x
+    is subnormal (pi x * x underflows) and loses every digit to cancellation below ~1e-6, so
+    below |x| = 1e-2 it is its Taylor series instead, with the series' derivatives after it
+    (the second derivative near 0 is -pi^2 / 3, as finite differences say; at 0 itself the
+    tangent is 0, as torch's, even where the incoming one is nan)."""
+    from thunderx.transforms.custom import custom_jvp
+
+    x = float_operand(x)
+
+    @custom_jvp
+    def f(x):
+        zero = B.eq(x, 0.0)
+        pix = B.mul(U.select(zero, 1.0, x), math.pi)
+        return U.select(zero, 1.0, B.div(U.sin(pix), pix))
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        y = f(x)
+        small = B.lt(U.abs(x), _SINC_SERIES_BELOW)
+        safe = U.select(small, 1.0, x)
+        ratio = B.div(B.sub(U.cos(B.mul(safe, math.pi)), f(safe)), safe)
+        series = _sinc_series_derivative(U.select(small, x, 0.0))  # finite where not taken
+        # exactly 0 at x == 0, whatever the tangent (a nan one too, as torch's forward mode):
+        # the second derivative there is then torch's 0, and -pi^2/3 from the series elsewhere
+        return y, U.select(B.eq(x, 0.0), 0.0, B.mul(t, U.select(small, series, ratio)))
+
+    return f(x)
+
+
+_SINC_SERIES_BELOW = 1e-2
+
+
+def _sinc_series_derivative(x):
+    # d/dx sum_k (-1)^k (pi x)^(2k) / (2k+1)! = x sum_k c_k x^(2k-2), k <= 5 (Horner in x^2):
+    # the next term is below 1e-18 relative for |x| < 1e-2
+    c = [(-1) ** k * math.pi ** (2 * k) * 2 * k / math.factorial(2 * k + 1) for k in range(1, 6)]
+    x2 = B.mul(x, x)
+    acc = B.add(B.mul(x2, c[4]), c[3])
+    for ck in reversed(c[:3]):
+        acc = B.add(B.mul(acc, x2), ck)
+    return B.add(B.mul(acc, x), 0.0)  # + 0.0: torch's +0 at x = 0, not -0
