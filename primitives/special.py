@@ -21,12 +21,19 @@ _HALF = 0.5
 _SERIES_BELOW = 1e-2
 
 
+def horner(z, coeffs):
+    """sum_k coeffs[k] z^k (coeffs lowest power first) in Horner's form, with primitives."""
+    acc = coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        acc = B.add(B.mul(z, acc), c)
+    return acc
+
+
 def _over_x(x, y, scaled):
     """y / x for y = i1(x) (or i1e(x) = exp(-|x|) i1(x), `scaled`): 1/2 at 0."""
     small = B.lt(U.abs(x), _SERIES_BELOW)
     near = U.select(small, x, 0.0)  # the series where taken only: its derivatives stay finite
-    x2 = B.mul(near, near)
-    series = B.add(B.mul(B.add(B.mul(B.add(B.mul(x2, 1 / 18432), 1 / 384), x2), 1 / 16), x2), _HALF)
+    series = horner(B.mul(near, near), [_HALF, 1 / 16, 1 / 384, 1 / 18432])
     if scaled:
         series = B.mul(U.exp(U.neg(U.abs(near))), series)
     return U.select(small, series, B.div(y, U.select(small, 1.0, x)))

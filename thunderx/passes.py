@@ -163,20 +163,17 @@ def _no_sign(z) -> bool:
 
 
 def _adds_nothing(z, x) -> bool:
-    # x + 0 is x but where x is -0.0 (the sum is +0.0, torch's answer too): only x + (-0.0) and
-    # integer sums vanish
-    if not (isinstance(z, Literal) and type(z.val) is not bool and z.val == 0):
-        return False
-    floating = x.aval.dtype.is_floating_point or x.aval.dtype.is_complex
-    return not floating or not _no_sign(z)
+    # for a literal zero z: x + 0 is x but where x is -0.0 (the sum is +0.0, torch's answer
+    # too), so only x + (-0.0) and integer sums vanish
+    return not (x.aval.dtype.is_floating_point or x.aval.dtype.is_complex) or not _no_sign(z)
 
 
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
     """NaN- and sign-safe algebra: `x + (-0.0)`, `x - 0.0` (and integer `x + 0`), `x * 1`,
-    `x / 1`, `neg(neg(x))` and no-op converts vanish (`x + 0.0` stays: -0.0 + 0.0 is +0.0) (stop_gradient stays: torch autograd through a jitted call must not see past it);
-    `x + x` becomes `x * 2`
-    (exact, inf and NaN included); `x * 0` stays (NaN and inf times 0 are NaN). Chains of
-    layout ops are composed, and a reshape to its operand's own shape vanishes."""
+    `x / 1`, `neg(neg(x))` and no-op converts vanish (`x + 0.0` stays: -0.0 + 0.0 is +0.0;
+    stop_gradient stays: torch autograd through a jitted call must not see past it); `x + x`
+    becomes `x * 2` (exact, inf and NaN included); `x * 0` stays (NaN and inf times 0 are NaN).
+    Chains of layout ops are composed, and a reshape to its operand's own shape vanishes."""
     bool_ = torch.bool
     subst: dict[int, object] = {}
     producers: dict[int, Eqn] = {}
@@ -195,9 +192,9 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
         repl = None
         if out is not None and e.prim in (B.add_p, B.sub_p, B.mul_p, B.div_p):
             x, y = ins
-            if e.prim is B.add_p and _adds_nothing(y, x) and isinstance(x, Var):
+            if e.prim is B.add_p and lit(y, 0) and isinstance(x, Var) and _adds_nothing(y, x):
                 repl = x
-            elif e.prim is B.add_p and _adds_nothing(x, y) and isinstance(y, Var):
+            elif e.prim is B.add_p and lit(x, 0) and isinstance(y, Var) and _adds_nothing(x, y):
                 repl = y
             elif e.prim is B.sub_p and lit(y, 0) and _no_sign(y) and isinstance(x, Var):
                 repl = x

@@ -212,12 +212,13 @@ def jacrev(
         lin, leaves, in_tree = _linearize_args(fun, argnums, has_aux, "jacrev", args, kwargs)
         H.check(holomorphic, leaves, "jacrev")
         out_avals = lin.tangent_avals
+        in_avals = [get_aval(x) for x in leaves]
         basis = _std_basis(out_avals)
         if basis and not any(a.size for a in out_avals):
             # outputs without elements: no cotangent to pull back (a vmap over an empty basis
             # would still run every batching rule on a batch of 0, which some torch kernels
             # reject); the Jacobian has no elements either
-            rows = [_no_rows((0,) + tuple(get_aval(x).shape), get_aval(x)) for x in leaves]
+            rows = [_no_rows((0,) + tuple(a.shape), a) for a in in_avals]
         elif basis:
             rows = vmap(
                 lambda *cts: _transpose_linearized(lin, list(cts), holomorphic),
@@ -227,7 +228,6 @@ def jacrev(
             )(*basis)
         else:  # no output leaves: the Jacobian is the (empty) output tree
             rows = []
-        in_avals = [get_aval(x) for x in leaves]
         blocks = []
         offset = 0
         for oa in out_avals:

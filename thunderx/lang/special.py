@@ -126,7 +126,8 @@ def _sinc(x):
         y = f(x)
         small = B.lt(U.abs(x), _SINC_SERIES_BELOW)
         safe = U.select(small, 1.0, x)
-        ratio = B.div(B.sub(U.cos(B.mul(safe, math.pi)), f(safe)), safe)
+        # y where the ratio is taken (safe is x there); where not, finite (safe is 1)
+        ratio = B.div(B.sub(U.cos(B.mul(safe, math.pi)), y), safe)
         series = _sinc_series_derivative(U.select(small, x, 0.0))  # finite where not taken
         # exactly 0 at x == 0, whatever the tangent (a nan one too, as torch's forward mode):
         # the second derivative there is then torch's 0, and -pi^2/3 from the series elsewhere
@@ -139,11 +140,7 @@ _SINC_SERIES_BELOW = 1e-2
 
 
 def _sinc_series_derivative(x):
-    # d/dx sum_k (-1)^k (pi x)^(2k) / (2k+1)! = x sum_k c_k x^(2k-2), k <= 5 (Horner in x^2):
-    # the next term is below 1e-18 relative for |x| < 1e-2
+    # d/dx sum_k (-1)^k (pi x)^(2k) / (2k+1)! = x sum_k c_k x^(2k-2), k <= 5: the next term is
+    # below 1e-18 relative for |x| < 1e-2
     c = [(-1) ** k * math.pi ** (2 * k) * 2 * k / math.factorial(2 * k + 1) for k in range(1, 6)]
-    x2 = B.mul(x, x)
-    acc = B.add(B.mul(x2, c[4]), c[3])
-    for ck in reversed(c[:3]):
-        acc = B.add(B.mul(acc, x2), ck)
-    return B.add(B.mul(acc, x), 0.0)  # + 0.0: torch's +0 at x = 0, not -0
+    return B.mul(SP.horner(B.mul(x, x), c), x)
