@@ -224,13 +224,24 @@ def test_sinc_tangent_at_zero_is_zero_even_where_the_incoming_one_is_nan():
     assert torch.equal(tx.jit(lambda a, b: tx.jvp(f, (a, b), (one, one))[1])(z, z), want)
 
 
-def test_log_softmax_of_a_0d_tensor_is_positive_zero():
-    # it was x * 0.0: -0.0 for a negative x, where torch gives +0.0 (atan2 of it then gave -pi
-    # instead of pi: the long profile, seed 2)
+def test_softmax_of_a_0d_tensor_is_torch_s_in_value_and_first_derivatives():
+    # log_softmax was x * 0.0: -0.0 for a negative x, where torch gives +0.0 (atan2 of it then
+    # gave -pi instead of pi: the long profile, seed 2). Then x - x: a derivative of 0 at nan and
+    # inf, where torch (and a one-element vector) give nan; a nan operand of `minimum` was blamed
+    # on it (the long profile, seed 0). A 0-d input is now a one-element vector.
     import torch.nn.functional as F
 
-    for v in (-1.72, 2.0, -0.0, INF, -INF, NAN):
-        x = torch.tensor(v, dtype=torch.float64)
-        want = F.log_softmax(x, -1)
-        assert same(tx.jit(lambda x: F.log_softmax(x, -1))(x), want), v
-        assert same(tx.vmap(lambda x: F.log_softmax(x, -1))(x[None])[0], want), v
+    one = torch.tensor(1.0, dtype=torch.float64)
+    for fn in (F.log_softmax, F.softmax):
+        f = lambda x, fn=fn: fn(x, -1)  # noqa: E731
+        for v in (-1.72, 2.0, -0.0, INF, -INF, NAN):
+            x = torch.tensor(v, dtype=torch.float64)
+            want = f(x)
+            assert same(tx.jit(f)(x), want), (fn, v)
+            assert same(tx.vmap(f)(x[None])[0], want), (fn, v)
+            assert same(tx.grad(f)(x), torch.func.grad(f)(x)), (fn, v)
+            assert same(tx.jvp(f, (x,), (one,))[1], torch.func.jvp(f, (x,), (one,))[1]), (fn, v)
+            # second derivatives: a one-element vector's, torch's too (its 0-d double backward
+            # gives 0 at nan and inf)
+            g = lambda x, fn=fn: fn(x.reshape(1), 0).reshape(())  # noqa: E731
+            assert same(tx.hessian(f)(x), torch.func.hessian(g)(x)), (fn, v)

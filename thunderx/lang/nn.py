@@ -218,8 +218,8 @@ def softmax(x, dim=None, _stacklevel=3, dtype=None):
 
     x = _softmax_dtype(x, dtype)
     d = canon_dim(-1 if dim is None else dim, ndim(x))
-    if ndim(x) == 0:
-        return B.add(B.mul(x, 0.0), 1.0)
+    if ndim(x) == 0:  # over one element, as torch: nan (and a nan derivative) at nan or inf
+        return S.reshape(KS.softmax(S.reshape(x, (1,)), 0), ())
     if 0 in shape(x):
         return x
     return KS.softmax(x, d)
@@ -229,9 +229,8 @@ def softmax(x, dim=None, _stacklevel=3, dtype=None):
 def log_softmax(x, dim=None, _stacklevel=3, dtype=None):
     x = _softmax_dtype(x, dtype)
     d = canon_dim(-1 if dim is None else dim, ndim(x))
-    if ndim(x) == 0:
-        # x - x: +0.0 where torch gives +0.0 (x * 0.0 is -0.0 for a negative x), nan at inf
-        return B.sub(x, x)
+    if ndim(x) == 0:  # over one element, as torch: nan (and a nan derivative) at nan or inf
+        return S.reshape(KS.log_softmax(S.reshape(x, (1,)), 0), ())
     if 0 in shape(x):
         return x
     return KS.log_softmax(x, d)
