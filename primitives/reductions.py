@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from thunderx.ad_util import Zero
@@ -117,14 +119,20 @@ def _kept(shape, axes):
 def _extremum_jvp(prim, primals, tangents, axes):
     """Tangent is the mean of the tangents at the locations attaining the extremum (JAX's and
     torch's amax rule). Tangents elsewhere are selected away, not multiplied by 0: an infinite
-    tangent at an unselected location must not turn the result into nan (0 * inf)."""
+    tangent at an unselected location must not turn the result into nan (0 * inf).
+
+    A nan extremum (a nan in the row) is attained nowhere (nan != nan): its derivative is nan,
+    at every location of the row in reverse mode too (torch's amax and JAX, in both modes), where
+    dividing by the zero count alone gives nan forward but selects the cotangent away (0)."""
     (x,), (t,) = primals, tangents
     y = prim.bind(x, axes=axes)
     if type(t) is Zero:
         return y, Zero(get_aval(y))
     shape = _shape(x)
-    hit = B.eq(x, S.broadcast_in_dim(y, shape, _kept(shape, axes)))
+    yb = S.broadcast_in_dim(y, shape, _kept(shape, axes))
+    hit = B.or_p.bind(B.eq(x, yb), B.ne(yb, yb))
     count = reduce_sum(U.convert(hit, get_aval(x).dtype), axes)
+    count = U.select(B.ne(y, y), math.nan, count)
     return y, B.div(reduce_sum(U.select(hit, t, 0.0), axes), count)
 
 

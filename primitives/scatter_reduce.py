@@ -15,6 +15,8 @@ of the tangents so that reverse mode is its transpose:
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from thunderx.ad_util import Zero, instantiate
@@ -71,9 +73,12 @@ def _jvp(primals, tangents, *, axis, reduce, include_self):
         self_in = U.convert(B.eq(scatter_add(C.zeros_like(x), idx, ones_src, axis), 0.0), a.dtype)
     if reduce == "prod":
         return y, _prod_tangent(x, idx, src, y, tx, ts, self_in, axis)
-    self_hit = U.convert(B.eq(x, y), a.dtype)
-    src_hit = B.eq(src, gather(y, idx, axis))
-    n = B.add(self_hit, _counts(x, idx, src_hit, axis))
+    # a nan result is attained nowhere (nan != nan): every element taking part is counted in
+    # and the count is nan, so that the derivative is nan there in both modes (torch's)
+    y_nan, yg = B.ne(y, y), gather(y, idx, axis)
+    self_hit = U.convert(B.or_p.bind(B.eq(x, y), y_nan), a.dtype)
+    src_hit = B.or_p.bind(B.eq(src, yg), B.ne(yg, yg))
+    n = U.select(y_nan, math.nan, B.add(self_hit, _counts(x, idx, src_hit, axis)))
     share_self = U.select(B.gt(B.mul(self_hit, self_in), 0.5), tx, 0.0)
     share_src = scatter_add(C.zeros_like(x), idx, U.select(src_hit, ts, 0.0), axis)
     return y, B.div(B.add(share_self, share_src), n)

@@ -90,6 +90,12 @@ def extremum_of_nan():
     _close(torch.stack(tf.grad(torch.maximum, argnums=(0, 1))(nan, one)), T(1.0, 1.0))
     _close(torch.stack(tx.grad(torch.minimum, argnums=(0, 1))(one, nan)), T(0.5, 0.5))
     _close(torch.stack(tf.grad(torch.minimum, argnums=(0, 1))(one, nan)), T(1.0, 1.0))
+    # max() over a tensor with a nan: nan everywhere (torch.func: the cotangent to the nan)
+    x = T(1.0, math.nan, 3.0)
+    for f in (torch.max, torch.amax):
+        assert torch.isnan(tx.grad(f)(x)).all() and torch.isnan(tx.jvp(f, (x,), (x,))[1])
+    _close(tf.grad(torch.amax)(x), tx.grad(torch.amax)(x))
+    _close(tf.grad(torch.max)(x), T(0.0, 1.0, 0.0))
 
 
 def batched_rule_at_nan():

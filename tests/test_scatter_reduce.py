@@ -118,3 +118,30 @@ def test_scatter_with_repeated_indices_keeps_the_last_write_as_torch():
         return (x.scatter(0, unique, s) ** 2).sum()
 
     torch.testing.assert_close(tx.grad(loss, (0, 1))(x, src), tf.grad(loss, (0, 1))(x, src))
+
+
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.parametrize("reduce", ["amax", "amin"])
+def test_extremum_gradient_where_the_result_is_nan(reduce, include_self):
+    # a nan result is attained nowhere (nan != nan): its derivative was 0 in reverse mode (the
+    # cotangent selected away) and nan forward; torch gives nan at every element taking part
+    nan = float("nan")
+    x = torch.tensor([[1.0, 2.0], [3.0, nan], [0.5, 0.5]], dtype=torch.float64)
+    src = torch.tensor([[nan, 1.0], [5.0, 0.2], [4.0, 9.0], [0.5, 0.1]], dtype=torch.float64)
+    idx = torch.tensor([0, 0, 1, 2])
+    w = torch.arange(6.0, dtype=torch.float64).reshape(3, 2)
+
+    def index(x, s):
+        return (x.index_reduce(0, idx, s, reduce, include_self=include_self) * w).sum()
+
+    def scatter(x, s):
+        i = idx[:, None].expand(4, 2)
+        return (x.scatter_reduce(0, i, s, reduce, include_self=include_self) * w).sum()
+
+    for f in (index, scatter):
+        want = tf.grad(f, (0, 1))(x, src)
+        assert want[1][:2, 0].isnan().all()  # the nan result's elements
+        for got, exp in zip(tx.grad(f, (0, 1))(x, src), want):
+            torch.testing.assert_close(got, exp, equal_nan=True, rtol=0, atol=0)
+        t = tx.jvp(f, (x, src), (torch.ones_like(x), torch.ones_like(src)))[1]
+        assert t.isnan()

@@ -242,6 +242,10 @@ FUNCTIONS = {
     "maximum_ties": (torch.maximum, (_t(1.0, 2.0, 0.0), _t(1.0, 3.0, 0.0))),
     "fmax_ties": (torch.fmax, (_t(1.0, 2.0), _t(1.0, 1.0))),
     "amax_ties": (lambda x: x.amax(-1), (_t(2.0, 2.0, 1.0),)),
+    # a nan extremum: nan derivatives in both modes (was 0 in reverse mode)
+    "amax_nan": (lambda x: x.amax(-1), (_t(1.0, math.nan, 3.0, 2.0).reshape(2, 2),)),
+    "amin_nan": (lambda x: x.amin(0), (_t(1.0, math.nan, 3.0, 2.0).reshape(2, 2),)),
+    "max_all_nan": (lambda x: x.max(), (_t(1.0, math.nan, 3.0),)),
     "max_dim_ties": (lambda x: x.max(-1).values, (_t(2.0, 2.0, 1.0),)),
     "prod_with_zero": (lambda x: x.prod(), (_t(0.0, 2.0, 3.0),)),
     "vector_norm_at_zero": (torch.linalg.vector_norm, (_t(0.0, 0.0),)),
@@ -255,6 +259,7 @@ FUNCTIONS = {
 DOCUMENTED_FUNCTIONS = {
     "atan2_origin": ("forward-mode-kinks", "jvp"),
     "fmax_ties": ("forward-mode-kinks", "jvp"),
+    "max_all_nan": ("extremum-of-nan", "grad"),
     "vector_norm_at_zero": ("second-derivative-at-the-zero-vector", "reverse over reverse"),
     "normalize_zero": ("second-derivative-at-the-zero-vector", "reverse over reverse"),
     "logsumexp_empty": ("reduction-over-no-elements", "jvp"),
