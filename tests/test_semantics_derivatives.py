@@ -148,6 +148,26 @@ def test_huber_and_smooth_l1_gradients_at_infinite_and_nan_differences(loss):
         close(got, want)
 
 
+def test_huber_forward_mode_at_a_nan_difference_is_nan_like_torch():
+    """The value came from the linear piece at nan (|d| <= delta is false), whose tangent
+    sign(nan) * t is 0, where torch's forward mode gives nan (the long profile, seed 0); it
+    comes from the square now, one comparison deciding both pieces: value, both modes and the
+    Hessian torch's at every point."""
+    x = T(-math.inf, math.inf, 0.3, -2, 1, -1, 0, 2, math.nan)
+    for delta in (1.0, 2.0):
+
+        def f(x, delta=delta):
+            return F.huber_loss(x, torch.zeros_like(x), reduction="none", delta=delta)
+
+        t = torch.ones_like(x)
+        want = tf.jvp(f, (x,), (t,))[1]
+        assert want[-1].isnan()
+        close(tx.jvp(f, (x,), (t,))[1], want)
+        close(tx.jit(f)(x), f(x))
+        s = lambda x: f(x).sum()  # noqa: E731
+        close(tx.hessian(s)(x), tf.hessian(s)(x))
+
+
 @pytest.mark.parametrize("fn", [F.elu, F.selu, F.celu])
 def test_second_derivative_of_elu_family_at_zero(fn):
     x = T(0, 1, -1, -0.25)

@@ -60,6 +60,7 @@ def smooth_l1_loss(input, target, size_average=None, reduce=None, reduction="mea
     d = U.abs(diff)
     if beta == 0:
         return _reduce(d, reduction)
+    # At nan the linear piece too (d < beta is false): torch's double backward gives 0 there.
     inside = B.lt(d, beta)
     near = _near(B.ge(d, beta), diff)
     quad = B.div(B.mul(B.mul(near, near), 0.5), beta)
@@ -70,7 +71,7 @@ def _near(outside, diff):
     # the difference, 0 where the linear piece applies: an infinite difference must not reach
     # the square, whose derivative there (inf times the zero cotangent the select sends the
     # piece not taken) is NaN where torch's backward gives +-delta; a NaN one does, for the NaN
-    # torch's backward gives
+    # torch's backward gives (huber_loss takes it in the square, for torch's NaN forward too)
     return U.select(outside, 0.0, diff)
 
 
@@ -81,11 +82,11 @@ def huber_loss(input, target, reduction="mean", delta=1.0, weight=None):  # noqa
     a, b = _pair(input, target)
     diff = B.sub(a, b)
     d = U.abs(diff)
-    inside = B.le(d, delta)
-    near = _near(B.gt(d, delta), diff)
+    outside = B.gt(d, delta)
+    near = _near(outside, diff)
     quad = B.mul(B.mul(near, near), 0.5)
     lin = B.mul(B.sub(d, 0.5 * delta), delta)
-    return _reduce(U.select(inside, quad, lin), reduction)
+    return _reduce(U.select(outside, lin, quad), reduction)
 
 
 @register(F.nll_loss)
