@@ -98,6 +98,18 @@ def extremum_of_nan():
     _close(tf.grad(torch.max)(x), T(0.0, 1.0, 0.0))
 
 
+def nan_derivative_by_kernel_path():
+    for fn in (F.relu6, F.hardtanh):
+        for n in (3, 16):
+            x = torch.full((n,), math.nan, dtype=F64)
+            f = lambda x, fn=fn: fn(x).sum()  # noqa: E731
+            assert torch.equal(tx.grad(f)(x), torch.ones(n, dtype=F64))
+            two = torch.full((n,), 2.0, dtype=F64)
+            assert torch.equal(tx.jvp(fn, (x,), (two,))[1], two)
+            # torch: its scalar loop passes the derivative, its vectorized kernel gives 0
+            assert (tf.grad(f)(x) == (1.0 if n == 3 else 0.0)).all()
+
+
 def batched_rule_at_nan():
     x, t = T(math.nan), T(-0.99)
     ours = tx.jacrev(F.smooth_l1_loss, argnums=(0, 1))(x, t)
@@ -214,6 +226,7 @@ BEHAVIOUR = {
         forward_mode_kinks,
         forward_mode_unselected_tangent,
         extremum_of_nan,
+        nan_derivative_by_kernel_path,
         batched_rule_at_nan,
         variance_without_degrees_of_freedom,
         layer_norm_constant_row,

@@ -30,6 +30,8 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
     ("instance_norm", "*", "kink"): "layer-norm-constant-row",
     ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
+    ("relu6", "*", "unresolved"): "nan-derivative-by-kernel-path",
+    ("relu6", "*", "kink"): "nan-derivative-by-kernel-path",
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with std>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with max_all>", "*", "unresolved"): "symbolic-zero-derivative",
@@ -52,6 +54,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("clamp_tensor", "*", "unresolved"): ("scalar", 3159, "jvp", None, 3),
     ("minimum", "*", "unresolved"): ("empty", 999, "grad", None, 3),
     ("<with var>", "*", "unresolved"): ("scalar", 1947, "jacrev", None, 4),
+    ("relu6", "*", "unresolved"): ("zero", 26271, "grad", None, 2),
+    ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
     ("smooth_l1_loss", "*", "unresolved"): (
         "scalar",
         0,
