@@ -24,6 +24,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("clamp_tensor", "*", "unresolved"): "forward-mode-kinks",
     ("maximum", "*", "unresolved"): "extremum-of-nan",
     ("minimum", "*", "unresolved"): "extremum-of-nan",
+    ("max_all", "*", "unresolved"): "extremum-of-nan",
     ("<with var>", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("smooth_l1_loss", "*", "unresolved"): "batched-rule-at-nan",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
@@ -53,6 +54,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     # (edge, seed, check, None, length): the random program a long run drew at that seed
     ("clamp_tensor", "*", "unresolved"): ("scalar", 3159, "jvp", None, 3),
     ("minimum", "*", "unresolved"): ("empty", 999, "grad", None, 3),
+    ("max_all", "*", "unresolved"): ("zero", 0, "grad", ("div_raw", "max_all")),
     ("<with var>", "*", "unresolved"): ("scalar", 1947, "jacrev", None, 4),
     ("relu6", "*", "unresolved"): ("zero", 26271, "grad", None, 2),
     ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
