@@ -129,10 +129,12 @@ def _extremum_jvp(prim, primals, tangents, axes):
     if type(t) is Zero:
         return y, Zero(get_aval(y))
     shape = _shape(x)
-    yb = S.broadcast_in_dim(y, shape, _kept(shape, axes))
-    hit = B.or_p.bind(B.eq(x, yb), B.ne(yb, yb))
-    count = reduce_sum(U.convert(hit, get_aval(x).dtype), axes)
-    count = U.select(B.ne(y, y), math.nan, count)
+    kept = _kept(shape, axes)
+    y_nan = B.ne(y, y)
+    hit = B.or_p.bind(
+        B.eq(x, S.broadcast_in_dim(y, shape, kept)), S.broadcast_in_dim(y_nan, shape, kept)
+    )
+    count = U.select(y_nan, math.nan, reduce_sum(U.convert(hit, get_aval(x).dtype), axes))
     return y, B.div(reduce_sum(U.select(hit, t, 0.0), axes), count)
 
 
