@@ -1,6 +1,7 @@
 """F.scaled_dot_product_attention: torch's CPU flash kernel as a composite
-(primitives/composite_attention.py) where it applies, torch's math path written with
-primitives elsewhere (dropout, half precision, differing head sizes, broadcast batch dims)."""
+(primitives/composite_attention.py) where torch itself calls it, torch's math path written
+with primitives elsewhere (ranks other than 4, dropout, half precision, differing head sizes,
+broadcast batch dims)."""
 
 from __future__ import annotations
 
@@ -62,23 +63,26 @@ def math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
 
 
 def _flash_applies(q, k, v, mask) -> bool:
-    """The CPU flash kernel's conditions: one floating dtype it computes in (float32/64), equal
-    head sizes, the same batch dims on q, k and v, non-empty sequences, a mask of q's dtype or
-    bool that broadcasts to the scores without growing their batch dims."""
+    """torch's own choice of its CPU flash kernel (`use_flash_attention_cpp`), so that each
+    call gives torch's answer: 4-D q, k, v of one floating dtype it computes in (float32/64 here)
+    with equal batch, heads and head sizes, non-empty sequences, and a mask of q's dtype or bool,
+    2-D or 4-D, that broadcasts to the scores. Other calls take torch's math path. The two paths
+    differ beyond rounding: a query row whose scores are all NaN gives 0 from the flash kernel
+    and NaN from the math path, and eager torch picks between them by rank as this does."""
     dt = dtype(q)
     if dt not in (torch.float32, torch.float64) or dtype(k) != dt or dtype(v) != dt:
         return False
-    if ndim(q) < 2 or ndim(k) != ndim(q) or ndim(v) != ndim(q):
+    if ndim(q) != 4 or ndim(k) != 4 or ndim(v) != 4:
         return False
-    (*lead, lq, e), (*klead, lk, ke), (*vlead, lv, ve) = shape(q), shape(k), shape(v)
-    if klead != lead or vlead != lead or ke != e or ve != e or lk != lv:
+    (b, h, lq, e), (kb, kh, lk, ke), (vb, vh, lv, ve) = shape(q), shape(k), shape(v)
+    if (kb, kh, ke) != (b, h, e) or (vb, vh, ve) != (b, h, e) or lk != lv:
         return False
     if 0 in (lq, lk, e) or any(aval(x).device.type != "cpu" for x in (q, k, v)):
         return False
     if mask is not None:
-        if dtype(mask) not in (torch.bool, dt) or ndim(mask) > ndim(q):
+        if dtype(mask) not in (torch.bool, dt) or ndim(mask) not in (2, 4):
             return False
-        full = tuple(lead) + (lq, lk)
+        full = (b, h, lq, lk)
         ms = shape(mask)
         if any(m not in (1, f) for m, f in zip(ms, full[len(full) - len(ms) :])):
             return False
@@ -86,30 +90,11 @@ def _flash_applies(q, k, v, mask) -> bool:
 
 
 def _flash(q, k, v, mask, is_causal, scale):
-    lead = shape(q)[:-2]
-    # fold the batch dims into the kernel's (B, H)
-    if len(lead) == 2:
-        bh = lead
-    elif len(lead) == 1:
-        bh = (lead[0], 1)
-    else:
-        bh = (1, math.prod(lead))
-    q4, k4, v4 = (S.reshape(t, bh + shape(t)[-2:]) for t in (q, k, v))
-    m4 = None
     if mask is not None:
         if dtype(mask) is torch.bool:
             a = aval(mask)
             mask = U.select(mask, C.full(a.shape, 0.0, dtype(q), a.device), -math.inf)
-        ms = shape(mask)
-        mlead = (1,) * (len(lead) - len(ms) + 2) + ms[:-2]
-        if len(lead) == 2:
-            m4 = S.reshape(mask, mlead + ms[-2:])
-        elif len(lead) == 1:
-            m4 = S.reshape(mask, mlead + (1,) + ms[-2:])
-        elif all(m == 1 for m in mlead):
-            m4 = S.reshape(mask, (1, 1) + ms[-2:])
-        else:
-            full = S.broadcast_to(mask, tuple(lead) + ms[-2:])
-            m4 = S.reshape(full, bh + ms[-2:])
-    out, _ = KA.sdpa(q4, k4, v4, m4, is_causal=is_causal, scale=scale)
-    return S.reshape(out, shape(q))
+        if ndim(mask) == 2:
+            mask = S.reshape(mask, (1, 1) + shape(mask))
+    out, _ = KA.sdpa(q, k, v, mask, is_causal=is_causal, scale=scale)
+    return out
