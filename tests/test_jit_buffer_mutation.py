@@ -356,6 +356,34 @@ def test_write_of_a_batched_value_is_refused():
     close(buf, torch.ones(3))
 
 
+@pytest.mark.parametrize("wrap", ["vmap", "jit(vmap)", "vmap(jit)", "grad"])
+def test_a_write_of_no_elements_needs_no_batch_dimension_or_derivative(wrap):
+    # a gather with an empty index gives a zero-element tensor of constants (no batch dim, no
+    # derivative); writing a batched or differentiated value into it changes nothing, and
+    # torch.func accepts it: the differential run's take_along_dim > setitem program
+    def f(x, v, w, i):
+        y = torch.take_along_dim(x, torch.zeros(1, 0, dtype=torch.long), 0) * 1
+        y[i] = v * 2
+        return torch.cat([y.flatten(), w.sin() * 3])
+
+    g = torch.Generator().manual_seed(0)
+    x, v = torch.randn(2, 3, 0, dtype=torch.float64), torch.randn(2, 0, dtype=torch.float64)
+    w, i = torch.randn(2, 4, dtype=torch.float64, generator=g), torch.tensor([0, 0])
+    if wrap == "grad":
+        s = lambda *a: f(*a).sum()  # noqa: E731
+        got = tx.grad(s, argnums=(0, 1, 2))(x[0], v[0], w[0], i[0])
+        want = torch.func.grad(s, argnums=(0, 1, 2))(x[0], v[0], w[0], i[0])
+    else:
+        step = {
+            "vmap": tx.vmap(f),
+            "jit(vmap)": tx.jit(tx.vmap(f)),
+            "vmap(jit)": tx.vmap(tx.jit(f)),
+        }
+        got, want = [step[wrap](x, v, w, i)], [torch.func.vmap(f)(x, v, w, i)]
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("wrap", ["grad", "jit(grad)", "grad(jit)"])
 def test_write_that_needs_a_derivative_is_refused_like_torch_func(wrap):
     buf = torch.zeros(3)

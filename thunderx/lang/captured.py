@@ -48,6 +48,10 @@ def writeback_trace():
 def write_captured(target: torch.Tensor, value, what: str, grad_enabled: bool | None = None):
     """`target` (a concrete tensor from outside the transform) takes `value` (its shape and
     dtype): now where values are known, else recorded for write-back after each call."""
+    if target.numel() == 0:
+        # a write of no elements changes nothing: it needs no batch dimension or derivative
+        # (torch.func's vmap accepts it; a zero-element result of constants is one under vmap)
+        return
     if grad_enabled is None:
         grad_enabled = torch.is_grad_enabled()
     staging = writeback_trace()
