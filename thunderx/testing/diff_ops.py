@@ -74,6 +74,14 @@ def _narrow_fn(x, *, dim, start, length):
     return torch.narrow(x, dim, start, length)
 
 
+def _sdpa(q, k, v, *, heads: bool):
+    """attention over 2-D operands (torch's math path) or over them as one (batch, head) of 4-D
+    ones (torch's flash kernels, which it calls for 4-D operands only)."""
+    if not heads:
+        return F.scaled_dot_product_attention(q, k, v)
+    return F.scaled_dot_product_attention(q[None, None], k[None, None], v[None, None])[0, 0]
+
+
 def _dyn_update_fn(x, v, i):
     y = x * 1
     y[i] = v * 2
@@ -261,7 +269,7 @@ def _table() -> dict[str, Op]:
         sh.layer_target,
     )
     add("cross_entropy", lambda x, t: F.cross_entropy(x, t), sh.cross_entropy)
-    add("sdpa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), sh.sdpa)
+    add("sdpa", _sdpa, sh.sdpa)
     flags = (True, 1, 0.0, False, False, False)  # biases, 1 layer, no dropout, one direction
     add(
         "lstm",

@@ -247,7 +247,7 @@ def cross_entropy(rng, base):
 def sdpa(rng, base):
     if len(base) != 2 or base[0] == 0:
         return None
-    return [base, base, base], None, {}
+    return [base, base, base], None, {"heads": rng.random() < 0.5}
 
 
 def clamp(rng, base):
