@@ -110,6 +110,15 @@ def nan_derivative_by_kernel_path():
             assert (tf.grad(f)(x) == (1.0 if n == 3 else 0.0)).all()
 
 
+def nan_cotangent_dropped():
+    x, ct = T(-0.38, 0.5, 0.1), T(1.0, math.nan, 2.0)
+    f = lambda v: torch.logcumsumexp(v, 0)  # noqa: E731
+    ours = tx.vjp(f, x)[1](ct)[0]
+    # y_1 depends on x_0 and x_1 only: x_2's derivative stays finite
+    assert torch.isnan(ours[:2]).all() and torch.isfinite(ours[2])
+    assert torch.isfinite(tf.vjp(f, x)[1](ct)[0]).all()
+
+
 def batched_rule_at_nan():
     x, t = T(math.nan), T(-0.99)
     ours = tx.jacrev(F.smooth_l1_loss, argnums=(0, 1))(x, t)
@@ -227,6 +236,7 @@ BEHAVIOUR = {
         forward_mode_unselected_tangent,
         extremum_of_nan,
         nan_derivative_by_kernel_path,
+        nan_cotangent_dropped,
         batched_rule_at_nan,
         variance_without_degrees_of_freedom,
         layer_norm_constant_row,

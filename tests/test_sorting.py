@@ -1,6 +1,8 @@
 """Sorting and order statistics under jit, grad and vmap against torch eager and torch.func
 (float64): values, indices (torch's tie conventions), and gradients through the permutation."""
 
+import math
+
 import pytest
 import torch
 
@@ -157,6 +159,30 @@ def test_hessian_of_a_sorted_weighted_sum_matches_torch_func():
         return (torch.arange(5, dtype=F64) * s**3).sum() + torch.logcumsumexp(v, 0).sum()
 
     _close(tx.hessian(f)(x), torch.func.hessian(f)(x), 1e-6)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("at", [0, 2, 4])
+def test_logcumsumexp_derivative_reaches_only_the_entries_it_depends_on(bad, at):
+    # y_k = log sum_{i <= k} exp(x_i): a nan/inf cotangent of y_k reaches x_0..x_k only, a
+    # nan/inf tangent of x_i reaches y_i..y_n only. Oracle: the sums written out term by term.
+    x = torch.tensor([-0.38, 0.5, 0.1, 1.2, -2.0], dtype=F64)
+    y = torch.logcumsumexp(x, 0)
+    v = torch.tensor([1.0, -2.0, 0.5, 3.0, 0.25], dtype=F64)
+    v[at] = bad
+    f = lambda t: torch.logcumsumexp(t, 0)  # noqa: E731
+    n = len(x)
+    want_vjp = torch.stack(
+        [sum(v[k] * torch.exp(x[i] - y[k]) for k in range(i, n)) for i in range(n)]
+    )
+    want_jvp = torch.stack(
+        [sum(v[i] * torch.exp(x[i] - y[k]) for i in range(k + 1)) for k in range(n)]
+    )
+    for mode in (lambda g: g, tx.jit):
+        got_vjp = mode(lambda x, v: tx.vjp(f, x)[1](v)[0])(x, v)
+        got_jvp = mode(lambda x, v: tx.jvp(f, (x,), (v,))[1])(x, v)
+        torch.testing.assert_close(got_vjp, want_vjp, equal_nan=True)
+        torch.testing.assert_close(got_jvp, want_jvp, equal_nan=True)
 
 
 def test_bad_arguments_name_the_problem():

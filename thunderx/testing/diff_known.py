@@ -34,6 +34,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("relu6", "*", "unresolved"): "nan-derivative-by-kernel-path",
     ("relu6", "*", "kink"): "nan-derivative-by-kernel-path",
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
+    ("<with logcumsumexp>", "*", "unresolved"): "nan-cotangent-dropped",
     ("<with std>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with max_all>", "*", "unresolved"): "symbolic-zero-derivative",
     **{
@@ -58,6 +59,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with var>", "*", "unresolved"): ("scalar", 1947, "jacrev", None, 4),
     ("relu6", "*", "unresolved"): ("zero", 26271, "grad", None, 2),
     ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
+    ("<with logcumsumexp>", "*", "unresolved"): ("one", 22793, "grad", None, 3),
     ("smooth_l1_loss", "*", "unresolved"): (
         "scalar",
         0,
