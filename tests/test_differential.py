@@ -139,6 +139,21 @@ def test_finite_differences_decide_which_side_is_wrong():
     assert found.category == "kink"
 
 
+def test_non_finite_derivatives_where_differences_overflow_are_a_note():
+    # cosh(sinh(x)) at x = 800: the derivative overflows, finite differences too
+    x = torch.tensor([800.0, 0.5], dtype=torch.float64)
+    f = lambda v: torch.cosh(torch.sinh(v))  # noqa: E731
+    fd = lambda: tuple(j.diagonal() for j in dc.fd_jacobian(f, [x]))  # noqa: E731
+    nan, inf = float("nan"), float("inf")
+    right = torch.tensor([inf, 0.0], dtype=torch.float64)
+    right[1] = torch.func.grad(lambda v: f(v).sum())(x[1:])[0]
+    both = dc.classify("grad", right, torch.tensor([nan, right[1]], dtype=torch.float64), fd)
+    assert both.category == "overflow" and "overflow" in D.NOTES
+    # a finite answer where the other side and the differences are not: still a finding
+    one = dc.classify("grad", torch.tensor([1.0, right[1]], dtype=torch.float64), right, fd)
+    assert one.category == "unresolved"
+
+
 def _lying_op():
     """An op whose traced form computes something else than eager torch: a planted bug."""
 

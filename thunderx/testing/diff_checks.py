@@ -13,7 +13,10 @@ disagreement it is:
 - `torch-wrong`: differentiable point, finite differences side with thunderx (reported, not a
   thunderx failure); `jax-differs`: thunderx and JAX disagree and finite differences do not
   side with JAX at a differentiable point (reported);
-- `unresolved`: differentiable point, finite differences agree with neither (or are not finite).
+- `unresolved`: differentiable point, finite differences agree with neither (or are not finite);
+- `overflow`: finite differences are not finite and neither side is where they differ (inf
+  against nan: the derivative overflows, and where each chain rule meets inf - inf or inf * 0
+  decides which non-finite value it gives); reported, not a failure.
 """
 
 from __future__ import annotations
@@ -128,7 +131,12 @@ def classify(check: str, got, want, fd: Callable[[], tuple], atol: float = ATOL)
         return Finding(check, "kink", f"{where}; non-differentiable point: {_pair(g, w, bad)}")
     cb, gb, wb = c[bad], g[bad], w[bad]
     if not torch.isfinite(cb).all():
-        return Finding(check, "unresolved", f"{where}; differences not finite: {_pair(g, w, bad)}")
+        detail = f"{where}; differences not finite: {_pair(g, w, bad)}"
+        if not (torch.isfinite(gb).any() or torch.isfinite(wb).any()):
+            # no side finite where the differences overflow too: each chain rule's inf - inf
+            # or inf * 0 decides between nan and inf, and no answer is the right one
+            return Finding(check, "overflow", detail)
+        return Finding(check, "unresolved", detail)
     ok_w = bool(_close(wb, cb, FD_RTOL, FD_ATOL).all())
     ok_g = bool(_close(gb, cb, FD_RTOL, FD_ATOL).all())
     cat = (

@@ -31,7 +31,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
     ("instance_norm", "*", "kink"): "layer-norm-constant-row",
     ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
-    ("relu6", "*", "unresolved"): "nan-derivative-by-kernel-path",
     ("relu6", "*", "kink"): "nan-derivative-by-kernel-path",
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with logcumsumexp>", "*", "unresolved"): "nan-cotangent-dropped",
@@ -55,9 +54,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     # (edge, seed, check, None, length): the random program a long run drew at that seed
     ("clamp_tensor", "*", "unresolved"): ("scalar", 3159, "jvp", None, 3),
     ("minimum", "*", "unresolved"): ("empty", 999, "grad", None, 3),
-    ("max_all", "*", "unresolved"): ("zero", 0, "grad", ("div_raw", "max_all")),
+    ("max_all", "*", "unresolved"): ("zero", 3, "grad", ("div_raw", "max_all")),
     ("<with var>", "*", "unresolved"): ("scalar", 1947, "jacrev", None, 4),
-    ("relu6", "*", "unresolved"): ("zero", 26271, "grad", None, 2),
     ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
     ("<with logcumsumexp>", "*", "unresolved"): ("one", 22793, "grad", None, 3),
     ("smooth_l1_loss", "*", "unresolved"): (

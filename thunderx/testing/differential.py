@@ -77,7 +77,7 @@ def find_reproducer(op: str, category: str, check: str, edges=EDGES, seeds=range
     return None
 
 
-NOTES = ("torch-wrong", "jax-differs")  # reported, never a thunderx failure
+NOTES = ("torch-wrong", "jax-differs", "overflow")  # reported, never a thunderx failure
 
 
 @dataclasses.dataclass
@@ -98,7 +98,7 @@ class Report:
     seconds: float = 0.0
     per_check: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     failures: dict = dataclasses.field(default_factory=dict)  # key -> first Failure
-    notes: list = dataclasses.field(default_factory=list)  # torch-wrong, jax-differs
+    notes: list = dataclasses.field(default_factory=list)  # torch-wrong, jax-differs, overflow
     jax: str = ""
 
     def add(self, failure: Failure) -> None:
