@@ -16,6 +16,8 @@ from __future__ import annotations
 # (op, check, category) -> (owner, reason); check "*" stands for every check.
 KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {}
 
+_FORWARD_MODE_CHECKS = ("jvp", "linearize", "jacfwd", "vmap(jvp)")
+
 # (op, check, category) -> the row of docs/conventions.md's table that documents it (its `id`).
 DELIBERATE: dict[tuple[str, str, str], str] = {
     ("atan2", "*", "kink"): "forward-mode-kinks",
@@ -31,6 +33,10 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
     ("instance_norm", "*", "kink"): "layer-norm-constant-row",
     ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
+    **{
+        ("maximum", check, "kink"): "forward-mode-unselected-tangent"
+        for check in _FORWARD_MODE_CHECKS
+    },
     ("relu6", "*", "kink"): "nan-derivative-by-kernel-path",
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with logcumsumexp>", "*", "unresolved"): "nan-cotangent-dropped",
@@ -58,6 +64,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with var>", "*", "unresolved"): ("scalar", 1947, "jacrev", None, 4),
     ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
     ("<with logcumsumexp>", "*", "unresolved"): ("one", 22793, "grad", None, 3),
+    **{("maximum", check, "kink"): ("tie", 6749, check, None, 4) for check in _FORWARD_MODE_CHECKS},
     ("smooth_l1_loss", "*", "unresolved"): (
         "scalar",
         0,
