@@ -119,6 +119,14 @@ def nan_cotangent_dropped():
     assert torch.isfinite(tf.vjp(f, x)[1](ct)[0]).all()
 
 
+def pow_at_exponent_zero():
+    x, y = T(0.75)[0], T(0.0)[0]
+    ours = tx.hessian(torch.pow, argnums=(0, 1))(x, y)
+    assert ours[0][1] == ours[1][0] and torch.isclose(ours[0][1], 1 / x)
+    theirs = tf.hessian(torch.pow, argnums=(0, 1))(x, y)
+    assert theirs[0][1] == 0 and torch.isclose(theirs[1][0], 1 / x)
+
+
 def batched_rule_at_nan():
     x, t = T(math.nan), T(-0.99)
     ours = tx.jacrev(F.smooth_l1_loss, argnums=(0, 1))(x, t)
@@ -237,6 +245,7 @@ BEHAVIOUR = {
         extremum_of_nan,
         nan_derivative_by_kernel_path,
         nan_cotangent_dropped,
+        pow_at_exponent_zero,
         batched_rule_at_nan,
         variance_without_degrees_of_freedom,
         layer_norm_constant_row,

@@ -40,6 +40,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("relu6", "*", "kink"): "nan-derivative-by-kernel-path",
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with logcumsumexp>", "*", "unresolved"): "nan-cotangent-dropped",
+    ("pow", "hessian", "kink"): "pow-at-exponent-zero",
     ("<with std>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with max_all>", "*", "unresolved"): "symbolic-zero-derivative",
     **{
@@ -64,6 +65,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with var>", "*", "unresolved"): ("scalar", 1947, "jacrev", None, 4),
     ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
     ("<with logcumsumexp>", "*", "unresolved"): ("one", 22793, "grad", None, 3),
+    ("pow", "hessian", "kink"): ("zero", 2926, "hessian"),
     **{("maximum", check, "kink"): ("tie", 6749, check, None, 4) for check in _FORWARD_MODE_CHECKS},
     ("smooth_l1_loss", "*", "unresolved"): (
         "scalar",
