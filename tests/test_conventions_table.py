@@ -147,32 +147,54 @@ def variance_without_degrees_of_freedom():
     assert tf.jacrev(f)(x) == 0 and torch.isnan(tf.grad(f)(x))
 
 
+def _grow(v, last):
+    """v with one more entry (a third channel)."""
+    return torch.cat([v, T(last)])
+
+
 def layer_norm_constant_row():
     x = T(-30.0, 30.0, 30.0, 30.0, 30.0, 0.46).reshape(3, 2)
     w, b, wt = T(-30.0, 0.023), T(0.73, -30.0), T(1.3, -0.4, 0.2, 0.9, -1.1, 0.5).reshape(3, 2)
+    # layer_norm normalizes each row (row 1 is constant), batch_norm each column of x.T
+    # (column 1 of x.T constant) with a weight and bias per channel
+    norms = {
+        "layer_norm": (x, lambda x, w, b: F.layer_norm(x, (2,), w, b), -1),
+        "batch_norm": (
+            x.T.contiguous(),
+            lambda x, w, b: F.batch_norm(
+                x, None, None, _grow(w, 1.0), _grow(b, 0.5), training=True
+            ),
+            0,
+        ),
+    }
+    for name, (xs, norm, dim) in norms.items():
+        wts = wt if dim == -1 else wt.T
 
-    def s(x, w, b):
-        return (F.layer_norm(x, (2,), w, b) * wt).sum()
+        def s(x, w, b, norm=norm, wts=wts):
+            return (norm(x, w, b) * wts).sum()
 
-    def composed(x, w, b):
-        m = x.mean(-1, keepdim=True)
-        xc = x - m
-        v = (xc * xc).mean(-1, keepdim=True)
-        return ((xc * torch.rsqrt(v + 1e-5) * w + b) * wt).sum()
+        def composed(x, w, b, dim=dim, wts=wts):
+            m = x.mean(dim, keepdim=True)
+            xc = x - m
+            v = (xc * xc).mean(dim, keepdim=True)
+            y = xc * torch.rsqrt(v + 1e-5)
+            if dim == -1:
+                return ((y * w + b) * wts).sum()
+            return ((y * _grow(w, 1.0) + _grow(b, 0.5)) * wts).sum()
 
-    def flat(h):
-        return torch.cat(
-            [
-                torch.cat([h[i][j].reshape(a.numel(), -1) for j in range(3)], 1)
-                for i, a in enumerate((x, w, b))
-            ]
-        )
+        def flat(h, xs=xs):
+            return torch.cat(
+                [
+                    torch.cat([h[i][j].reshape(a.numel(), -1) for j in range(3)], 1)
+                    for i, a in enumerate((xs, w, b))
+                ]
+            )
 
-    ours = flat(tx.hessian(s, argnums=(0, 1, 2))(x, w, b))
-    _close(ours, flat(tf.hessian(composed, argnums=(0, 1, 2))(x, w, b)))
-    _close(ours, ours.T)
-    theirs = flat(tf.hessian(s, argnums=(0, 1, 2))(x, w, b))
-    assert not torch.allclose(theirs, theirs.T)
+        ours = flat(tx.hessian(s, argnums=(0, 1, 2))(xs, w, b))
+        _close(ours, flat(tf.hessian(composed, argnums=(0, 1, 2))(xs, w, b)))
+        _close(ours, ours.T)
+        theirs = flat(tf.hessian(s, argnums=(0, 1, 2))(xs, w, b))
+        assert not torch.allclose(theirs, theirs.T), name
 
 
 def symbolic_zero_derivative():

@@ -32,6 +32,8 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
     ("instance_norm", "*", "kink"): "layer-norm-constant-row",
+    ("batch_norm", "*", "kink"): "layer-norm-constant-row",
+    ("group_norm", "*", "kink"): "layer-norm-constant-row",
     ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
     **{
         ("maximum", check, "kink"): "forward-mode-unselected-tangent"
@@ -66,6 +68,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
     ("<with logcumsumexp>", "*", "unresolved"): ("one", 22793, "grad", None, 3),
     ("pow", "hessian", "kink"): ("zero", 2926, "hessian"),
+    ("batch_norm", "*", "kink"): ("big", 1201, "hessian"),
+    ("group_norm", "*", "kink"): ("big", 1863, "hessian"),
     **{("maximum", check, "kink"): ("tie", 6749, check, None, 4) for check in _FORWARD_MODE_CHECKS},
     ("smooth_l1_loss", "*", "unresolved"): (
         "scalar",
