@@ -225,14 +225,15 @@ def _lcse_abstract_eval(x, *, axis):
 def _lcse_jvp(primals, tangents, *, axis):
     """dy_k = sum_{i <= k} exp(x_i - y_k) t_i. Each weight is at most 1, so nothing overflows;
     the price is an n x n weight matrix per row along `axis`. The terms i > k are selected
-    away after the product, so that a nan or inf tangent t_i (or, transposed, cotangent of y_k)
-    reaches only the outputs (inputs) that depend on it, as in JAX."""
+    away from the weights (which overflow there) and again after the product, so that a nan or
+    inf tangent t_i (or, transposed, cotangent of y_k) reaches only the outputs (inputs) that
+    depend on it, as in JAX."""
     (x,), (t,) = primals, tangents
     y = logcumsumexp(x, axis)
     if len(M.shape(x)) == 0:
         return y, t
     xm, ym, tm = (S.moveaxis(v, axis, -1) for v in (x, y, t))
-    w = U.exp(B.sub(M.row_vector(xm), M.col_vector(ym)))  # [.., k, i] = exp(x_i - y_k)
+    w = M.tril(U.exp(B.sub(M.row_vector(xm), M.col_vector(ym))))  # [.., k, i] = exp(x_i - y_k)
     dy = R.reduce_sum(M.tril(B.mul(w, M.row_vector(tm))), (len(M.shape(w)) - 1,))
     return y, S.moveaxis(dy, len(M.shape(dy)) - 1, axis)
 

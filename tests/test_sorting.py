@@ -161,15 +161,20 @@ def test_hessian_of_a_sorted_weighted_sum_matches_torch_func():
     _close(tx.hessian(f)(x), torch.func.hessian(f)(x), 1e-6)
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, None])
 @pytest.mark.parametrize("at", [0, 2, 4])
-def test_logcumsumexp_derivative_reaches_only_the_entries_it_depends_on(bad, at):
+@pytest.mark.parametrize("big", [None, 800.0])
+def test_logcumsumexp_derivative_reaches_only_the_entries_it_depends_on(bad, at, big):
     # y_k = log sum_{i <= k} exp(x_i): a nan/inf cotangent of y_k reaches x_0..x_k only, a
-    # nan/inf tangent of x_i reaches y_i..y_n only. Oracle: the sums written out term by term.
+    # nan/inf tangent of x_i reaches y_i..y_n only; with an entry of 800 the weights exp(x_i - y_k)
+    # of the terms i > k (absent from the sums) overflow. Oracle: the sums written term by term.
     x = torch.tensor([-0.38, 0.5, 0.1, 1.2, -2.0], dtype=F64)
+    if big is not None:
+        x[at] = big
     y = torch.logcumsumexp(x, 0)
     v = torch.tensor([1.0, -2.0, 0.5, 3.0, 0.25], dtype=F64)
-    v[at] = bad
+    if bad is not None:
+        v[at] = bad
     f = lambda t: torch.logcumsumexp(t, 0)  # noqa: E731
     n = len(x)
     want_vjp = torch.stack(
