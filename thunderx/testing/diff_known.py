@@ -47,8 +47,9 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with max_all>", "*", "unresolved"): "symbolic-zero-derivative",
     **{
         (f"<with {op}>", "*", "unresolved"): "symbolic-zero-derivative"
-        for op in ("ceil", "floor", "round", "trunc")
+        for op in ("ceil", "floor", "round", "trunc", "sign")
     },
+    ("<with atan2>", "*", "kink"): "forward-mode-kinks",
 }
 
 # (op, check, category) -> (edge, seed, check): make_case(OPS[op], edge, Random(seed)) through
@@ -69,6 +70,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with logcumsumexp>", "*", "unresolved"): ("one", 22793, "grad", None, 3),
     ("pow", "hessian", "kink"): ("zero", 2926, "hessian"),
     ("batch_norm", "*", "kink"): ("big", 1201, "hessian"),
+    ("<with sign>", "*", "unresolved"): ("one", 4981, "jvp", None, 4),
+    ("<with atan2>", "*", "kink"): ("zero", 1921, "jvp", None, 4),
     ("group_norm", "*", "kink"): ("big", 1863, "hessian"),
     **{("maximum", check, "kink"): ("tie", 6749, check, None, 4) for check in _FORWARD_MODE_CHECKS},
     ("smooth_l1_loss", "*", "unresolved"): (
