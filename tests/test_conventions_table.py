@@ -205,6 +205,12 @@ def symbolic_zero_derivative():
     h = lambda x: torch.sign(torch.sqrt(x)).sum()  # noqa: E731
     _close(tx.grad(h)(x), T(0.0, 0.0))
     _close(tf.grad(h)(x), T(math.nan, 0.0))
+    # an infinite cotangent of an index_reduce amax: 0 at the source entry it does not select
+    idx = torch.tensor([0, 0])
+    r = lambda x, s: (x.index_reduce(0, idx, s, "amax") * math.inf).sum()  # noqa: E731
+    x1, src = T(0.75), T(0.75, 0.0)
+    assert tx.grad(r, argnums=1)(x1, src)[1] == 0
+    assert torch.isnan(tf.grad(r, argnums=1)(x1, src)[1])
     g = lambda x: torch.var(torch.max(x))  # noqa: E731 - var of one value: a nan cotangent
     y = T(1.0, 3.0, 2.0)
     _close(tx.grad(g)(y), T(0.0, math.nan, 0.0))

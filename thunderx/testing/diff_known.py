@@ -50,6 +50,8 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for op in ("ceil", "floor", "round", "trunc", "sign")
     },
     ("<with atan2>", "*", "kink"): "forward-mode-kinks",
+    ("<with logcumsumexp>", "*", "kink"): "nan-cotangent-dropped",
+    ("<with index_reduce_amax>", "*", "unresolved"): "symbolic-zero-derivative",
 }
 
 # (op, check, category) -> (edge, seed, check): make_case(OPS[op], edge, Random(seed)) through
@@ -72,6 +74,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("batch_norm", "*", "kink"): ("big", 1201, "hessian"),
     ("<with sign>", "*", "unresolved"): ("one", 4981, "jvp", None, 4),
     ("<with atan2>", "*", "kink"): ("zero", 1921, "jvp", None, 4),
+    ("<with logcumsumexp>", "*", "kink"): ("zero", 27667, "grad", None, 4),
+    ("<with index_reduce_amax>", "*", "unresolved"): ("tie", 19705, "grad", None, 4),
     ("group_norm", "*", "kink"): ("big", 1863, "hessian"),
     **{("maximum", check, "kink"): ("tie", 6749, check, None, 4) for check in _FORWARD_MODE_CHECKS},
     ("smooth_l1_loss", "*", "unresolved"): (
