@@ -102,9 +102,11 @@ def _prod_tangent(x, idx, src, y, tx, ts, self_in, axis):
     o_src = others(
         src, s_zero, gather(zeros, idx, axis), gather(y, idx, axis), gather(p_nz, idx, axis)
     )
-    # the coefficient is masked, not the product: where x[p] takes no part, y / x[p] may be
-    # 0 / 0, and reverse mode (this map's transpose) would multiply the masked-out zero by it
-    t_self = B.mul(tx, U.select(B.gt(self_in, 0.5), o_self, 0.0))
+    # where x[p] takes no part its derivative is a structural zero: the coefficient is masked
+    # (y / x[p] may be 0 / 0 there) and so is the product, so that neither mode multiplies a
+    # zero by a nan or inf (co)tangent (torch gives 0 there too)
+    part = B.gt(self_in, 0.5)
+    t_self = U.select(part, B.mul(tx, U.select(part, o_self, 0.0)), 0.0)
     return B.add(t_self, scatter_add(C.zeros_like(x), idx, B.mul(ts, o_src), axis))
 
 

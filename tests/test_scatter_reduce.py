@@ -120,6 +120,29 @@ def test_scatter_with_repeated_indices_keeps_the_last_write_as_torch():
     torch.testing.assert_close(tx.grad(loss, (0, 1))(x, src), tf.grad(loss, (0, 1))(x, src))
 
 
+@pytest.mark.parametrize("reduce", ["prod", "amax", "amin"])
+def test_an_excluded_self_gets_zero_derivative_even_from_an_infinite_cotangent(reduce):
+    # include_self=False: x at the scattered rows takes no part, its derivative is a structural
+    # 0 in both modes (torch.autograd gives 0); the rule used to multiply 0 by the cotangent
+    inf = float("inf")
+    x = torch.tensor([[-0.75, 0.0], [0.0, 2.0], [1.5, -1.0]], dtype=torch.float64)
+    src = torch.tensor([[0.0, 1.0], [0.75, 3.0], [0.75, -2.0]], dtype=torch.float64)
+    idx = torch.tensor([0, 1, 0])
+
+    def f(x, s):
+        return x.index_reduce(0, idx, s, reduce, include_self=False)
+
+    ct = torch.tensor([[inf, -inf], [inf, 1.0], [inf, -inf]], dtype=torch.float64)
+    got = tx.vjp(f, x, src)[1](ct)[0]
+    want = tf.vjp(f, x, src)[1](ct)[0]
+    assert torch.equal(got[:2], torch.zeros(2, 2, dtype=torch.float64))
+    torch.testing.assert_close(got, want)
+    t = torch.full_like(x, inf)
+    tangent = tx.jvp(lambda x: f(x, src), (x,), (t,))[1]
+    assert torch.equal(tangent[:2], torch.zeros(2, 2, dtype=torch.float64))
+    assert torch.equal(tangent[2], t[2])  # row 2: nothing scattered, x passes through
+
+
 @pytest.mark.parametrize("include_self", [True, False])
 @pytest.mark.parametrize("reduce", ["amax", "amin"])
 def test_extremum_gradient_where_the_result_is_nan(reduce, include_self):
