@@ -68,7 +68,9 @@ def _flash_applies(q, k, v, mask) -> bool:
     with equal batch, heads and head sizes, non-empty sequences, and a mask of q's dtype or bool,
     2-D or 4-D, that broadcasts to the scores. Other calls take torch's math path. The two paths
     differ beyond rounding: a query row whose scores are all NaN gives 0 from the flash kernel
-    and NaN from the math path, and eager torch picks between them by rank as this does."""
+    and NaN from the math path, and eager torch picks between them by rank as this does. (torch
+    also refuses the kernel for an operand whose last dim is strided; traced values have no
+    strides, so that case calls the kernel on a dense copy.)"""
     dt = dtype(q)
     if dt not in (torch.float32, torch.float64) or dtype(k) != dt or dtype(v) != dt:
         return False
