@@ -47,6 +47,27 @@ def test_xlogy_derivative_in_x_at_zero_is_log_y():
     close(g, T(0, 2 / 4))
 
 
+@pytest.mark.parametrize("fn", [torch.xlogy, torch.special.xlog1py])
+def test_xlogy_at_zero_x_is_positive_zero_like_torch(fn):
+    # 0 * a negative log is -0.0, which atan2 turns into -pi where torch's +0.0 gives pi (a
+    # differential-run program index_add > xlogy > atan2); x < 0 with a zero log stays -0.0
+    x = torch.tensor([0.0, -0.0, 0.0, -0.75, 0.5, 0.0], dtype=F64)
+    y = torch.tensor([0.6, 0.6, -0.5, 1.0, math.nan, 0.0], dtype=F64)
+    if fn is torch.xlogy:
+        y[3] = 1.0  # log 1 = 0
+    else:
+        y[3] = 0.0  # log1p 0 = 0
+    want = fn(x, y)
+    for got in (fn(*(t.clone() for t in (x, y))), tx.jit(fn)(x, y), tx.vmap(fn)(x, y)):
+        torch.testing.assert_close(got, want, equal_nan=True)
+        assert torch.equal(torch.signbit(got), torch.signbit(want)), (got, want)
+    z = torch.full_like(x, -0.75)
+    torch.testing.assert_close(
+        tx.jit(lambda x, y: torch.atan2(fn(x, y), z))(x, y), torch.atan2(want, z), equal_nan=True
+    )
+    assert torch.equal(torch.signbit(tx.jit(lambda y: fn(0.0, y))(y[:1])), torch.tensor([False]))
+
+
 @pytest.mark.parametrize("fn", [F.softplus, F.logsigmoid, F.mish])
 def test_second_derivatives_of_softplus_family_at_zero(fn):
     x = torch.tensor([0.0, 1.0, -2.0, 30.0], dtype=F64)

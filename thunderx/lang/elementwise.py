@@ -352,8 +352,18 @@ def _xlogy(x, y):
     lg = U.log(b)
     if type(a) in SCALARS:
         return B.mul(a, lg) if a != 0 else where(isnan(lg), lg, 0.0)
-    infinite = B.and_p.bind(B.eq(a, 0.0), B.eq(U.abs(lg), math.inf))
-    return B.mul(a, U.select(infinite, 0.0, lg))
+    return x_times_log(a, b, lg)
+
+
+def x_times_log(a, b, lg):
+    """a * lg, lg the log of b, for a tensor a as torch's xlogy / xlog1py give it: where a == 0,
+    +0.0 unless b is nan (a log that is infinite, or nan outside its domain, is replaced by 0;
+    a zero times a negative log would be -0.0, which atan2 or 1 / v tells apart). A product,
+    so its derivative in a is lg (0 where the log was replaced, as torch's)."""
+    zero = B.eq(a, 0.0)
+    bad_log = B.and_p.bind(U.logical_not(U.isfinite(lg)), B.eq(b, b))
+    prod = B.mul(a, U.select(B.and_p.bind(zero, bad_log), 0.0, lg))
+    return U.select(zero, B.add(prod, 0.0), prod)
 
 
 @register(torch.logaddexp, methods=("logaddexp",))

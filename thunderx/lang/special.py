@@ -83,9 +83,10 @@ def _xlog1py(x, y, *, out=None):
     if type(a) in SCALARS:
         if a != 0:
             return B.mul(lg, a)
-        return U.select(B.ne(lg, lg), lg, B.mul(lg, 0.0))
-    infinite = B.and_p.bind(B.eq(a, 0.0), B.eq(U.abs(lg), math.inf))
-    return B.mul(a, U.select(infinite, 0.0, lg))
+        return U.select(B.ne(lg, lg), lg, B.add(B.mul(lg, 0.0), 0.0))  # +0.0, as torch
+    from thunderx.lang.elementwise import x_times_log
+
+    return x_times_log(a, b, lg)
 
 
 @register(torch.mvlgamma, torch.special.multigammaln, methods=("mvlgamma",))
