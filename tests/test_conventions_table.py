@@ -127,6 +127,15 @@ def pow_at_exponent_zero():
     assert theirs[0][1] == 0 and torch.isclose(theirs[1][0], 1 / x)
 
 
+def logcumsumexp_forward_range():
+    x, t = T(0.5, 800.0, 1.0), T(1.0, 1.0, 1.0)
+    f = lambda v: torch.logcumsumexp(v, 0)  # noqa: E731
+    assert torch.equal(tx.jvp(f, (x,), (t,))[1], t)
+    _close(tf.jvp(f, (x,), (t,))[1], T(0.0, 1.0, 1.0))
+    _, vjp = tf.vjp(f, x)
+    _close(vjp(T(1.0, 0.0, 0.0))[0], T(1.0, 0.0, 0.0))  # its reverse mode is exact
+
+
 def batched_rule_at_nan():
     x, t = T(math.nan), T(-0.99)
     ours = tx.jacrev(F.smooth_l1_loss, argnums=(0, 1))(x, t)
@@ -277,6 +286,7 @@ BEHAVIOUR = {
         nan_derivative_by_kernel_path,
         nan_cotangent_dropped,
         pow_at_exponent_zero,
+        logcumsumexp_forward_range,
         batched_rule_at_nan,
         variance_without_degrees_of_freedom,
         layer_norm_constant_row,

@@ -52,6 +52,11 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with atan2>", "*", "kink"): "forward-mode-kinks",
     ("<with logcumsumexp>", "*", "kink"): "nan-cotangent-dropped",
     ("<with index_reduce_amax>", "*", "unresolved"): "symbolic-zero-derivative",
+    **{
+        ("logcumsumexp", check, category): "logcumsumexp-forward-range"
+        for check in _FORWARD_MODE_CHECKS
+        for category in ("kink", "unresolved")
+    },
 }
 
 # (op, check, category) -> (edge, seed, check): make_case(OPS[op], edge, Random(seed)) through
@@ -76,6 +81,14 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with atan2>", "*", "kink"): ("zero", 1921, "jvp", None, 4),
     ("<with logcumsumexp>", "*", "kink"): ("zero", 27667, "grad", None, 4),
     ("<with index_reduce_amax>", "*", "unresolved"): ("tie", 19705, "grad", None, 4),
+    **{
+        ("logcumsumexp", check, "kink"): ("big", 22250, check, None, 4)
+        for check in _FORWARD_MODE_CHECKS
+    },
+    **{
+        ("logcumsumexp", check, "unresolved"): ("big", 7703, check, None, 4)
+        for check in _FORWARD_MODE_CHECKS
+    },
     ("group_norm", "*", "kink"): ("big", 1863, "hessian"),
     **{("maximum", check, "kink"): ("tie", 6749, check, None, 4) for check in _FORWARD_MODE_CHECKS},
     ("smooth_l1_loss", "*", "unresolved"): (
