@@ -143,6 +143,10 @@ def batched_rule_at_nan():
     assert all(torch.isnan(g) for g in ours)
     assert all(torch.isnan(g) for g in tf.grad(F.smooth_l1_loss, argnums=(0, 1))(x, t))
     assert all(g == 0 for g in tf.jacrev(F.smooth_l1_loss, argnums=(0, 1))(x, t))
+    f = lambda v: torch.log_softmax(v, 0)  # noqa: E731
+    x0 = T(math.nan)[0]
+    assert torch.isnan(tx.jacrev(f)(x0)) and torch.isnan(tx.grad(f)(x0))
+    assert tf.jacrev(f)(x0) == 0 and torch.isnan(tf.grad(f)(x0))
 
 
 def variance_without_degrees_of_freedom():

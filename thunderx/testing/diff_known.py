@@ -29,6 +29,8 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("max_all", "*", "unresolved"): "extremum-of-nan",
     ("<with var>", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("smooth_l1_loss", "*", "unresolved"): "batched-rule-at-nan",
+    ("log_softmax", "jacrev", "unresolved"): "batched-rule-at-nan",
+    ("log_softmax", "jit(vmap(grad))", "unresolved"): "batched-rule-at-nan",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
     ("instance_norm", "*", "kink"): "layer-norm-constant-row",
@@ -81,6 +83,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with atan2>", "*", "kink"): ("zero", 1921, "jvp", None, 4),
     ("<with logcumsumexp>", "*", "kink"): ("zero", 27667, "grad", None, 4),
     ("<with index_reduce_amax>", "*", "unresolved"): ("tie", 19705, "grad", None, 4),
+    ("log_softmax", "jacrev", "unresolved"): ("scalar", 272, "jacrev", None, 4),
+    ("log_softmax", "jit(vmap(grad))", "unresolved"): ("scalar", 272, "jit(vmap(grad))", None, 4),
     **{
         ("logcumsumexp", check, "kink"): ("big", 22250, check, None, 4)
         for check in _FORWARD_MODE_CHECKS
