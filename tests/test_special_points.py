@@ -245,6 +245,9 @@ FUNCTIONS = {
     # a nan extremum: nan derivatives in both modes (was 0 in reverse mode)
     "amax_nan": (lambda x: x.amax(-1), (_t(1.0, math.nan, 3.0, 2.0).reshape(2, 2),)),
     "amin_nan": (lambda x: x.amin(0), (_t(1.0, math.nan, 3.0, 2.0).reshape(2, 2),)),
+    # a 0-d tensor reduces as its one-element vector (nan derivative at nan), not as identity
+    "amax_0d_nan": (lambda x: x.amax(), (_t(math.nan)[0],)),
+    "amin_0d_nan": (lambda x: x.amin(-1, keepdim=True), (_t(math.nan)[0],)),
     "max_all_nan": (lambda x: x.max(), (_t(1.0, math.nan, 3.0),)),
     "max_dim_ties": (lambda x: x.max(-1).values, (_t(2.0, 2.0, 1.0),)),
     "prod_with_zero": (lambda x: x.prod(), (_t(0.0, 2.0, 3.0),)),

@@ -85,16 +85,23 @@ def _prod(x, dim=None, keepdim=False, *, dtype=None):
     return keepdims(R.reduce_prod(x, dims), dims, keepdim)
 
 
+def _extremum(reduce, x, dim, keepdim):
+    dims = _dims_arg(dim, ndim(x))
+    if ndim(x) == 0:
+        # a 0-d tensor reduces as its one-element vector, as in torch: at nan the derivative is
+        # nan (the extremum-of-nan rule), not the identity's 1
+        return S.reshape(reduce(S.reshape(x, (1,)), (0,)), ())
+    return keepdims(reduce(x, dims), dims, keepdim)
+
+
 @register(torch.amax, methods=("amax",))
 def _amax(x, dim=(), keepdim=False):
-    dims = _dims_arg(dim, ndim(x))
-    return keepdims(R.reduce_max(x, dims), dims, keepdim)
+    return _extremum(R.reduce_max, x, dim, keepdim)
 
 
 @register(torch.amin, methods=("amin",))
 def _amin(x, dim=(), keepdim=False):
-    dims = _dims_arg(dim, ndim(x))
-    return keepdims(R.reduce_min(x, dims), dims, keepdim)
+    return _extremum(R.reduce_min, x, dim, keepdim)
 
 
 def _arg(prim_fn, x, dim, keepdim):
