@@ -245,6 +245,11 @@ FUNCTIONS = {
     # a nan extremum: nan derivatives in both modes (was 0 in reverse mode)
     "amax_nan": (lambda x: x.amax(-1), (_t(1.0, math.nan, 3.0, 2.0).reshape(2, 2),)),
     "amin_nan": (lambda x: x.amin(0), (_t(1.0, math.nan, 3.0, 2.0).reshape(2, 2),)),
+    # at nan, torch's elu family backward takes the x piece (it tests x <= 0): derivative 1
+    # (times selu's scale), not the negative piece's alpha
+    "selu_nan": (F.selu, (_t(math.nan, -1.0, 0.0, 2.0),)),
+    "elu_alpha_nan": (lambda x: F.elu(x, 2.0), (_t(math.nan, -1.0, 0.0, 2.0),)),
+    "celu_alpha_nan": (lambda x: F.celu(x, 0.5), (_t(math.nan, -1.0, 0.0, 2.0),)),
     # a 0-d tensor reduces as its one-element vector (nan derivative at nan), not as identity
     "amax_0d_nan": (lambda x: x.amax(), (_t(math.nan)[0],)),
     "amin_0d_nan": (lambda x: x.amin(-1, keepdim=True), (_t(math.nan)[0],)),

@@ -82,14 +82,15 @@ def elu(x, alpha=1.0, inplace=False):
 def _exp_kink(x, alpha, scale_in):
     """x for x > 0, alpha * expm1(x * scale_in) for x < 0, and at x == 0 the linear piece
     alpha * scale_in * x: torch's derivatives at the kink are the negative side's first
-    derivative and a zero second derivative (elu/selu/celu backward and double backward)."""
+    derivative and a zero second derivative (elu/selu/celu backward and double backward). A
+    nan takes the x piece (derivative 1), as torch's backward, which tests x <= 0."""
     inner = B.mul(x, scale_in) if scale_in != 1.0 else x
     below = B.lt(x, 0.0)
     # expm1 sees 0 where its branch is unused: at a large x, expm1(x) = inf would make the
     # discarded derivative 0 * inf = nan (torch's backward selects before it exponentiates)
     curve = B.mul(U.expm1(U.select(below, inner, 0.0)), alpha)
     neg = U.select(below, curve, B.mul(inner, alpha))
-    return U.select(B.gt(x, 0.0), x, neg)
+    return U.select(B.le(x, 0.0), neg, x)
 
 
 @register(F.selu, torch.selu)
