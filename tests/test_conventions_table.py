@@ -218,6 +218,12 @@ def symbolic_zero_derivative():
     h = lambda x: torch.sign(torch.sqrt(x)).sum()  # noqa: E731
     _close(tx.grad(h)(x), T(0.0, 0.0))
     _close(tf.grad(h)(x), T(math.nan, 0.0))
+    # x * 2 under vmap(jvp) at a nan x: torch's batched forward AD multiplies the constant's
+    # zero tangent by the nan
+    xb, tb = T(math.nan, 0.5), T(-0.25, 0.3)
+    jv = lambda jvp: lambda x, t: jvp(lambda v: v * 2, (x,), (t,))[1]  # noqa: E731
+    _close(tx.vmap(jv(tx.jvp))(xb, tb), tb * 2)
+    assert torch.isnan(tf.vmap(jv(tf.jvp))(xb, tb)[0])
     # an infinite cotangent of an index_reduce amax: 0 at the source entry it does not select
     idx = torch.tensor([0, 0])
     r = lambda x, s: (x.index_reduce(0, idx, s, "amax") * math.inf).sum()  # noqa: E731

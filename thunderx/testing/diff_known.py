@@ -54,6 +54,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with atan2>", "*", "kink"): "forward-mode-kinks",
     ("<with floor>", "*", "kink"): "symbolic-zero-derivative",
     ("<with ceil>", "*", "kink"): "symbolic-zero-derivative",
+    ("stack", "vmap(jvp)", "unresolved"): "symbolic-zero-derivative",
     ("<with logcumsumexp>", "*", "kink"): "nan-cotangent-dropped",
     ("<with index_reduce_amax>", "*", "unresolved"): "symbolic-zero-derivative",
     **{
@@ -85,6 +86,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with atan2>", "*", "kink"): ("zero", 1921, "jvp", None, 4),
     ("<with floor>", "*", "kink"): ("zero", 15122, "jacrev", None, 4),
     ("<with ceil>", "*", "kink"): ("zero", 32488, "jvp", None, 3),
+    ("stack", "vmap(jvp)", "unresolved"): ("empty", 7327, "vmap(jvp)", None, 4),
     ("<with logcumsumexp>", "*", "kink"): ("zero", 27667, "grad", None, 4),
     ("<with index_reduce_amax>", "*", "unresolved"): ("tie", 19705, "grad", None, 4),
     ("log_softmax", "jacrev", "unresolved"): ("scalar", 272, "jacrev", None, 4),
