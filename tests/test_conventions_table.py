@@ -108,6 +108,13 @@ def nan_derivative_by_kernel_path():
             assert torch.equal(tx.jvp(fn, (x,), (two,))[1], two)
             # torch: its scalar loop passes the derivative, its vectorized kernel gives 0
             assert (tf.grad(f)(x) == (1.0 if n == 3 else 0.0)).all()
+    for n in (3, 16):
+        x = torch.full((n,), math.nan, dtype=F64)
+        f = lambda x: F.hardswish(x).sum()  # noqa: E731
+        assert torch.isnan(tx.grad(f)(x)).all()
+        assert torch.isnan(tx.jvp(F.hardswish, (x,), (torch.ones(n, dtype=F64),))[1]).all()
+        theirs = tf.grad(f)(x)
+        assert (theirs == 1).all() if n == 3 else torch.isnan(theirs).all()
 
 
 def nan_cotangent_dropped():

@@ -42,6 +42,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for check in _FORWARD_MODE_CHECKS
     },
     ("relu6", "*", "kink"): "nan-derivative-by-kernel-path",
+    ("hardswish", "*", "unresolved"): "nan-derivative-by-kernel-path",
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with logcumsumexp>", "*", "unresolved"): "nan-cotangent-dropped",
     ("pow", "hessian", "kink"): "pow-at-exponent-zero",
@@ -79,6 +80,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("max_all", "*", "unresolved"): ("zero", 3, "grad", ("div_raw", "max_all")),
     ("<with var>", "*", "unresolved"): ("scalar", 1947, "jacrev", None, 4),
     ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
+    ("hardswish", "*", "unresolved"): ("empty", 50699, "grad", None, 3),
     ("<with logcumsumexp>", "*", "unresolved"): ("one", 22793, "grad", None, 3),
     ("pow", "hessian", "kink"): ("zero", 2926, "hessian"),
     ("batch_norm", "*", "kink"): ("big", 1201, "hessian"),
