@@ -250,6 +250,12 @@ def reduction_over_no_elements():
         assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
     v = lambda x: torch.var(x, 1)  # noqa: E731
     _close(tx.jvp(v, (x,), (x,))[1], tf.jvp(v, (x,), (x,))[1])  # both 0
+    # cross_entropy over no examples gathered from x: a constant (nan) function of x
+    idx, t = torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    ce = lambda x: F.cross_entropy(torch.take_along_dim(x, idx, 0), t)  # noqa: E731
+    y, dy = T(0.5, -1.0, 2.0, 0.0).reshape(2, 2), T(1.0, 2.0, 3.0, 4.0).reshape(2, 2)
+    assert tx.jvp(ce, (y,), (dy,))[1] == 0
+    assert torch.isnan(tf.jvp(ce, (y,), (dy,))[1])
 
 
 def second_derivative_at_the_zero_vector():
