@@ -231,6 +231,11 @@ def symbolic_zero_derivative():
     jv = lambda jvp: lambda x, t: jvp(lambda v: v * 2, (x,), (t,))[1]  # noqa: E731
     _close(tx.vmap(jv(tx.jvp))(xb, tb), tb * 2)
     assert torch.isnan(tf.vmap(jv(tf.jvp))(xb, tb)[0])
+    # amax's unselected entries under a nan cotangent
+    am = lambda x: torch.amax(x, -1) / 0.0  # noqa: E731 - 0 / 0 at the selected 0
+    xa = T(-0.75, -0.75, 0.0)
+    assert torch.equal(tx.grad(am)(xa)[:2], T(0.0, 0.0))
+    assert torch.isnan(tf.grad(am)(xa)[:2]).all()
     # an infinite cotangent of an index_reduce amax: 0 at the source entry it does not select
     idx = torch.tensor([0, 0])
     r = lambda x, s: (x.index_reduce(0, idx, s, "amax") * math.inf).sum()  # noqa: E731
