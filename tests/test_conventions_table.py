@@ -154,6 +154,7 @@ def batched_rule_at_nan():
     x0 = T(math.nan)[0]
     assert torch.isnan(tx.jacrev(f)(x0)) and torch.isnan(tx.grad(f)(x0))
     assert tf.jacrev(f)(x0) == 0 and torch.isnan(tf.grad(f)(x0))
+    assert torch.isnan(tx.hessian(f)(x0)) and tf.hessian(f)(x0) == 0
 
 
 def variance_without_degrees_of_freedom():

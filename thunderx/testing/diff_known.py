@@ -31,6 +31,8 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("smooth_l1_loss", "*", "unresolved"): "batched-rule-at-nan",
     ("log_softmax", "jacrev", "unresolved"): "batched-rule-at-nan",
     ("log_softmax", "jit(vmap(grad))", "unresolved"): "batched-rule-at-nan",
+    ("log_softmax", "hessian", "unresolved"): "batched-rule-at-nan",
+    ("<with layer_norm>", "*", "kink"): "layer-norm-constant-row",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
     ("instance_norm", "*", "kink"): "layer-norm-constant-row",
@@ -101,6 +103,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with index_reduce_amax>", "*", "unresolved"): ("tie", 19705, "grad", None, 4),
     ("log_softmax", "jacrev", "unresolved"): ("scalar", 272, "jacrev", None, 4),
     ("log_softmax", "jit(vmap(grad))", "unresolved"): ("scalar", 272, "jit(vmap(grad))", None, 4),
+    ("log_softmax", "hessian", "unresolved"): ("scalar", 93678, "hessian", None, 4),
+    ("<with layer_norm>", "*", "kink"): ("tie", 92727, "hessian", None, 4),
     **{
         ("logcumsumexp", check, "kink"): ("big", 22250, check, None, 4)
         for check in _FORWARD_MODE_CHECKS
