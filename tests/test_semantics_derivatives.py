@@ -51,8 +51,8 @@ def test_xlogy_derivative_in_x_at_zero_is_log_y():
 def test_xlogy_at_zero_x_is_positive_zero_like_torch(fn):
     # 0 * a negative log is -0.0, which atan2 turns into -pi where torch's +0.0 gives pi (a
     # differential-run program index_add > xlogy > atan2); x < 0 with a zero log stays -0.0
-    x = torch.tensor([0.0, -0.0, 0.0, -0.75, 0.5, 0.0], dtype=F64)
-    y = torch.tensor([0.6, 0.6, -0.5, 1.0, math.nan, 0.0], dtype=F64)
+    x = torch.tensor([0.0, -0.0, 0.0, -0.75, 0.5, 0.0, 0.0], dtype=F64)
+    y = torch.tensor([0.6, 0.6, -0.5, 1.0, math.nan, 0.0, -2.0], dtype=F64)
     if fn is torch.xlogy:
         y[3] = 1.0  # log 1 = 0
     else:
@@ -65,7 +65,11 @@ def test_xlogy_at_zero_x_is_positive_zero_like_torch(fn):
     torch.testing.assert_close(
         tx.jit(lambda x, y: torch.atan2(fn(x, y), z))(x, y), torch.atan2(want, z), equal_nan=True
     )
-    assert torch.equal(torch.signbit(tx.jit(lambda y: fn(0.0, y))(y[:1])), torch.tensor([False]))
+    # a Python-scalar x == 0: +0.0, and 0 for y outside the log's domain (nan only for nan y)
+    scalar_want = fn(0.0, y)
+    scalar_got = tx.jit(lambda y: fn(0.0, y))(y)
+    torch.testing.assert_close(scalar_got, scalar_want, equal_nan=True)
+    assert torch.equal(torch.signbit(scalar_got), torch.signbit(scalar_want))
 
 
 @pytest.mark.parametrize("fn", [F.softplus, F.logsigmoid, F.mish])

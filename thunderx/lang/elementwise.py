@@ -343,25 +343,25 @@ def _hypot(x, y):
 
 @register(torch.xlogy, torch.special.xlogy, methods=("xlogy",))
 def _xlogy(x, y):
-    # x * log(y), 0 where x == 0 unless y is nan. Written as a product so that its derivative
-    # in x is log(y) everywhere, x == 0 included (torch's and JAX's derivative); only the
-    # infinite logs (y == 0 or inf) are replaced by 0 where x == 0.
+    # x * log(y), 0 where x == 0 unless y is nan: a product, so that its derivative in x is
+    # log(y) at x == 0 too (torch's and JAX's derivative); see x_times_log.
     (a, b), _ = promote(x, y, to_float=True)
     if type(b) in SCALARS:
         b = full_like(a, b) if type(a) not in SCALARS else torch.tensor(b)
-    lg = U.log(b)
-    if type(a) in SCALARS:
-        return B.mul(a, lg) if a != 0 else where(isnan(lg), lg, 0.0)
-    return x_times_log(a, b, lg)
+    return x_times_log(a, b, U.log(b))
 
 
 def x_times_log(a, b, lg):
-    """a * lg, lg the log of b, for a tensor a as torch's xlogy / xlog1py give it: where a == 0,
-    +0.0 unless b is nan (a log that is infinite, or nan outside its domain, is replaced by 0;
-    a zero times a negative log would be -0.0, which atan2 or 1 / v tells apart). A product,
-    so its derivative in a is lg (0 where the log was replaced, as torch's)."""
-    zero = B.eq(a, 0.0)
+    """a * lg, lg the log of b, as torch's xlogy / xlog1py give it: where a == 0, +0.0 unless b
+    is nan (a log that is infinite, or nan outside its domain, is replaced by 0; a zero times a
+    negative log would be -0.0, which atan2 or 1 / v tells apart). A product, so its derivative
+    in a is lg (0 where the log was replaced, as torch's). `a` may be a Python scalar."""
     bad_log = B.and_p.bind(U.logical_not(U.isfinite(lg)), B.eq(b, b))
+    if type(a) in SCALARS:
+        if a != 0:
+            return B.mul(lg, a)
+        return B.add(B.mul(U.select(bad_log, 0.0, lg), 0.0), 0.0)
+    zero = B.eq(a, 0.0)
     prod = B.mul(a, U.select(B.and_p.bind(zero, bad_log), 0.0, lg))
     return U.select(zero, B.add(prod, 0.0), prod)
 

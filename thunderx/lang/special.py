@@ -10,6 +10,7 @@ import math
 import torch
 
 from thunderx.lang._base import SCALARS, float_operand, full_like, promote, register
+from thunderx.lang.elementwise import x_times_log
 from thunderx.primitives import binary as B
 from thunderx.primitives import special as SP
 from thunderx.primitives import unary as U
@@ -70,8 +71,7 @@ register(torch.special.entr)(_unary(entr))
 
 @register(torch.special.xlog1py)
 def _xlog1py(x, y, *, out=None):
-    # x * log1p(y), 0 where x == 0 unless y is nan; like xlogy, a product so that the
-    # derivative in x is log1p(y) everywhere (only infinite logs are zeroed where x == 0).
+    # x * log1p(y), 0 where x == 0 unless y is nan; like xlogy (see x_times_log).
     if out is not None:
         raise TypeError("torch.special.xlog1py: out= is not supported under tracing")
     if type(x) in SCALARS and type(y) in SCALARS:
@@ -79,14 +79,7 @@ def _xlog1py(x, y, *, out=None):
     (a, b), _ = promote(x, y, to_float=True)
     if type(b) in SCALARS:
         b = full_like(a, b)
-    lg = U.log1p(b)
-    if type(a) in SCALARS:
-        if a != 0:
-            return B.mul(lg, a)
-        return U.select(B.ne(lg, lg), lg, B.add(B.mul(lg, 0.0), 0.0))  # +0.0, as torch
-    from thunderx.lang.elementwise import x_times_log
-
-    return x_times_log(a, b, lg)
+    return x_times_log(a, b, U.log1p(b))
 
 
 @register(torch.mvlgamma, torch.special.multigammaln, methods=("mvlgamma",))
