@@ -1,27 +1,9 @@
-"""One case through one transform, against torch.func / torch.autograd; when they disagree,
-float64 finite differences decide which side is wrong.
-
-Every check returns None (agreement), or a `Finding` whose category says what kind of
-disagreement it is:
-
-- `forward`: jit or vmap computes other values than eager torch (no derivative involved);
-- `error`: thunderx raised where torch computed a result;
-- `thunderx-wrong`: at a point where the function is differentiable (one-sided differences agree)
-  finite differences side with torch;
-- `kink`: the point is not differentiable (one-sided differences differ), so torch's convention is
-  the reference (DESIGN: torch.func is the oracle at kinks and ties);
-- `torch-wrong`: differentiable point, finite differences side with thunderx (reported, not a
-  thunderx failure); `jax-differs`: thunderx and JAX disagree and finite differences do not
-  side with JAX at a differentiable point (reported);
-- `unresolved`: differentiable point, finite differences agree with neither (or are not finite);
-- `overflow`: finite differences are not finite and neither side is where they differ (inf
-  against nan: the derivative overflows, and where each chain rule meets inf - inf or inf * 0
-  decides which non-finite value it gives); reported, not a failure.
-"""
+"""One case through one transform, against torch.func / torch.autograd (the checks, the
+prepared case `Ctx`, `run_check`); the verdict on a disagreement, and its categories, are in
+thunderx/testing/diff_verdict.py."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Callable
 
@@ -31,126 +13,23 @@ import torch.func as tf
 import thunderx as tx
 from thunderx import tree
 from thunderx.testing.diff_ops import Case, fill
-
-F64 = torch.float64
-RTOL, ATOL = 1e-6, 1e-8  # thunderx vs torch: the same math in float64
-FD_RTOL, FD_ATOL = 1e-4, 1e-5  # either side vs central differences
-FAILURES = ("forward", "error", "thunderx-wrong", "kink", "unresolved")
-
-
-@dataclasses.dataclass
-class Finding:
-    check: str
-    category: str
-    detail: str
+from thunderx.testing.diff_verdict import (
+    _CASE_RTOL,
+    ATOL,
+    F64,
+    RTOL,
+    Finding,
+    _close,
+    _flat,
+    _pair,
+    _same_structure,
+    classify,
+    fd_jacobian,
+)
 
 
 class _NoOracle(Exception):
     """torch itself cannot compute this reference (the case is skipped for this check)."""
-
-
-def _flat(x) -> torch.Tensor:
-    leaves = [t for t in tree.leaves(x) if isinstance(t, torch.Tensor)]
-    if not leaves:
-        return torch.zeros(0, dtype=F64)
-    return torch.cat([t.reshape(-1).to(F64) for t in leaves])
-
-
-# The relative tolerance of thunderx vs torch for the case being checked (set by run_check): a
-# case whose values reach magnitude M carries rounding noise of about 1e-16 * M in any float64
-# evaluation order (logits of 5e12 give a loss of 0.1 with an error near 1e-3).
-_CASE_RTOL = [RTOL]
-
-
-def _close(a, b, rtol=None, atol=ATOL) -> torch.Tensor:
-    """Elementwise agreement (NaN matches NaN, inf matches the same inf)."""
-    rtol = _CASE_RTOL[0] if rtol is None else rtol
-    if a.shape != b.shape:
-        return torch.zeros(max(a.numel(), b.numel(), 1), dtype=torch.bool)
-    same = (a == b) | (a.isnan() & b.isnan())
-    return same | ((a - b).abs() <= atol + rtol * b.abs())
-
-
-def _same_structure(got, want) -> str | None:
-    gl, wl = tree.leaves(got), tree.leaves(want)
-    if len(gl) != len(wl):
-        return f"{len(gl)} outputs, torch {len(wl)}"
-    for g, w in zip(gl, wl):
-        if isinstance(w, torch.Tensor):
-            if not isinstance(g, torch.Tensor):
-                return f"{type(g).__name__} where torch gives a tensor"
-            if g.shape != w.shape or g.dtype != w.dtype:
-                return f"{g.dtype}{tuple(g.shape)} where torch gives {w.dtype}{tuple(w.shape)}"
-    return None
-
-
-# --------------------------------------------------------------------- finite differences
-
-
-def fd_jacobian(f: Callable, xs: list, eps: float = 1e-6):
-    """(central, forward, backward) Jacobians of flat(f(*xs)) by the flattened float inputs."""
-    sizes = [x.numel() for x in xs]
-    base = torch.cat([x.reshape(-1) for x in xs]) if xs else torch.zeros(0, dtype=F64)
-
-    def at(v):
-        parts, off = [], 0
-        for x, n in zip(xs, sizes):
-            parts.append(v[off : off + n].reshape(x.shape))
-            off += n
-        return _flat(f(*parts))
-
-    f0 = at(base)
-    cols_c, cols_f, cols_b = [], [], []
-    for j in range(base.numel()):
-        h = eps * max(1.0, abs(float(base[j])))
-        e = torch.zeros_like(base)
-        e[j] = h
-        fp, fm = at(base + e), at(base - e)
-        cols_c.append((fp - fm) / (2 * h))
-        cols_f.append((fp - f0) / h)
-        cols_b.append((f0 - fm) / h)
-    if not cols_c:
-        empty = torch.zeros(f0.numel(), 0, dtype=F64)
-        return empty, empty, empty
-    return torch.stack(cols_c, 1), torch.stack(cols_f, 1), torch.stack(cols_b, 1)
-
-
-def _smooth(jf, jb) -> bool:
-    scale = 1 + jf.abs() + jb.abs()
-    ok = ((jf - jb).abs() <= 1e-3 * scale) | (jf.isnan() & jb.isnan())
-    return bool(ok.all())
-
-
-def classify(check: str, got, want, fd: Callable[[], tuple], atol: float = ATOL) -> Finding:
-    """A derivative disagreement: `fd()` -> (central, forward, backward) of the same quantity."""
-    g, w = _flat(got), _flat(want)
-    bad = ~_close(g, w, atol=atol)
-    c, fwd, bwd = fd()
-    where = f"{int(bad.sum())} of {bad.numel()} entries differ"
-    if not _smooth(fwd, bwd):
-        return Finding(check, "kink", f"{where}; non-differentiable point: {_pair(g, w, bad)}")
-    cb, gb, wb = c[bad], g[bad], w[bad]
-    if not torch.isfinite(cb).all():
-        detail = f"{where}; differences not finite: {_pair(g, w, bad)}"
-        if not (torch.isfinite(gb).any() or torch.isfinite(wb).any()):
-            # no side finite where the differences overflow too: each chain rule's inf - inf
-            # or inf * 0 decides between nan and inf, and no answer is the right one
-            return Finding(check, "overflow", detail)
-        return Finding(check, "unresolved", detail)
-    ok_w = bool(_close(wb, cb, FD_RTOL, FD_ATOL).all())
-    ok_g = bool(_close(gb, cb, FD_RTOL, FD_ATOL).all())
-    cat = (
-        "thunderx-wrong"
-        if ok_w and not ok_g
-        else "torch-wrong"
-        if ok_g and not ok_w
-        else ("unresolved")
-    )
-    return Finding(check, cat, f"{where}: {_pair(g, w, bad)}, finite differences {cb[:4].tolist()}")
-
-
-def _pair(g, w, bad) -> str:
-    return f"thunderx {g[bad][:4].tolist()} vs torch {w[bad][:4].tolist()}"
 
 
 # ----------------------------------------------------------------------------- the checks
