@@ -194,7 +194,7 @@ def test_a_check_that_overwrites_the_callers_input_is_a_failure():
     found = dc.run_check("grad", dc.Ctx(case, 0))
     assert found.category == "forward" and "overwrote" in found.detail
     # jit writes captured tensors back after the call, and refuses one that is also its
-    # argument (tests/test_jit_buffer_mutation.py): an error, never a silent overwrite
+    # argument (tests/test_captured_write_refusals.py): an error, never a silent overwrite
     found = dc.run_check("jit", dc.Ctx(case, 0))
     assert found.category == "error" and "shares memory" in found.detail
 
