@@ -177,31 +177,28 @@ def layer_norm_constant_row():
     x = T(-30.0, 30.0, 30.0, 30.0, 30.0, 0.46).reshape(3, 2)
     w, b, wt = T(-30.0, 0.023), T(0.73, -30.0), T(1.3, -0.4, 0.2, 0.9, -1.1, 0.5).reshape(3, 2)
     # layer_norm normalizes each row (row 1 is constant), batch_norm each column of x.T
-    # (column 1 of x.T constant) with a weight and bias per channel
+    # (column 1 of x.T constant) with a weight and bias per channel, of which it has one more
     norms = {
-        "layer_norm": (x, lambda x, w, b: F.layer_norm(x, (2,), w, b), -1),
+        "layer_norm": (x, wt, -1, lambda w, b: (w, b), lambda x, w, b: F.layer_norm(x, (2,), w, b)),
         "batch_norm": (
             x.T.contiguous(),
-            lambda x, w, b: F.batch_norm(
-                x, None, None, _grow(w, 1.0), _grow(b, 0.5), training=True
-            ),
+            wt.T,
             0,
+            lambda w, b: (_grow(w, 1.0), _grow(b, 0.5)),
+            lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
         ),
     }
-    for name, (xs, norm, dim) in norms.items():
-        wts = wt if dim == -1 else wt.T
+    for name, (xs, wts, dim, affine, norm) in norms.items():
 
-        def s(x, w, b, norm=norm, wts=wts):
-            return (norm(x, w, b) * wts).sum()
+        def s(x, w, b, norm=norm, affine=affine, wts=wts):
+            return (norm(x, *affine(w, b)) * wts).sum()
 
-        def composed(x, w, b, dim=dim, wts=wts):
+        def composed(x, w, b, dim=dim, affine=affine, wts=wts):
             m = x.mean(dim, keepdim=True)
             xc = x - m
             v = (xc * xc).mean(dim, keepdim=True)
-            y = xc * torch.rsqrt(v + 1e-5)
-            if dim == -1:
-                return ((y * w + b) * wts).sum()
-            return ((y * _grow(w, 1.0) + _grow(b, 0.5)) * wts).sum()
+            ws, bs = affine(w, b)
+            return ((xc * torch.rsqrt(v + 1e-5) * ws + bs) * wts).sum()
 
         def flat(h, xs=xs):
             return torch.cat(
