@@ -404,3 +404,34 @@ def test_std_of_a_constant_row_has_no_gradient_along_the_constant_direction():
         close(got, want)
     h = lambda v: torch.var(v.expand(4, 2) * 3, 0).sum()  # noqa: E731
     close(tx.grad(h)(y), tf.grad(h)(y))
+
+
+@pytest.mark.parametrize("n", [3, 6, 7])
+def test_variance_of_a_constant_row_is_exactly_zero(n):
+    """Deviations are taken from the row's first entry before the mean: a constant row's are
+    exactly 0. Centred on sum / n, which rounds away from 1/sqrt(0.1) for n = 3, var was 3e-31,
+    so minimum(var, 0) was no tie and std missed its zero-derivative convention. torch's kernel
+    for these (Welford, over the last dim of a 3-D tensor) gives exactly 0; so must we."""
+    x = torch.full((2, 2, n), 1 / math.sqrt(0.1), dtype=F64)
+    for f in (torch.var, torch.std, lambda x, d: torch.var_mean(x, d)[0]):
+        want = f(x, -1)
+        assert torch.equal(want, torch.zeros(2, 2, dtype=F64))
+        assert torch.equal(f(x, -1), tx.jit(f, static_argnums=1)(x, -1))
+    b = torch.zeros(2, 2, dtype=F64)
+    tie = lambda x, b: torch.minimum(torch.var(x, -1), b).sum()  # noqa: E731
+    for got, want in zip(tx.grad(tie, (0, 1))(x, b), tf.grad(tie, (0, 1))(x, b), strict=True):
+        close(got, want)
+    sd = lambda x: torch.std(x, -1).sum()  # noqa: E731
+    close(tx.grad(sd)(x), tf.grad(sd)(x))
+
+
+def test_variance_of_a_row_one_ulp_wide_is_exact():
+    """Two values one ulp apart: the exact unbiased variance is (a - b)^2 / 2. Centred on the
+    rounded mean it came out twice that (the mean rounds onto one of them); from the first entry
+    the deviations are exact. The oracle is the closed form, not torch's kernel, which also
+    rounds here (its std is sqrt(2) too large)."""
+    a, b = -29.999999999999996, -30.0
+    x = torch.tensor([a, b], dtype=F64)
+    assert tx.jit(torch.var)(x).item() == (a - b) ** 2 / 2
+    g = tx.grad(torch.std)(x)
+    close(g, torch.tensor([0.5**0.5, -(0.5**0.5)], dtype=F64), tol=1e-12)

@@ -27,6 +27,7 @@ from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
+from thunderx.primitives.slicing import slice_
 
 MinMax = collections.namedtuple("MinMax", ["values", "indices"])
 
@@ -187,8 +188,16 @@ def _var_mean_fn(dims, n, denom):
     from thunderx.transforms.custom import custom_jvp
 
     def centered(x):
+        # the deviations from the mean, computed as the deviations of x - x0 (x0 the first
+        # entry of each reduced row): equal in exact arithmetic, but a constant row then has
+        # deviations of exactly 0 (its variance 0, as torch's Welford kernels give, where sum / n
+        # rounds away from the entries: std of 3 x 1/sqrt(0.1) was 5e-16), and a row whose mean
+        # dwarfs its spread loses no digits to the mean's rounding
         mean = B.div(R.reduce_sum(x, dims, keepdims=True), float(n))
-        return B.sub(x, S.broadcast_to(mean, shape(x))), mean
+        x0 = slice_(x, [0] * ndim(x), [1 if d in dims else s for d, s in enumerate(shape(x))])
+        d = B.sub(x, S.broadcast_to(x0, shape(x)))
+        dmean = B.div(R.reduce_sum(d, dims, keepdims=True), float(n))
+        return B.sub(d, S.broadcast_to(dmean, shape(x))), mean
 
     @custom_jvp
     def f(x):
