@@ -238,6 +238,16 @@ FUNCTIONS = {
     "gelu": (F.gelu, (KINKS,)),
     "sqrt_at_1": (torch.sqrt, (_t(1.0, 4.0),)),
     "xlogy": (torch.xlogy, (_t(0.0, 0.0, 1.0), _t(0.5, 2.0, 2.0))),
+    # at x == 0 the derivative in x is log(y), +inf at y = +inf though the value is 0, and 0
+    # for y <= 0 (log -inf or nan): torch's mask
+    "xlogy_x0_log_edges": (
+        torch.xlogy,
+        (_t(0.0, 0.0, 0.0, 0.0, 1.0), _t(math.inf, 0.0, -1.0, -math.inf, math.inf)),
+    ),
+    "xlog1py_x0_log_edges": (
+        torch.special.xlog1py,
+        (_t(0.0, 0.0, 0.0, 0.0, 1.0), _t(math.inf, -1.0, -2.0, -math.inf, math.inf)),
+    ),
     "atan2_origin": (torch.atan2, (_t(0.0, 1.0), _t(0.0, 1.0))),
     "maximum_ties": (torch.maximum, (_t(1.0, 2.0, 0.0), _t(1.0, 3.0, 0.0))),
     "fmax_ties": (torch.fmax, (_t(1.0, 2.0), _t(1.0, 1.0))),

@@ -343,8 +343,8 @@ def _hypot(x, y):
 
 @register(torch.xlogy, torch.special.xlogy, methods=("xlogy",))
 def _xlogy(x, y):
-    # x * log(y), 0 where x == 0 unless y is nan: a product, so that its derivative in x is
-    # log(y) at x == 0 too (torch's and JAX's derivative); see x_times_log.
+    # x * log(y), 0 where x == 0 unless y is nan; its derivative in x is log(y) at x == 0 too
+    # (torch's and JAX's derivative), but for y <= 0 (torch's: 0); see x_times_log.
     (a, b), _ = promote(x, y, to_float=True)
     if type(b) in SCALARS:
         b = full_like(a, b) if type(a) not in SCALARS else torch.tensor(b)
@@ -354,16 +354,39 @@ def _xlogy(x, y):
 def x_times_log(a, b, lg):
     """a * lg, lg the log of b, as torch's xlogy / xlog1py give it: where a == 0, +0.0 unless b
     is nan (a log that is infinite, or nan outside its domain, is replaced by 0; a zero times a
-    negative log would be -0.0, which atan2 or 1 / v tells apart). A product, so its derivative
-    in a is lg (0 where the log was replaced, as torch's). `a` may be a Python scalar."""
-    bad_log = B.and_p.bind(U.logical_not(U.isfinite(lg)), B.eq(b, b))
+    negative log would be -0.0, which atan2 or 1 / v tells apart). Its derivative in a is torch's:
+    lg, but 0 where a == 0 and b is at or below the log's domain (lg -inf, or nan for a number b);
+    so +inf at (0, +inf), where the value is 0. `a` may be a Python scalar."""
     if type(a) in SCALARS:
         if a != 0:
             return B.mul(lg, a)
-        return B.add(B.mul(U.select(bad_log, 0.0, lg), 0.0), 0.0)
-    zero = B.eq(a, 0.0)
-    prod = B.mul(a, U.select(B.and_p.bind(zero, bad_log), 0.0, lg))
-    return U.select(zero, B.add(prod, 0.0), prod)
+        return B.add(B.mul(U.select(_bad_log(b, lg), 0.0, lg), 0.0), 0.0)
+    return _x_times_log_fn()(a, lg, b)
+
+
+def _bad_log(b, lg):
+    return B.and_p.bind(U.logical_not(U.isfinite(lg)), B.eq(b, b))
+
+
+def _x_times_log_fn():
+    from thunderx.transforms.custom import custom_jvp
+
+    # b only decides where the value and the derivative are replaced (a step function of it);
+    # its derivative reaches the result through lg
+    @custom_jvp
+    def f(a, lg, b):
+        zero = B.eq(a, 0.0)
+        prod = B.mul(a, U.select(B.and_p.bind(zero, _bad_log(b, lg)), 0.0, lg))
+        return U.select(zero, B.add(prod, 0.0), prod)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (a, lg, b), (da, dlg, _) = primals, tangents
+        below = B.and_p.bind(U.logical_not(B.gt(lg, -math.inf)), B.eq(b, b))
+        dlog = U.select(B.and_p.bind(B.eq(a, 0.0), below), 0.0, lg)
+        return f(a, lg, b), B.add(B.mul(da, dlog), B.mul(a, dlg))
+
+    return f
 
 
 @register(torch.logaddexp, methods=("logaddexp",))
