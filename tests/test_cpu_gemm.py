@@ -341,23 +341,38 @@ def test_threads_calling_one_program_get_their_own_products(onednn):
 def test_the_calibration_is_kept_for_later_processes(monkeypatch, tmp_path):
     monkeypatch.setenv("THUNDERX_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(cpu_gemm, "mode", "auto")
-    monkeypatch.setattr(cpu_gemm, "_chosen", None)
-    first = cpu_gemm.chosen()  # calibrates and keeps the ratio
-    kept = json.loads((tmp_path / "cpu_gemm.json").read_text())
-    assert list(kept) == [cpu_gemm._machine_key()] and kept[cpu_gemm._machine_key()] > 0
-    # a later process reads it and does not time anything
-    monkeypatch.setattr(cpu_gemm, "_chosen", None)
+    key = cpu_gemm._machine_key()
+    cache = tmp_path / "cpu_gemm.json"
+
+    def decide():
+        monkeypatch.setattr(cpu_gemm, "_chosen", None)
+        return cpu_gemm.chosen()
+
+    decide()  # the first process calibrates and keeps its ratio
+    kept = json.loads(cache.read_text())
+    assert list(kept) == [key] and len(kept[key]) == 1 and kept[key][0] > 0
+    # one disturbed calibration is outvoted: processes add theirs up to CALIBRATIONS, the
+    # median decides (a kept 0.025 on a CPU where oneDNN is slower sent every process to it)
+    cache.write_text(json.dumps({key: [0.025]}))
+    monkeypatch.setattr(cpu_gemm, "_calibrate", lambda op: 1.1)
+    decide()
+    assert decide() is False
+    assert json.loads(cache.read_text()) == {key: [0.025, 1.1, 1.1]}
+    # with CALIBRATIONS kept, a later process reads them and does not time anything
     monkeypatch.setattr(cpu_gemm, "_calibrate", lambda op: pytest.fail("calibrated again"))
-    assert cpu_gemm.chosen() is first
-    # a ratio stored by hand decides; a damaged file means calibrating again
-    (tmp_path / "cpu_gemm.json").write_text(json.dumps({cpu_gemm._machine_key(): 5.0}))
-    monkeypatch.setattr(cpu_gemm, "_chosen", None)
-    assert cpu_gemm.chosen() is False
-    (tmp_path / "cpu_gemm.json").write_text("{not json")
-    monkeypatch.setattr(cpu_gemm, "_chosen", None)
+    assert decide() is False
+    cache.write_text(json.dumps({key: [0.5, 0.6, 5.0]}))
+    assert decide() is True
+    # a single number (an earlier version's file) counts as one calibration
+    cache.write_text(json.dumps({key: 5.0}))
     monkeypatch.setattr(cpu_gemm, "_calibrate", lambda op: 0.5)
-    assert cpu_gemm.chosen() is True
-    assert json.loads((tmp_path / "cpu_gemm.json").read_text()) == {cpu_gemm._machine_key(): 0.5}
+    assert decide() is False  # the median of 5.0 and 0.5: 2.75
+    assert decide() is True  # of 5.0, 0.5 and 0.5
+    assert json.loads(cache.read_text()) == {key: [5.0, 0.5, 0.5]}
+    # a damaged file means calibrating again
+    cache.write_text("{not json")
+    assert decide() is True
+    assert json.loads(cache.read_text()) == {key: [0.5]}
 
 
 def test_an_unwritable_cache_only_costs_the_calibration(monkeypatch, tmp_path):

@@ -11,9 +11,12 @@ is made once per process, from `mode` (env `THUNDERX_CPU_GEMM`):
   a graph handed to inductor);
 - `"auto"` (default): oneDNN when a calibration finds it faster: one 256x256x256 product timed
   both ways, interleaved (7-10 ms, the first time a program has a product that large), oneDNN
-  at most CALIBRATION_RATIO of MKL's time; on a CPU where MKL is about as fast, MKL. The ratio
-  is kept in `cpu_gemm.json` under THUNDERX_CACHE_DIR (default ~/.cache/thunderx), by CPU model,
-  core count, torch version and thread count, so that later processes skip the calibration.
+  at most CALIBRATION_RATIO of MKL's time; on a CPU where MKL is about as fast, MKL. The ratios
+  are kept in `cpu_gemm.json` under THUNDERX_CACHE_DIR (default ~/.cache/thunderx), by CPU model,
+  core count, torch version and thread count: the first CALIBRATIONS processes each add one, and
+  the median decides, so that one calibration disturbed by other work (a kept 0.025 on a CPU
+  where the ratio is 1.1 sent every later process to the slower kernel) is outvoted, and later
+  processes skip the calibration.
 
 Both accumulate in float32; oneDNN sums in another order, so its products differ from eager
 torch's in the last bits (about 1e-7 of the row's magnitude; `torch.allclose` at its default
@@ -31,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import time
 
 import torch
@@ -54,6 +58,7 @@ MIN_MACS_INDUCTOR = 1 << 24
 # with n of 64 or 128 (but for 0.85-0.93x at m = 1024)
 MIN_COLUMNS_TRANSPOSED = 256
 CALIBRATION_RATIO = 0.8
+CALIBRATIONS = 3  # kept per machine key; the decision is their median
 NAME = "_onednn_linear"  # the kernel's name in generated code
 GUARD = "_onednn_ok"
 
@@ -90,8 +95,9 @@ def _calibrate(op) -> float:
     best = {"mkl": math.inf, "onednn": math.inf}
     calls = {"mkl": lambda: torch.mm(x, w.t()), "onednn": lambda: op(x, w, None, "none", [], "")}
     for f in calls.values():
-        f()  # oneDNN makes its primitive on the first call
-    for _ in range(5):
+        for _ in range(3):
+            f()  # oneDNN makes its primitive on the first call; both warm their threads
+    for _ in range(7):
         for name, f in calls.items():
             t0 = time.perf_counter()
             f()
@@ -118,11 +124,11 @@ def _decide() -> bool:
             return False
         if mode == "onednn":
             return True
-        ratio = _cached_ratio()
-        if ratio is None:
-            ratio = _calibrate(op)
-            _store_ratio(ratio)
-        return ratio <= CALIBRATION_RATIO
+        ratios = _cached_ratios()
+        if len(ratios) < CALIBRATIONS:
+            ratios.append(_calibrate(op))
+            _store_ratios(ratios)
+        return statistics.median(ratios) <= CALIBRATION_RATIO
 
 
 def _cache_file() -> str:
@@ -147,18 +153,20 @@ def _machine_key() -> str:
     return f"{model}|{os.cpu_count()} cores|torch {torch.__version__}|{threads} threads"
 
 
-def _cached_ratio() -> float | None:
-    """This machine's calibrated oneDNN/MKL ratio from an earlier process, if any."""
+def _cached_ratios() -> list[float]:
+    """This machine's oneDNN/MKL ratios calibrated by earlier processes (a single number, as
+    earlier versions kept, counts as one); entries that are not positive numbers are dropped."""
     try:
         with open(_cache_file()) as f:
-            ratio = json.load(f)[_machine_key()]
-        return float(ratio) if isinstance(ratio, (int, float)) and ratio > 0 else None
+            kept = json.load(f)[_machine_key()]
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        return []
+    kept = kept if isinstance(kept, list) else [kept]
+    return [float(r) for r in kept if isinstance(r, (int, float)) and r > 0][:CALIBRATIONS]
 
 
-def _store_ratio(ratio: float) -> None:
-    """Keeps the ratio for later processes; a cache that cannot be written is skipped."""
+def _store_ratios(ratios: list[float]) -> None:
+    """Keeps the ratios for later processes; a cache that cannot be written is skipped."""
     path = _cache_file()
     try:
         try:
@@ -167,7 +175,7 @@ def _store_ratio(ratio: float) -> None:
             data = data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             data = {}
-        data[_machine_key()] = ratio
+        data[_machine_key()] = ratios
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}"
         with open(tmp, "w") as f:
