@@ -249,6 +249,12 @@ FUNCTIONS = {
         (_t(0.0, 0.0, 0.0, 0.0, 1.0), _t(math.inf, -1.0, -2.0, -math.inf, math.inf)),
     ),
     "atan2_origin": (torch.atan2, (_t(0.0, 1.0), _t(0.0, 1.0))),
+    # torch's derivative in the magnitude is result / x (0 at x == 0): nan at +-inf, where the
+    # sign flip alone would give +-1
+    "copysign_magnitude_edges": (
+        torch.copysign,
+        (_t(-math.inf, math.inf, 0.0, -0.0, 2.0), _t(0.9, -1.0, -2.0, 1.0, -0.0)),
+    ),
     "maximum_ties": (torch.maximum, (_t(1.0, 2.0, 0.0), _t(1.0, 3.0, 0.0))),
     "fmax_ties": (torch.fmax, (_t(1.0, 2.0), _t(1.0, 1.0))),
     "amax_ties": (lambda x: x.amax(-1), (_t(2.0, 2.0, 1.0),)),

@@ -24,6 +24,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     decompositions,
     distributions,
     elementwise,
+    elementwise_rules,
     embedding_bag,
     extras,
     fft,

@@ -233,7 +233,7 @@ def kl_div(input, target, size_average=None, reduce=None, reduction="mean", log_
     if log_target:
         loss = B.mul(U.exp(t), B.sub(t, x))
     else:
-        from thunderx.lang.elementwise import _xlogy
+        from thunderx.lang.elementwise_rules import _xlogy
 
         loss = B.sub(_xlogy(t, t), B.mul(t, x))
     if reduction == "batchmean":

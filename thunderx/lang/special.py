@@ -10,7 +10,7 @@ import math
 import torch
 
 from thunderx.lang._base import SCALARS, float_operand, full_like, promote, register
-from thunderx.lang.elementwise import x_times_log
+from thunderx.lang.elementwise_rules import x_times_log
 from thunderx.primitives import binary as B
 from thunderx.primitives import special as SP
 from thunderx.primitives import unary as U
