@@ -139,6 +139,26 @@ def test_finite_differences_decide_which_side_is_wrong():
     assert found.category == "kink"
 
 
+def test_a_side_far_sharper_than_finite_differences_allow_decides(monkeypatch):
+    """Both sides within FD_RTOL of the differences: a side that agrees with them to 1e-8
+    while the other is 100x farther away is right (torch's hardsigmoid derivative is a float32
+    1/6 in float64); two sides equally near stay unresolved."""
+    from thunderx.testing import diff_verdict
+
+    # the tolerance an earlier case's scale set
+    monkeypatch.setattr(diff_verdict, "_CASE_RTOL", [diff_verdict.RTOL])
+    x = torch.tensor([0.3, -1.2, 2.0], dtype=torch.float64)
+    fd = lambda: tuple(j.diagonal() for j in dc.fd_jacobian(torch.sin, [x]))  # noqa: E731
+    right, off = torch.cos(x), torch.cos(x) * (1 + 3e-6)
+    assert dc.classify("jvp", right, off, fd).category == "torch-wrong"
+    assert dc.classify("jvp", off, right, fd).category == "thunderx-wrong"
+    assert dc.classify("jvp", off, right * (1 - 3e-6), fd).category == "unresolved"
+    # the run's finding: hardsigmoid > pow > square under jvp
+    assert D.reproduce_program(None, "one", 181886, "jvp", length=3) == set()
+    h = torch.tensor(0.5, dtype=torch.float64)
+    assert tx.grad(torch.nn.functional.hardsigmoid)(h).item() == 1 / 6
+
+
 def test_non_finite_derivatives_where_differences_overflow_are_a_note():
     # cosh(sinh(x)) at x = 800: the derivative overflows, finite differences too
     x = torch.tensor([800.0, 0.5], dtype=torch.float64)
