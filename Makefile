@@ -22,7 +22,7 @@ test: setup browser
 	$(PY) -m pytest
 
 bench: setup
-	$(PY) -m pip install -q matplotlib
+	$(PY) -m pip install -q matplotlib jax
 	$(PY) benchmarks/run.py
 
 # 3 short rounds a case: a few minutes on 2 cores (the spread column shows the noise)

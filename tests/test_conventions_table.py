@@ -167,6 +167,33 @@ def variance_without_degrees_of_freedom():
     assert torch.isnan(tx.jacrev(f)(x)) and torch.isnan(tx.grad(f)(x))
     assert tf.jacrev(f)(x) == 0 and torch.isnan(tf.grad(f)(x))
 
+    # std's 0 / 0 discarded by a where: finite differences give 0 (and torch's batched rule for
+    # the 0-d softmax), torch's grad nan as ours
+    def g(v, y):
+        s = torch.std(torch.softmax(v, -1), 0)
+        return torch.where(s > 0, s, y)
+
+    y = T(0.35)[0]
+    assert torch.isnan(tx.jacrev(g)(x, y)) and torch.isnan(
+        tx.jit(tx.vmap(tx.grad(g)))(x[None], y[None])
+    )
+    assert tf.jacrev(g)(x, y) == 0 and torch.isnan(tf.grad(g)(x, y))
+
+
+def variance_of_a_constant_row():
+    x = T(0.9457804375746737, 0.9457804375746737, 0.9457804375746737)
+    for f in (torch.std, torch.var):
+        assert tx.jit(f)(x) == 0 and f(x) > 0  # torch: rounding noise
+    assert tx.jit(torch.std_mean)(x)[0] == 0
+    assert torch.equal(tx.grad(torch.std)(x), torch.zeros(3, dtype=F64))
+    assert torch.equal(tx.jacfwd(torch.std)(x), torch.zeros(3, dtype=F64))
+    assert tf.grad(torch.std)(x).abs().min() > 0.01
+    # where torch's kernel gives exactly 0 (the last dim of a 3-D tensor), both agree
+    z = x.expand(3, 3, 3)
+    assert torch.equal(torch.std(z, -1), tx.jit(lambda v: torch.std(v, -1))(z))
+    s = lambda v: torch.std(v, -1).sum()  # noqa: E731
+    _close(tx.grad(s)(z.contiguous()), tf.grad(s)(z.contiguous()))
+
 
 def _grow(v, last):
     """v with one more entry (a third channel)."""
@@ -315,6 +342,7 @@ BEHAVIOUR = {
         logcumsumexp_forward_range,
         batched_rule_at_nan,
         variance_without_degrees_of_freedom,
+        variance_of_a_constant_row,
         layer_norm_constant_row,
         symbolic_zero_derivative,
         reduction_over_no_elements,

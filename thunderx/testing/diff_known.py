@@ -65,10 +65,15 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("stack", "vmap(jvp)", "unresolved"): "symbolic-zero-derivative",
     ("<with logcumsumexp>", "*", "kink"): "nan-cotangent-dropped",
     ("<with index_reduce_amax>", "*", "unresolved"): "symbolic-zero-derivative",
+    ("<with index_reduce_amax>", "*", "kink"): "symbolic-zero-derivative",
+    ("std", "*", "kink"): "variance-of-a-constant-row",
+    ("<with std>", "jacrev", "thunderx-wrong"): "variance-without-degrees-of-freedom",
+    ("<with std>", "jit(vmap(grad))", "thunderx-wrong"): "variance-without-degrees-of-freedom",
+    # (its "unresolved" findings are "torch-wrong" notes since the verdict trusts a side that
+    # agrees with finite differences to 1e-8 where the other is 100x farther off)
     **{
-        ("logcumsumexp", check, category): "logcumsumexp-forward-range"
+        ("logcumsumexp", check, "kink"): "logcumsumexp-forward-range"
         for check in _FORWARD_MODE_CHECKS
-        for category in ("kink", "unresolved")
     },
 }
 
@@ -104,16 +109,25 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("stack", "vmap(jvp)", "unresolved"): ("empty", 7327, "vmap(jvp)", None, 4),
     ("<with logcumsumexp>", "*", "kink"): ("zero", 27667, "grad", None, 4),
     ("<with index_reduce_amax>", "*", "unresolved"): ("tie", 19705, "grad", None, 4),
+    # index_reduce_amax > hypot: hypot's nan derivative at 0 meets an unselected entry
+    ("<with index_reduce_amax>", "*", "kink"): ("zero", 181679, "grad", None, 2),
+    # acosh > gelu > std of three equal values: exactly 0 here, torch 1.4e-16 with gradient 0.05
+    ("std", "*", "kink"): ("tie", 188540, "grad", None, 3),
+    # cummax > softmax > std > where on 0-d inputs: where discards std's 0 / 0
+    ("<with std>", "jacrev", "thunderx-wrong"): ("scalar", 192791, "jacrev", None, 4),
+    ("<with std>", "jit(vmap(grad))", "thunderx-wrong"): (
+        "scalar",
+        192791,
+        "jit(vmap(grad))",
+        None,
+        4,
+    ),
     ("log_softmax", "jacrev", "unresolved"): ("scalar", 272, "jacrev", None, 4),
     ("log_softmax", "jit(vmap(grad))", "unresolved"): ("scalar", 272, "jit(vmap(grad))", None, 4),
     ("log_softmax", "hessian", "unresolved"): ("scalar", 93678, "hessian", None, 4),
     ("<with layer_norm>", "*", "kink"): ("tie", 92727, "hessian", None, 4),
     **{
         ("logcumsumexp", check, "kink"): ("big", 22250, check, None, 4)
-        for check in _FORWARD_MODE_CHECKS
-    },
-    **{
-        ("logcumsumexp", check, "unresolved"): ("big", 7703, check, None, 4)
         for check in _FORWARD_MODE_CHECKS
     },
     ("group_norm", "*", "kink"): ("big", 1863, "hessian"),
