@@ -141,7 +141,7 @@ def test_finite_differences_decide_which_side_is_wrong():
 
 def test_a_side_far_sharper_than_finite_differences_allow_decides(monkeypatch):
     """Both sides within FD_RTOL of the differences: a side that agrees with them to 1e-8
-    while the other is 100x farther away is right (torch's hardsigmoid derivative is a float32
+    while the other is 30x farther away is right (torch's hardsigmoid derivative is a float32
     1/6 in float64); two sides equally near stay unresolved."""
     from thunderx.testing import diff_verdict
 
@@ -172,6 +172,16 @@ def test_non_finite_derivatives_where_differences_overflow_are_a_note():
     # a finite answer where the other side and the differences are not: still a finding
     one = dc.classify("grad", torch.tensor([1.0, right[1]], dtype=torch.float64), right, fd)
     assert one.category == "unresolved"
+    # beside a pole: 1 / x^3's second derivative at x = 1e-2 is 1.2e11, finite differences
+    # with steps of 1e-6 too; inf against nan there is an overflow note, a finite side is not
+    p = torch.tensor([1e-2], dtype=torch.float64)
+    g = lambda v: 12 / v**5  # noqa: E731 (d2/dx2 of 1 / x^3)
+    fdp = lambda: tuple(j.diagonal() for j in dc.fd_jacobian(lambda v: -3 / v**4, [p]))  # noqa: E731
+    assert abs(fdp()[0].item()) > 1e10
+    pole = dc.classify("hessian", torch.tensor([inf]), torch.tensor([nan]), fdp)
+    assert pole.category == "overflow"
+    assert dc.classify("hessian", g(p), torch.tensor([nan]), fdp).category != "overflow"
+    assert D.reproduce_program(None, "zero", 212937, "hessian", length=4) == set()
 
 
 def _lying_op():

@@ -35,6 +35,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with layer_norm>", "*", "kink"): "layer-norm-constant-row",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
+    ("layer_norm", "hessian", "unresolved"): "layer-norm-constant-row",
     ("instance_norm", "*", "kink"): "layer-norm-constant-row",
     ("batch_norm", "*", "kink"): "layer-norm-constant-row",
     ("group_norm", "*", "kink"): "layer-norm-constant-row",
@@ -140,6 +141,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ),
     ("var", "*", "unresolved"): ("scalar", 0, "hessian"),
     ("layer_norm", "*", "kink"): ("big", 0, "hessian"),
+    # mean > sinh > layer_norm over one element (every row constant) at 5e12
+    ("layer_norm", "hessian", "unresolved"): ("big", 215796, "hessian", None, 3),
     ("instance_norm", "*", "kink"): ("zero", 19, "hessian"),
     ("<with fmin>", "*", "kink"): ("zero", 0, "jvp", ("polygamma", "logit", "rms_norm", "fmin")),
     ("<with logsumexp>", "*", "unresolved"): (
