@@ -256,6 +256,23 @@ def test_variance_over_no_elements_has_a_zero_tangent():
     close(tx.jit(f)(x), f(x))
 
 
+def test_variance_over_no_elements_is_a_value_a_write_may_update():
+    """The nan was made as a constant, so an in-place write of a value depending on the
+    inputs into (a function of) it was refused as a write into a captured tensor under grad and
+    vmap (seed 250000: logcumsumexp > div > var > setitem); torch.func computes it."""
+
+    def f(x, c):
+        y = torch.var(x, 0, keepdim=True) * 1
+        y[0] = c * 2
+        return y.sum() + x.sum()
+
+    x, c = torch.zeros(0, dtype=F64), T(2.1)[0]
+    close(tx.grad(f, (0, 1))(x, c), tf.grad(f, (0, 1))(x, c))
+    xs, cs = torch.zeros(3, 0, dtype=F64), T(2.1, -0.5, 3.0)
+    close(tx.vmap(f)(xs, cs), tf.vmap(f)(xs, cs))
+    close(tx.jit(tx.vmap(tx.grad(f, (0, 1))))(xs, cs), tf.vmap(tf.grad(f, (0, 1)))(xs, cs))
+
+
 @pytest.mark.parametrize("conv", [F.conv1d, F.conv2d])
 def test_convolution_with_no_input_channels(conv):
     """torch returns (N, 0, *out) for an input without channels; thunderx raised."""

@@ -170,12 +170,13 @@ def _var(x, dim, correction, keepdim):
     dims = _dims_arg(dim, ndim(x))
     n = _count(x, dims)
     if n == 0:
-        # no element: the variance is nan and depends on nothing, so its derivative is the
-        # empty sum 0 (torch's var), not 0 / 0 from dividing the sum's zero tangent by n
-        from thunderx.primitives import creation as C
-
-        mean = B.div(R.reduce_sum(x, dims), 0.0)
-        var = C.full(shape(mean), math.nan, dtype(mean), aval(mean).device)
+        # no element: the variance is nan and its derivative the empty sum 0 (torch's var),
+        # not 0 / 0 from dividing the sum's zero tangent by n. Computed from x (0 * sum + nan),
+        # not made as a constant: like torch's, it is then a value of the function (batched
+        # under vmap, traced under grad), which a later in-place write may update
+        total = R.reduce_sum(x, dims)
+        mean = B.div(total, 0.0)
+        var = B.add(B.mul(total, 0.0), math.nan)
     else:
         var, mean = _var_mean_fn(dims, n, float(max(n - correction, 0)))(x)
     return keepdims(var, dims, keepdim), keepdims(mean, dims, keepdim)
