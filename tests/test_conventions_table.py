@@ -156,6 +156,16 @@ def batched_rule_at_nan():
     assert tf.jacrev(f)(x0) == 0 and torch.isnan(tf.grad(f)(x0))
     assert torch.isnan(tx.hessian(f)(x0)) and tf.hessian(f)(x0) == 0
 
+    # 0-d, with hypot's nan cotangent at 0 after it
+    def g(v, b):
+        return torch.hypot(torch.log_softmax(v.sum(), 0), b)
+
+    v, b = T(1.25, 1.64), T(0.0)[0]
+    ours, theirs = tx.jacrev(g, (0, 1))(v, b), tf.jacrev(g, (0, 1))(v, b)
+    _close(ours, tx.grad(g, (0, 1))(v, b))
+    assert torch.isnan(ours[0]).all() and torch.isnan(tf.grad(g, (0, 1))(v, b)[0]).all()
+    assert (theirs[0] == 0).all()
+
 
 def variance_without_degrees_of_freedom():
     x = T(0.7)[0]
@@ -275,11 +285,17 @@ def symbolic_zero_derivative():
 
 def reduction_over_no_elements():
     x = torch.zeros(2, 0, dtype=F64)
-    for f in (lambda x: torch.logsumexp(x, 1), lambda x: torch.std(x, 1)):
-        _close(tx.jvp(f, (x,), (x,))[1], T(0.0, 0.0))
-        assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
+    f = lambda x: torch.logsumexp(x, 1)  # noqa: E731
+    _close(tx.jvp(f, (x,), (x,))[1], T(0.0, 0.0))
+    assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
     v = lambda x: torch.var(x, 1)  # noqa: E731
     _close(tx.jvp(v, (x,), (x,))[1], tf.jvp(v, (x,), (x,))[1])  # both 0
+    # std = sqrt(var): the root's derivative at the nan value is nan, in both
+    sd = lambda x: torch.std(x, 1)  # noqa: E731
+    assert (
+        torch.isnan(tx.jvp(sd, (x,), (x,))[1]).all()
+        and torch.isnan(tf.jvp(sd, (x,), (x,))[1]).all()
+    )
     # cross_entropy over no examples gathered from x: a constant (nan) function of x
     idx, t = torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, dtype=torch.long)
     ce = lambda x: F.cross_entropy(torch.take_along_dim(x, idx, 0), t)  # noqa: E731

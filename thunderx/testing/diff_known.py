@@ -32,6 +32,10 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("log_softmax", "jacrev", "unresolved"): "batched-rule-at-nan",
     ("log_softmax", "jit(vmap(grad))", "unresolved"): "batched-rule-at-nan",
     ("log_softmax", "hessian", "unresolved"): "batched-rule-at-nan",
+    ("<with log_softmax>", "jacrev", "kink"): "batched-rule-at-nan",
+    ("<with log_softmax>", "jit(vmap(grad))", "kink"): "batched-rule-at-nan",
+    ("<with log_softmax>", "hessian", "unresolved"): "batched-rule-at-nan",
+    ("<with amin>", "*", "unresolved"): "symbolic-zero-derivative",
     ("<with layer_norm>", "*", "kink"): "layer-norm-constant-row",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("layer_norm", "*", "kink"): "layer-norm-constant-row",
@@ -53,7 +57,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with logsumexp>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with logcumsumexp>", "*", "unresolved"): "nan-cotangent-dropped",
     ("pow", "hessian", "kink"): "pow-at-exponent-zero",
-    ("<with std>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with max_all>", "*", "unresolved"): "symbolic-zero-derivative",
     **{
         (f"<with {op}>", "*", "unresolved"): "symbolic-zero-derivative"
@@ -126,6 +129,17 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("log_softmax", "jacrev", "unresolved"): ("scalar", 272, "jacrev", None, 4),
     ("log_softmax", "jit(vmap(grad))", "unresolved"): ("scalar", 272, "jit(vmap(grad))", None, 4),
     ("log_softmax", "hessian", "unresolved"): ("scalar", 93678, "hessian", None, 4),
+    # nansum > mish > log_softmax of a 0-d value > hypot: hypot's nan cotangent at 0
+    **{
+        ("<with log_softmax>", check, cat): ("zero", 263032, check, None, 4)
+        for check, cat in (
+            ("jacrev", "kink"),
+            ("jit(vmap(grad))", "kink"),
+            ("hessian", "unresolved"),
+        )
+    },
+    # amin > div_raw at ties: the unselected entries' derivative under x / 0's inf and nan
+    ("<with amin>", "*", "unresolved"): ("tie", 266605, "jit(vmap(grad))", None, 2),
     ("<with layer_norm>", "*", "kink"): ("tie", 92727, "hessian", None, 4),
     **{
         ("logcumsumexp", check, "kink"): ("big", 22250, check, None, 4)
@@ -151,7 +165,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         "jacfwd",
         ("erfinv", "softplus", "div", "logsumexp"),
     ),
-    ("<with std>", "*", "unresolved"): ("empty", 2, "jacfwd", ("std", "tanhshrink", "l1_loss")),
     ("<with max_all>", "*", "unresolved"): ("one", 0, "grad", ("max_all", "var")),
     **{
         (f"<with {op}>", "*", "unresolved"): ("empty", 0, "grad", ("l1_loss", "mul", op))
