@@ -325,3 +325,29 @@ def test_recurrent_backward_kernel_gives_each_operand_position_its_gradient():
     for a, e in zip(got[2:], torch.autograd.grad(out, [w1, w2], cts)):
         torch.testing.assert_close(a, e, rtol=0, atol=0)
     assert got[2].requires_grad  # still in the outer graph
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_sum_over_dims_of_size_one_is_a_reshape_with_the_sums_zero(dtype):
+    """The bias gradient of a per-example linear is a sum over its one row: torch's sum kernel
+    is slow there, so the torch executor writes `x.reshape(out) + 0.0`. The values are the sum's
+    bit for bit, -0.0 becoming +0.0 as from its +0.0 accumulator."""
+    x = torch.tensor([[-0.0, 1.5, float("nan"), float("-inf"), -2.25, 0.0]], dtype=dtype)
+    x = x.reshape(2, 1, 3)
+    f = lambda v: torch.sum(v * 1.0, 1)  # noqa: E731
+    got, want = tx.jit(f)(x), f(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(torch.signbit(got), torch.signbit(want)) and want[0, 0].item() == 0.0
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    src = tx.jit(f).lower(x).as_text()
+    assert "+ 0.0)" in src and "torch.sum(" not in src
+    # a dim of another size keeps torch's sum; an integer tensor too
+    g = lambda v: torch.sum(v * 1.0, (1, 2))  # noqa: E731
+    assert "torch.sum(" in tx.jit(g).lower(x).as_text()
+    torch.testing.assert_close(tx.jit(g)(x), g(x), rtol=0, atol=0, equal_nan=True)
+    n = torch.arange(6).reshape(2, 1, 3)
+    assert torch.equal(tx.jit(lambda v: torch.sum(v, 1))(n), torch.sum(n, 1))
+    # its gradient under the transforms is unchanged: torch.func's
+    h = lambda v: (torch.sum(v, 1) ** 2).sum()  # noqa: E731
+    y = torch.randn(2, 1, 3, dtype=dtype)
+    torch.testing.assert_close(tx.jit(tx.grad(h))(y), tf.grad(h)(y))
