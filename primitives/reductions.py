@@ -32,9 +32,9 @@ def _reduce_batch(prim, args, dims, axes):
 
 
 def def_reduction(name, torch_fn, codegen, nvf_op, **declared):
-    """Declare a reduction over `axes`; `codegen(arg, axes)` is its torch source (or, given as
-    `torch_codegen`, the full rule with the operands' avals), other keywords (jvp, linearity) go
-    to `declare`."""
+    """Declare a reduction over `axes`; `codegen(arg, axes)` is its torch source (None where a
+    full `torch_codegen` rule, which also sees the operands' avals, is given instead), other
+    keywords (jvp, linearity) go to `declare`."""
     torch_codegen = declared.pop("torch_codegen", None) or (
         lambda args, avals, *, axes: codegen(args[0], axes)
     )
@@ -77,7 +77,7 @@ def _sum_codegen(args, avals, *, axes):
 reduce_sum_p = def_reduction(
     "reduce_sum",
     lambda x, *, axes: torch.sum(x, axes),
-    lambda x, axes: f"torch.sum({x}, {axes!r})",
+    None,
     "sum",
     linear=True,
     transpose=_sum_transpose,

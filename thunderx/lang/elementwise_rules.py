@@ -13,6 +13,20 @@ from thunderx.primitives import binary as B
 from thunderx.primitives import unary as U
 
 
+def _with_rule(value, tangent):
+    """`value` as a custom_jvp function whose tangent is `tangent(primals, tangents, out)`."""
+    from thunderx.transforms.custom import custom_jvp
+
+    f = custom_jvp(value)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        out = f(*primals)
+        return out, tangent(primals, tangents, out)
+
+    return f
+
+
 @register(torch.xlogy, torch.special.xlogy, methods=("xlogy",))
 def _xlogy(x, y):
     # x * log(y), 0 where x == 0 unless y is nan; its derivative in x is log(y) at x == 0 too
@@ -33,32 +47,26 @@ def x_times_log(a, b, lg):
         if a != 0:
             return B.mul(lg, a)
         return B.add(B.mul(U.select(_bad_log(b, lg), 0.0, lg), 0.0), 0.0)
-    return _x_times_log_fn()(a, lg, b)
+    return _with_rule(_x_times_log_value, _x_times_log_tangent)(a, lg, b)
 
 
 def _bad_log(b, lg):
     return B.and_p.bind(U.logical_not(U.isfinite(lg)), B.eq(b, b))
 
 
-def _x_times_log_fn():
-    from thunderx.transforms.custom import custom_jvp
+def _x_times_log_value(a, lg, b):
+    zero = B.eq(a, 0.0)
+    prod = B.mul(a, U.select(B.and_p.bind(zero, _bad_log(b, lg)), 0.0, lg))
+    return U.select(zero, B.add(prod, 0.0), prod)
 
+
+def _x_times_log_tangent(primals, tangents, out):
     # b only decides where the value and the derivative are replaced (a step function of it);
     # its derivative reaches the result through lg
-    @custom_jvp
-    def f(a, lg, b):
-        zero = B.eq(a, 0.0)
-        prod = B.mul(a, U.select(B.and_p.bind(zero, _bad_log(b, lg)), 0.0, lg))
-        return U.select(zero, B.add(prod, 0.0), prod)
-
-    @f.defjvp
-    def f_jvp(primals, tangents):
-        (a, lg, b), (da, dlg, _) = primals, tangents
-        below = B.and_p.bind(U.logical_not(B.gt(lg, -math.inf)), B.eq(b, b))
-        dlog = U.select(B.and_p.bind(B.eq(a, 0.0), below), 0.0, lg)
-        return f(a, lg, b), B.add(B.mul(da, dlog), B.mul(a, dlg))
-
-    return f
+    (a, lg, b), (da, dlg, _) = primals, tangents
+    below = B.and_p.bind(U.logical_not(B.gt(lg, -math.inf)), B.eq(b, b))
+    dlog = U.select(B.and_p.bind(B.eq(a, 0.0), below), 0.0, lg)
+    return B.add(B.mul(da, dlog), B.mul(a, dlg))
 
 
 @register(torch.logaddexp, methods=("logaddexp",))
@@ -88,19 +96,12 @@ def _logaddexp_fn(a, b):
     smooth at a == b (first derivative 1/2, second 1/4, where max's tie split and |a - b|'s
     sign(0) terms vanish), and an infinite tangent of the larger operand stays infinite (the
     value's own derivative multiplies it by sigmoid(lo - hi) = 0: nan)."""
-    from thunderx.transforms.custom import custom_jvp
 
-    @custom_jvp
-    def f(a, b):
-        return _logaddexp_value(a, b)
-
-    @f.defjvp
-    def f_jvp(primals, tangents):
+    def tangent(primals, tangents, out):
         (a, b), (da, db) = primals, tangents
-        d = B.add(B.mul(da, U.logistic(B.sub(a, b))), B.mul(db, U.logistic(B.sub(b, a))))
-        return f(a, b), d
+        return B.add(B.mul(da, U.logistic(B.sub(a, b))), B.mul(db, U.logistic(B.sub(b, a))))
 
-    return f(a, b)
+    return _with_rule(_logaddexp_value, tangent)(a, b)
 
 
 @register(torch.copysign, methods=("copysign",))
@@ -121,16 +122,9 @@ def _copysign_value(a, b):
 def _copysign_fn(a, b):
     """copysign with torch's derivative in the magnitude: result / x, 0 where x == 0, so nan
     at x = +-inf (the sign's derivative would give +-1 there); none in the sign source."""
-    from thunderx.transforms.custom import custom_jvp
 
-    @custom_jvp
-    def f(a, b):
-        return _copysign_value(a, b)
+    def tangent(primals, tangents, out):
+        (a, _), (da, _) = primals, tangents
+        return B.mul(da, U.select(B.eq(a, 0.0), 0.0, B.div(out, a)))
 
-    @f.defjvp
-    def f_jvp(primals, tangents):
-        (a, b), (da, _) = primals, tangents
-        y = f(a, b)
-        return y, B.mul(da, U.select(B.eq(a, 0.0), 0.0, B.div(y, a)))
-
-    return f(a, b)
+    return _with_rule(_copysign_value, tangent)(a, b)

@@ -136,18 +136,15 @@ def classify(check: str, got, want, fd: Callable[[], tuple], atol: float = ATOL)
     if not _smooth(fwd, bwd):
         return Finding(check, "kink", f"{where}; non-differentiable point: {_pair(g, w, bad)}")
     cb, gb, wb = c[bad], g[bad], w[bad]
+    neither_finite = bool(bad.any()) and not (torch.isfinite(gb).any() or torch.isfinite(wb).any())
     if not torch.isfinite(cb).all():
         detail = f"{where}; differences not finite: {_pair(g, w, bad)}"
-        if not (torch.isfinite(gb).any() or torch.isfinite(wb).any()):
+        if neither_finite:
             # no side finite where the differences overflow too: each chain rule's inf - inf
             # or inf * 0 decides between nan and inf, and no answer is the right one
             return Finding(check, "overflow", detail)
         return Finding(check, "unresolved", detail)
-    if (
-        bad.any()
-        and not (torch.isfinite(gb).any() or torch.isfinite(wb).any())
-        and bool((cb.abs() >= POLE_FD).all())
-    ):
+    if neither_finite and bool((cb.abs() >= POLE_FD).all()):
         # inf against nan beside a pole: the differences are finite only because the steps
         # stay off it, and are too large for either non-finite answer to be checked
         return Finding(check, "overflow", f"{where}; differences near a pole: {_pair(g, w, bad)}")
