@@ -120,9 +120,24 @@ def _flat_contraction_codegen(x: str, y: str, avals, lc, rc) -> str | None:
 def _outer_product_codegen(x: str, y: str, avals, dn) -> str | None:
     """A contraction whose contracting dims all have size 1 (or none) is an outer product (per-example weight
     gradients: `bmm(a.mT, b)` with K=1). Each output element is one product, so a broadcast multiply
-    gives the same bits without a batched GEMM call. None when another lowering is better: an
-    unbatched outer product stays one GEMM (a K=1 `tensordot` measured 2x faster than the
-    multiply on CPU)."""
+    gives the same values without a batched GEMM call (the sign of a zero product aside: -0.0 as
+    eager torch's per-example loop gives, where torch.func's batched GEMM adds it to +0.0). None
+    when another lowering is better: an unbatched outer product stays one GEMM (a K=1 `tensordot`
+    measured 2x faster than the multiply on CPU). Which of multiply and batched GEMM runs a batched
+    one on CPU is measured per machine and shape (executors/cpu_outer.py)."""
+    lay = outer_product_layout(avals, dn)
+    if lay is None:
+        return None
+    perms, batch, xf, yf = lay
+    xs = batch + xf + [1] * len(yf)
+    ys = batch + [1] * len(xf) + yf
+    return f"({_layout(x, perms[0], xs)} * {_layout(y, perms[1], ys)})"
+
+
+def outer_product_layout(avals, dn):
+    """For a batched outer product (see `_outer_product_codegen`): the permutations putting each
+    operand's batch dims first, then its free dims, then its contracting ones, and the batch,
+    x-free and y-free sizes; None for any other contraction."""
     (lc, rc), (lb, rb) = dn
     xa, ya = avals
     if not lb:
@@ -132,14 +147,9 @@ def _outer_product_codegen(x: str, y: str, avals, dn) -> str | None:
     xf, yf = _free(xa.ndim, lc, lb), _free(ya.ndim, rc, rb)
     if not yf:
         return None
-    # however short the last dim: torch 2.13 on CPU (2 threads, AMD EPYC) measured the multiply
-    # at 0.04-1.1x the batched GEMM's time over batch 8-256, rows 4-1024 and last dims 1-31
-    # (0.77x at the per-example MLP's [256,128,1]x[256,1,10]; that program the same or 1-3%
-    # faster with it, A/B in one process, both orders)
+    perms = (tuple(lb) + tuple(xf) + tuple(lc), tuple(rb) + tuple(rc) + tuple(yf))
     batch = [xa.shape[i] for i in lb]
-    xs = batch + [xa.shape[i] for i in xf] + [1] * len(yf)
-    ys = batch + [1] * len(xf) + [ya.shape[j] for j in yf]
-    return f"({_layout(x, tuple(lb) + tuple(xf) + tuple(lc), xs)} * {_layout(y, tuple(rb) + tuple(rc) + tuple(yf), ys)})"
+    return perms, batch, [xa.shape[i] for i in xf], [ya.shape[j] for j in yf]
 
 
 def _layout(name: str, perm: tuple, shape: list) -> str:

@@ -59,6 +59,7 @@ MIN_MACS_INDUCTOR = 1 << 24
 MIN_COLUMNS_TRANSPOSED = 256
 CALIBRATION_RATIO = 0.8
 CALIBRATIONS = 3  # kept per machine key; the decision is their median
+MAX_ENTRIES = 512  # calibrations kept in the cache file (per machine and choice, shape)
 NAME = "_onednn_linear"  # the kernel's name in generated code
 GUARD = "_onednn_ok"
 
@@ -92,17 +93,25 @@ def _calibrate(op) -> float:
     """oneDNN's time over MKL's for one 256^3 product (best of interleaved rounds)."""
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g)
-    best = {"mkl": math.inf, "onednn": math.inf}
     calls = {"mkl": lambda: torch.mm(x, w.t()), "onednn": lambda: op(x, w, None, "none", [], "")}
+    # oneDNN makes its primitive on the first call; both warm their threads
+    best = interleaved_best(calls, warm=3, rounds=7)
+    return best["onednn"] / best["mkl"]
+
+
+def interleaved_best(calls: dict, warm: int, rounds: int) -> dict:
+    """{name: the fastest of `rounds` timings of calls[name]()}, after `warm` calls of each; the
+    rounds interleave the calls, so that a disturbance of the machine reaches all of them."""
     for f in calls.values():
-        for _ in range(3):
-            f()  # oneDNN makes its primitive on the first call; both warm their threads
-    for _ in range(7):
+        for _ in range(warm):
+            f()
+    best = dict.fromkeys(calls, math.inf)
+    for _ in range(rounds):
         for name, f in calls.items():
             t0 = time.perf_counter()
             f()
             best[name] = min(best[name], time.perf_counter() - t0)
-    return best["onednn"] / best["mkl"]
+    return best
 
 
 def chosen() -> bool:
@@ -153,19 +162,20 @@ def _machine_key() -> str:
     return f"{model}|{os.cpu_count()} cores|torch {torch.__version__}|{threads} threads"
 
 
-def _cached_ratios() -> list[float]:
-    """This machine's oneDNN/MKL ratios calibrated by earlier processes (a single number, as
-    earlier versions kept, counts as one); entries that are not positive numbers are dropped."""
+def _cached_ratios(what: str = "") -> list[float]:
+    """This machine's oneDNN/MKL ratios (or, with `what`, the ratios of that other choice)
+    calibrated by earlier processes (a single number, as earlier versions kept, counts as one);
+    entries that are not positive numbers are dropped."""
     try:
         with open(_cache_file()) as f:
-            kept = json.load(f)[_machine_key()]
+            kept = json.load(f)[_machine_key() + what]
     except (OSError, ValueError, KeyError, TypeError):
         return []
     kept = kept if isinstance(kept, list) else [kept]
     return [float(r) for r in kept if isinstance(r, (int, float)) and r > 0][:CALIBRATIONS]
 
 
-def _store_ratios(ratios: list[float]) -> None:
+def _store_ratios(ratios: list[float], what: str = "") -> None:
     """Keeps the ratios for later processes; a cache that cannot be written is skipped."""
     path = _cache_file()
     try:
@@ -175,7 +185,10 @@ def _store_ratios(ratios: list[float]) -> None:
             data = data if isinstance(data, dict) else {}
         except (OSError, ValueError):
             data = {}
-        data[_machine_key()] = ratios
+        key = _machine_key() + what
+        data.pop(key, None)
+        data[key] = ratios  # newest last: the oldest entries go beyond MAX_ENTRIES
+        data = dict(list(data.items())[-MAX_ENTRIES:])
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}"
         with open(tmp, "w") as f:

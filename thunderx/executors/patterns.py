@@ -60,14 +60,14 @@ def relu_patterns(jaxpr):
     return relus, skipped
 
 
-def gemm_patterns(jaxpr, last_use: dict) -> dict:
+def gemm_patterns(jaxpr, last_use: dict, keep=None) -> dict:
     """Matmuls whose result feeds one update, as one call with the update in the gemm's
     epilogue: `dot(x, w) + broadcast(b)` as `addmm(b, x, w)` (or `F.linear` for a batch of
     rows), `a - dot(x, w) * c` (an SGD step) as `addmm(a, x, w, alpha=-c)`. Returns {index of
     the update: (operand vars, source template of them as {0}, {1}, ..., skipped indices)}. Operands and products are of
     one floating dtype and each product is read only by the pattern; the operands' last uses
     move to the update (`last_use` is updated), so no buffer they hold is overwritten in place
-    before the fused call reads it."""
+    before the fused call reads it. `keep(index, fused)`, when given, says which to keep."""
     uses, producer = _uses_and_producers(jaxpr)
     found = {}
     for i, e in enumerate(jaxpr.eqns):
@@ -81,6 +81,8 @@ def gemm_patterns(jaxpr, last_use: dict) -> dict:
         else:
             continue
         if fused is None or len({v.aval.dtype for v in fused[0]}) != 1:
+            continue
+        if keep is not None and not keep(i, fused):
             continue
         found[i] = fused
         for x in fused[0]:

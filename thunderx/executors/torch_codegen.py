@@ -21,7 +21,7 @@ from thunderx.core import (
     statement_rules,
     torch_codegen_rules,
 )
-from thunderx.executors import cpu_gemm
+from thunderx.executors import cpu_gemm, cpu_outer
 from thunderx.executors.base import Executor, register_executor
 from thunderx.executors.inplace import Buffers, inplace_source, plain_view, reusable
 from thunderx.executors.kernel_groups import kernel_groups
@@ -211,7 +211,12 @@ def generate_source(
     for i, (_, _, operands) in affine.items():
         for x in operands:  # read by the fused call: no equation before it writes them
             last_use[id(x)] = max(last_use.get(id(x), i), i)
-    linears = gemm_patterns(jaxpr, last_use)
+    keep = None
+    if onednn:  # a graph for inductor: a bias add or SGD update after a product below oneDNN's
+        # size stays its own equation, which inductor fuses into the next kernel (addmm's bias
+        # costs a strided copy and a beta=1 GEMM: 34 us against mm's 23 at 256x128x128)
+        keep = lambda i, fused: _large_onednn_product(jaxpr, jaxpr.eqns[i], i, {i: fused})
+    linears = gemm_patterns(jaxpr, last_use, keep)
     skipped |= {j for fused in linears.values() for j in fused[2]}
     starts, waits = split_phase_plan(jaxpr, namer, namespace, _param_src)
     hoisted = read_only_constants(jaxpr) if hoist_constants else set()
@@ -299,6 +304,12 @@ def generate_source(
                 # the program torch autograd runs through: `x.detach()` and torch.no_grad()
                 # blocks of the traced function keep cutting its graph
                 expr = f"{args[0]}.detach()"
+            elif (
+                e.prim is dot_general_p
+                and onednn is None
+                and (bmm := cpu_outer.bmm_source(*args, avals, **e.params, out_aval=out[0].aval))
+            ):
+                expr = bmm  # this machine's faster kernel for a batched outer product
             elif rule is not None:
                 expr = rule(args, avals, **e.params)
             else:
@@ -373,6 +384,11 @@ def _product(jaxpr: Jaxpr, e, i: int, linears: dict) -> tuple[int, int] | None:
     k = math.prod(x.shape[d] for d in lc)
     columns = math.prod(s for d, s in enumerate(y.shape) if d not in rc)
     return None if lb else cpu_gemm.product(e.outputs[0].aval, k, columns)
+
+
+def _large_onednn_product(jaxpr: Jaxpr, e, i: int, linears: dict) -> bool:
+    product = _product(jaxpr, e, i, linears)
+    return product is not None and product[0] >= cpu_gemm.MIN_MACS_INDUCTOR and cpu_gemm.chosen()
 
 
 # identities for thunderx's transforms that cut torch autograd's graph
