@@ -1,0 +1,121 @@
+"""Batch, instance and group norm with their affine in torch's kernels under jit
+(executors/patterns_channel_norm.py): the generated code calls the kernel eager torch calls, so
+the values are eager torch's bit for bit, even where rounding decides a later `trunc` or tie;
+gradients are checked against torch.autograd."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import thunderx as tx
+
+NORMS = {
+    "batch_norm": (
+        lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+        "torch.native_batch_norm(",
+    ),
+    "instance_norm": (
+        lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+        "torch.instance_norm(",
+    ),
+    "group_norm": (lambda x, w, b: F.group_norm(x, 2, w, b), "torch.native_group_norm("),
+}
+AFFINES = {"w and b": (True, True), "w only": (True, False), "b only": (False, True)}
+
+
+def _inputs(dtype, constant_channel=True):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 5, generator=g, dtype=dtype) * 3
+    w = torch.randn(4, generator=g, dtype=dtype)
+    b = torch.randn(4, generator=g, dtype=dtype)
+    if constant_channel:  # the normalized value is rounding noise there, times a large weight
+        x[:, 0], w[0], b[0] = 30.0, 30.0, -30.0
+    return x, w, b
+
+
+def _code(f, *args):
+    return tx.jit(f).lower(*args).as_text().split("# execution program")[1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("affine", sorted(AFFINES))
+@pytest.mark.parametrize("name", sorted(NORMS))
+def test_forward_is_eager_torchs_bits(name, affine, dtype):
+    norm, kernel = NORMS[name]
+    x, w, b = _inputs(dtype)
+    use_w, use_b = AFFINES[affine]
+    f = lambda x, w, b: norm(x, w if use_w else None, b if use_b else None)
+    code = _code(f, x, w, b)
+    assert kernel in code and "mul" not in code and "add" not in code, code
+    assert torch.equal(tx.jit(f)(x, w, b), f(x, w, b))
+    # what the rounding decides downstream: trunc at the constant channel's -30
+    g = lambda x, w, b: torch.trunc(f(x, w, b))
+    assert torch.equal(tx.jit(g)(x, w, b), g(x, w, b))
+
+
+@pytest.mark.parametrize("name", sorted(NORMS))
+def test_gradients_keep_the_normalized_value_for_the_weights_cotangent(name):
+    norm, kernel = NORMS[name]
+    x, w, b = _inputs(torch.float64, constant_channel=False)
+    ct = torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=x.dtype)
+
+    def loss(x, w, b):
+        return (torch.sin(norm(x, w, b)) * ct).sum()
+
+    vg = tx.jit(tx.value_and_grad(loss, argnums=(0, 1, 2)))
+    code = vg.lower(x, w, b).as_text().split("# execution program")[1]
+    assert kernel in code, code
+    value, grads = vg(x, w, b)
+    assert torch.equal(value, loss(x, w, b))  # the forward: torch's kernel, its rounding
+    xs = [t.clone().requires_grad_() for t in (x, w, b)]
+    want = torch.autograd.grad(loss(*xs), xs)
+    for got, ref in zip(grads, want):
+        torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["batch_norm", "group_norm"])
+def test_the_backward_reads_the_forwards_statistics(name):
+    norm, kernel = NORMS[name]
+    x, w, b = _inputs(torch.float64, constant_channel=False)
+    loss = lambda x, w, b: norm(x, w, b).pow(2).sum()
+    grad = tx.jit(tx.grad(loss))
+    code = grad.lower(x, w, b).as_text().split("# execution program")[1]
+    assert code.count(kernel) == 1 and "_cn_saved" in code, code  # no second statistics pass
+    xp = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(loss(xp, w, b), xp)
+    torch.testing.assert_close(grad(x, w, b), want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_weight_made_from_the_normalized_value_is_used_where_it_exists():
+    # the affine's weight is computed from the normalized value itself: the kernel call must
+    # come after it (it is emitted at the group's last equation)
+    def f(x, b):
+        y = F.batch_norm(x, None, None, None, None, training=True)
+        w = y.abs().mean((0, 2)) + 1.0
+        return y * w[None, :, None] + b[None, :, None], w
+
+    x, _, b = _inputs(torch.float64)
+    code = _code(f, x, b)
+    assert "torch.native_batch_norm(" in code
+    got, want = tx.jit(f)(x, b), f(x, b)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12)
+    assert torch.equal(got[1], want[1])
+
+
+def test_running_buffers_and_vmap_keep_their_own_lowering():
+    x, w, b = _inputs(torch.float32, constant_channel=False)
+    rm, rv = torch.zeros(4), torch.ones(4)
+
+    def f(x, w, b, rm, rv):
+        return F.batch_norm(x, rm, rv, w, b, training=True)
+
+    want_rm, want_rv = rm.clone(), rv.clone()
+    want = F.batch_norm(x, want_rm, want_rv, w, b, training=True)
+    got = tx.jit(f)(x, w, b, rm, rv)
+    assert torch.equal(got, want)
+    assert "_bn_train" in _code(f, x, w, b, rm, rv)  # patterns_norm.batch_norm_training
+    torch.testing.assert_close((rm, rv), (want_rm, want_rv))  # the update: its own rounding
+    for name, (norm, _) in NORMS.items():
+        batched = tx.jit(tx.vmap(norm, in_axes=(0, None, None)))(x[:, None], w, b)
+        ref = torch.stack([norm(x[i : i + 1], w, b) for i in range(x.shape[0])])
+        torch.testing.assert_close(batched, ref, rtol=1e-5, atol=1e-5, msg=name)
