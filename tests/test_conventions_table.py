@@ -281,6 +281,14 @@ def symbolic_zero_derivative():
     y = T(1.0, 3.0, 2.0)
     _close(tx.grad(g)(y), T(0.0, math.nan, 0.0))
     assert torch.isnan(tf.grad(g)(y)).all()
+    # the 2-norm at the zero vector under a nan cotangent: torch's backward multiplies its 0 by
+    # it; its jvp (and std's backward at a constant row) give 0, as thunderx does in both modes
+    n = lambda x: torch.linalg.vector_norm(x, 2, -1) / 0.0  # noqa: E731 - 0 / 0
+    z = T(0.0, 0.0)
+    assert torch.equal(tx.grad(n)(z), T(0.0, 0.0))
+    assert torch.isnan(tf.grad(n)(z)).all()
+    m, nan_t = (lambda x: torch.linalg.vector_norm(x, 2, -1)), T(math.nan, math.nan)  # noqa: E731
+    assert tx.jvp(m, (z,), (nan_t,))[1] == 0 and tf.jvp(m, (z,), (nan_t,))[1] == 0
 
 
 def reduction_over_no_elements():

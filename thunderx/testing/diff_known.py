@@ -70,6 +70,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with logcumsumexp>", "*", "kink"): "nan-cotangent-dropped",
     ("<with index_reduce_amax>", "*", "unresolved"): "symbolic-zero-derivative",
     ("<with index_reduce_amax>", "*", "kink"): "symbolic-zero-derivative",
+    ("<with norm>", "*", "unresolved"): "symbolic-zero-derivative",
     ("std", "*", "kink"): "variance-of-a-constant-row",
     ("<with std>", "jacrev", "thunderx-wrong"): "variance-without-degrees-of-freedom",
     ("<with std>", "jit(vmap(grad))", "thunderx-wrong"): "variance-without-degrees-of-freedom",
@@ -115,6 +116,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with index_reduce_amax>", "*", "unresolved"): ("tie", 19705, "grad", None, 4),
     # index_reduce_amax > hypot: hypot's nan derivative at 0 meets an unselected entry
     ("<with index_reduce_amax>", "*", "kink"): ("zero", 181679, "grad", None, 2),
+    # norm of a zero row > std of one value > addcdiv: std's nan cotangent at the zero vector
+    ("<with norm>", "*", "unresolved"): ("zero", 345303, "grad", None, 3),
     # acosh > gelu > std of three equal values: exactly 0 here, torch 1.4e-16 with gradient 0.05
     ("std", "*", "kink"): ("tie", 188540, "grad", None, 3),
     # cummax > softmax > std > where on 0-d inputs: where discards std's 0 / 0
