@@ -233,7 +233,9 @@ def _lcse_jvp(primals, tangents, *, axis):
     if len(M.shape(x)) == 0:
         return y, t
     xm, ym, tm = (S.moveaxis(v, axis, -1) for v in (x, y, t))
-    w = M.tril(U.exp(B.sub(M.row_vector(xm), M.col_vector(ym))))  # [.., k, i] = exp(x_i - y_k)
+    # [.., k, i] = exp(x_i - y_k); the exponent is selected too (0 where i > k), so that no
+    # overflowing weight meets the zero cotangent of a second derivative (0 * inf = nan)
+    w = M.tril(U.exp(M.tril(B.sub(M.row_vector(xm), M.col_vector(ym)))))
     dy = R.reduce_sum(M.tril(B.mul(w, M.row_vector(tm))), (len(M.shape(w)) - 1,))
     return y, S.moveaxis(dy, len(M.shape(dy)) - 1, axis)
 

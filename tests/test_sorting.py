@@ -190,6 +190,22 @@ def test_logcumsumexp_derivative_reaches_only_the_entries_it_depends_on(bad, at,
         torch.testing.assert_close(got_jvp, want_jvp, equal_nan=True)
 
 
+@pytest.mark.parametrize("at", [0, 2, 4])
+def test_logcumsumexp_second_derivatives_with_overflowing_weights(at):
+    # an entry of 800 after smaller ones: the weights exp(x_i - y_k) of the terms i > k overflow,
+    # and reverse over reverse met them with a zero cotangent (0 * inf = nan) until the exponent
+    # was selected too. Oracle: torch.func's reverse over reverse (its forward mode scales by
+    # the largest entry and loses digits here: docs/conventions.md, logcumsumexp-forward-range)
+    x = torch.tensor([-0.38, 0.5, 0.1, 1.2, -2.0], dtype=F64)
+    x[at] = 800.0
+    w = torch.tensor([1.0, -2.0, 0.5, 3.0, 0.25], dtype=F64)
+    f = lambda t: (torch.logcumsumexp(t, 0) * w).sum()  # noqa: E731
+    want = torch.func.jacrev(torch.func.jacrev(f))(x)
+    for got in (tx.jacrev(tx.jacrev(f))(x), tx.hessian(f)(x), tx.jit(tx.hessian(f))(x)):
+        assert not torch.isnan(got).any()
+        _close(got, want, 1e-9)
+
+
 def test_bad_arguments_name_the_problem():
     x = rand(3, 4)
     with pytest.raises(IndexError, match="kthvalue"):

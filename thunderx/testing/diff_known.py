@@ -71,6 +71,11 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with index_reduce_amax>", "*", "unresolved"): "symbolic-zero-derivative",
     ("<with index_reduce_amax>", "*", "kink"): "symbolic-zero-derivative",
     ("<with norm>", "*", "unresolved"): "symbolic-zero-derivative",
+    ("<with max_all>", "*", "kink"): "symbolic-zero-derivative",
+    ("<with sign>", "*", "kink"): "symbolic-zero-derivative",
+    ("<with relu6>", "*", "unresolved"): "nan-derivative-by-kernel-path",
+    ("cumprod", "*", "unresolved"): "cumprod-at-infinity",
+    ("logcumsumexp", "hessian", "unresolved"): "logcumsumexp-forward-range",
     ("std", "*", "kink"): "variance-of-a-constant-row",
     ("<with std>", "jacrev", "thunderx-wrong"): "variance-without-degrees-of-freedom",
     ("<with std>", "jit(vmap(grad))", "thunderx-wrong"): "variance-without-degrees-of-freedom",
@@ -116,6 +121,16 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with index_reduce_amax>", "*", "unresolved"): ("tie", 19705, "grad", None, 4),
     # index_reduce_amax > hypot: hypot's nan derivative at 0 meets an unselected entry
     ("<with index_reduce_amax>", "*", "kink"): ("zero", 181679, "grad", None, 2),
+    # erfinv > div_raw > erfinv > max_all: x / 0's nan tangent at an entry max does not select
+    ("<with max_all>", "*", "kink"): ("zero", 385528, "jvp", None, 4),
+    # hypot > sign > fmod: hypot's nan derivative at 0 meets sign's zero (torch's batched rule)
+    ("<with sign>", "*", "kink"): ("zero", 393835, "jit(vmap(grad))", None, 3),
+    # l1_loss > rsqrt > std of one value > relu6: relu6 at the nan, torch's vectorized kernel
+    ("<with relu6>", "*", "unresolved"): ("zero", 380722, "jacfwd", None, 4),
+    # div_raw > cumprod > selu > sinh: columns with infinite entries (jvp: ±inf against nan)
+    ("cumprod", "*", "unresolved"): ("tie", 391966, "jvp", None, 4),
+    # rpow > logcumsumexp of entries up to 2**30 > softsign > i0: torch's forward mode
+    ("logcumsumexp", "hessian", "unresolved"): ("big", 372751, "hessian", None, 4),
     # norm of a zero row > std of one value > addcdiv: std's nan cotangent at the zero vector
     ("<with norm>", "*", "unresolved"): ("zero", 345303, "grad", None, 3),
     # acosh > gelu > std of three equal values: exactly 0 here, torch 1.4e-16 with gradient 0.05
