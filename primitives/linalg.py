@@ -118,8 +118,8 @@ def _flat_contraction_codegen(x: str, y: str, avals, lc, rc) -> str | None:
 
 
 def _outer_product_codegen(x: str, y: str, avals, dn) -> str | None:
-    """A contraction whose contracting dims all have size 1 (or none) is an outer product (per-example weight
-    gradients: `bmm(a.mT, b)` with K=1). Each output element is one product, so a broadcast multiply
+    """A contraction whose contracting dims all have size 1 (or none) is an outer product
+    (per-example weight gradients: `bmm(a.mT, b)` with K=1). Each output element is one product, so a broadcast multiply
     gives the same values without a batched GEMM call (the sign of a zero product aside: -0.0 as
     eager torch's per-example loop gives, where torch.func's batched GEMM adds it to +0.0). None
     when another lowering is better: an unbatched outer product stays one GEMM (a K=1 `tensordot`

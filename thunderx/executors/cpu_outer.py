@@ -44,8 +44,9 @@ _decided: dict = {}  # (batch, rows, columns, dtype) -> whether the batched GEMM
 
 def bmm_source(x: str, y: str, avals, dimension_numbers, out_aval) -> str | None:
     """`torch.bmm` of the operands laid out as (batch, rows, 1) and (batch, 1, columns) for the
-    batched outer product `dimension_numbers` of `x` and `y`, when it is this machine's faster kernel for the
-    shape; None otherwise (the multiply runs) and for any other contraction."""
+    batched outer product of `x` and `y` (`dimension_numbers` of a dot_general), when it is this
+    machine's faster kernel for the shape; None otherwise (the multiply runs) and for any other
+    contraction."""
     from thunderx.primitives.linalg import _layout, outer_product_layout
 
     lay = outer_product_layout(avals, dimension_numbers)

@@ -17,10 +17,10 @@ torch's own:
   the backward.
 
 Only a complete group is rewritten: the scaled value read only by the shift, the vectors of x's
-dtype; a broadcast of a vector also read elsewhere stays for those readers. A normalized value also read elsewhere (a
-weight's cotangent under grad) is still computed for those readers: the kernel's pass replaces
-the affine's two. The call is emitted at the group's last equation, where every operand
-exists."""
+dtype; a broadcast of a vector also read elsewhere stays for those readers. A normalized value
+also read elsewhere (a weight's cotangent under grad) is still computed for those readers: the
+kernel's pass replaces the affine's two. The call is emitted at the group's last equation, where
+every operand exists."""
 
 from __future__ import annotations
 
