@@ -14,7 +14,15 @@ shows it (fix it, drop it). Keys are (op, check, category); check "*" covers eve
 from __future__ import annotations
 
 # (op, check, category) -> (owner, reason); check "*" stands for every check.
-KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {}
+KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("<with instance_norm>", "*", "kink"): (
+        "composites",
+        "transforms without jit compute the norm's affine as a product then a sum; torch's kernel "
+        "folds it into the normalization (x * alpha + beta) and rounds differently (1e-11 at a "
+        "near-constant channel), which a later tie (minimum) turns into a factor-2 gradient; "
+        "under jit the generated code calls torch's kernel (executors/patterns_channel_norm.py)",
+    ),
+}
 
 _FORWARD_MODE_CHECKS = ("jvp", "linearize", "jacfwd", "vmap(jvp)")
 
@@ -131,6 +139,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("cumprod", "*", "unresolved"): ("tie", 391966, "jvp", None, 4),
     # rpow > logcumsumexp of entries up to 2**30 > softsign > i0: torch's forward mode
     ("logcumsumexp", "hessian", "unresolved"): ("big", 372751, "hessian", None, 4),
+    # instance_norm > minimum: a channel [-30 + 4e-15, -30] normalized, times 30, minus 30
+    ("<with instance_norm>", "*", "kink"): ("big", 293966, "grad", None, 2),
     # norm of a zero row > std of one value > addcdiv: std's nan cotangent at the zero vector
     ("<with norm>", "*", "unresolved"): ("zero", 345303, "grad", None, 3),
     # acosh > gelu > std of three equal values: exactly 0 here, torch 1.4e-16 with gradient 0.05
