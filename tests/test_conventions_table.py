@@ -124,6 +124,14 @@ def nan_cotangent_dropped():
     # y_1 depends on x_0 and x_1 only: x_2's derivative stays finite
     assert torch.isnan(ours[:2]).all() and torch.isfinite(ours[2])
     assert torch.isfinite(tf.vjp(f, x)[1](ct)[0]).all()
+    # cumprod past a zero, nan cotangents: torch.func agrees with thunderx, torch.autograd drops
+    # the nan at the last entry (its product 0 * 0 meets the nan)
+    c = lambda v: (torch.cumprod(v, 0) * T(math.inf, math.nan, math.nan)).sum()  # noqa: E731
+    v = T(1.6e-4, 0.0, 0.0)
+    assert torch.isnan(tx.grad(c)(v)).all() and torch.isnan(tf.grad(c)(v)).all()
+    leaf = v.clone().requires_grad_()
+    (by_autograd,) = torch.autograd.grad(c(leaf), leaf)
+    assert by_autograd[2] == 0
 
 
 def pow_at_exponent_zero():

@@ -76,6 +76,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with take_along_dim>", "*", "unresolved"): "reduction-over-no-elements",
     ("stack", "vmap(jvp)", "unresolved"): "symbolic-zero-derivative",
     ("<with logcumsumexp>", "*", "kink"): "nan-cotangent-dropped",
+    ("<with cumprod>", "autograd", "unresolved"): "nan-cotangent-dropped",
     ("<with index_reduce_amax>", "*", "unresolved"): "symbolic-zero-derivative",
     ("<with index_reduce_amax>", "*", "kink"): "symbolic-zero-derivative",
     ("<with norm>", "*", "unresolved"): "symbolic-zero-derivative",
@@ -139,6 +140,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("cumprod", "*", "unresolved"): ("tie", 391966, "jvp", None, 4),
     # rpow > logcumsumexp of entries up to 2**30 > softsign > i0: torch's forward mode
     ("logcumsumexp", "hessian", "unresolved"): ("big", 372751, "hessian", None, 4),
+    # tanhshrink > cumprod of [x, 0, 0] > div_raw by 0: torch.autograd's 0 at the last entry
+    ("<with cumprod>", "autograd", "unresolved"): ("zero", 303515, "autograd", None, 3),
     # instance_norm > minimum: a channel [-30 + 4e-15, -30] normalized, times 30, minus 30
     ("<with instance_norm>", "*", "kink"): ("big", 293966, "grad", None, 2),
     # norm of a zero row > std of one value > addcdiv: std's nan cotangent at the zero vector
