@@ -224,20 +224,27 @@ def _lcse_abstract_eval(x, *, axis):
 
 def _lcse_jvp(primals, tangents, *, axis):
     """dy_k = sum_{i <= k} exp(x_i - y_k) t_i. Each weight is at most 1, so nothing overflows;
-    the price is an n x n weight matrix per row along `axis`. The terms i > k are selected
-    away from the weights (which overflow there) and again after the product, so that a nan or
-    inf tangent t_i (or, transposed, cotangent of y_k) reaches only the outputs (inputs) that
-    depend on it, as in JAX."""
+    the price is an n x n weight matrix per row along `axis`. The weights are computed as
+    exp(x_i - m_k) / sum_{j <= k} exp(x_j - m_k), m_k the running max: differences of inputs,
+    exact where the inputs are close, where y_k is rounded to its own magnitude (three equal
+    entries of 4e88 have y_2 == x_2, and exp(x_i - y_2) gave the weights 1 instead of 1/3).
+    The terms i > k are selected away from the exponent, from the weights and again after the
+    product, so that a nan or inf tangent t_i (or, transposed, cotangent of y_k) reaches only
+    the outputs (inputs) that depend on it, as in JAX, and that no overflowing weight meets a
+    second derivative's zero cotangent (0 * inf = nan)."""
+    from thunderx.primitives.higher_order import stop_gradient
+
     (x,), (t,) = primals, tangents
     y = logcumsumexp(x, axis)
     if len(M.shape(x)) == 0:
         return y, t
-    xm, ym, tm = (S.moveaxis(v, axis, -1) for v in (x, y, t))
-    # [.., k, i] = exp(x_i - y_k); the exponent is selected too (0 where i > k), so that no
-    # overflowing weight meets the zero cotangent of a second derivative (0 * inf = nan)
-    w = M.tril(U.exp(M.tril(B.sub(M.row_vector(xm), M.col_vector(ym)))))
-    dy = R.reduce_sum(M.tril(B.mul(w, M.row_vector(tm))), (len(M.shape(w)) - 1,))
-    return y, S.moveaxis(dy, len(M.shape(dy)) - 1, axis)
+    xm, tm = (S.moveaxis(v, axis, -1) for v in (x, t))
+    last = len(M.shape(xm)) - 1
+    peak = stop_gradient(cummax(xm, last)[0])
+    e = M.tril(U.exp(M.tril(B.sub(M.row_vector(xm), M.col_vector(peak)))))  # [.., k, i]
+    w = B.div(e, M.col_vector(R.reduce_sum(e, (last + 1,))))
+    dy = R.reduce_sum(M.tril(B.mul(w, M.row_vector(tm))), (last + 1,))
+    return y, S.moveaxis(dy, last, axis)
 
 
 logcumsumexp_p = declare(

@@ -356,6 +356,18 @@ def bilinear_at_infinity():
     assert torch.isnan(second(tf.jvp))
 
 
+def logcumsumexp_rounded_output():
+    big = 4.2532690029e88
+    x, ct = T(big, big, big), T(0.0, 0.0, 1.0)
+    f = lambda v: torch.logcumsumexp(v, 0)  # noqa: E731
+    assert f(x)[2] == big  # x_2 + log 3, rounded
+    _close(tx.vjp(f, x)[1](ct)[0], T(1 / 3, 1 / 3, 1 / 3))
+    assert torch.equal(tf.vjp(f, x)[1](ct)[0], T(1.0, 1.0, 1.0))  # its weights sum to 3
+    # at an ordinary magnitude the two agree
+    small = T(0.5, 0.5, 0.5)
+    _close(tx.vjp(f, small)[1](ct)[0], tf.vjp(f, small)[1](ct)[0])
+
+
 def cumprod_at_infinity():
     x, t = T(math.inf, 2.0, 3.0), T(1.0, 0.0, 0.0)
     assert tx.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0] == 1.0
@@ -381,6 +393,7 @@ BEHAVIOUR = {
         second_derivative_at_the_zero_vector,
         bilinear_at_infinity,
         cumprod_at_infinity,
+        logcumsumexp_rounded_output,
     )
 }
 

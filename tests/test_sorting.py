@@ -206,6 +206,24 @@ def test_logcumsumexp_second_derivatives_with_overflowing_weights(at):
         _close(got, want, 1e-9)
 
 
+@pytest.mark.parametrize("scale", [1.0, 1e20, 4e88])
+def test_logcumsumexp_reverse_mode_where_the_outputs_round_to_the_entries(scale):
+    # at 1e20 and beyond y_k = log sum exp(x_i) rounds to the largest entry, so the weights
+    # exp(x_i - y_k) lose log(k + 1) (equal entries got weight 1 each). Oracle: each prefix's
+    # softmax of the entries' exact differences (docs/conventions.md, logcumsumexp-rounded-output)
+    offsets = torch.tensor([0.0, 0.0, -1.0, 0.0, 2.0], dtype=F64)
+    x = scale + offsets * (scale * 2**-50 if scale > 1 else 1.0)
+    ct = torch.tensor([0.3, -0.7, 1.1, 0.5, -0.2], dtype=F64)
+    d = x - x.max()  # exact: the entries are close multiples of one ulp
+    want = torch.zeros(5, dtype=F64)
+    for k in range(5):
+        w = torch.softmax(d[: k + 1], 0)
+        want[: k + 1] += ct[k] * w
+    f = lambda v: torch.logcumsumexp(v, 0)  # noqa: E731
+    for got in (tx.vjp(f, x)[1](ct)[0], tx.jit(lambda v, c: tx.vjp(f, v)[1](c)[0])(x, ct)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_bad_arguments_name_the_problem():
     x = rand(3, 4)
     with pytest.raises(IndexError, match="kthvalue"):
