@@ -78,6 +78,11 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("stack", "vmap(jvp)", "unresolved"): "symbolic-zero-derivative",
     ("<with logcumsumexp>", "*", "kink"): "nan-cotangent-dropped",
     ("<with cumprod>", "autograd", "unresolved"): "nan-cotangent-dropped",
+    ("<with fmax>", "*", "kink"): "forward-mode-unselected-tangent",
+    ("<with log_softmax>", "jacrev", "unresolved"): "batched-rule-at-nan",
+    ("<with log_softmax>", "jit(vmap(grad))", "unresolved"): "batched-rule-at-nan",
+    ("<with std>", "hessian", "unresolved"): "variance-without-degrees-of-freedom",
+    ("<with trunc>", "*", "kink"): "symbolic-zero-derivative",
     **{
         ("logcumsumexp", check, "kink"): "logcumsumexp-rounded-output"
         for check in _REVERSE_MODE_CHECKS
@@ -152,6 +157,17 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         ("logcumsumexp", check, "kink"): ("big", 413540, check, None, 3)
         for check in _REVERSE_MODE_CHECKS
     },
+    # silu > div_raw > glu > fmax: x / 0's nan tangent in the branch fmax does not select
+    ("<with fmax>", "*", "kink"): ("zero", 414848, "jacfwd", None, 4),
+    # rsqrt > matmul > log_softmax of a 0-d value > std of it: std's nan cotangent
+    **{
+        ("<with log_softmax>", check, "unresolved"): ("one", 415886, check, None, 4)
+        for check in ("jacrev", "jit(vmap(grad))")
+    },
+    # softmax > log2 > std of a 0-d value > frac: torch's batched rule gives 0
+    ("<with std>", "hessian", "unresolved"): ("scalar", 423953, "hessian", None, 4),
+    # div_raw by 0 > trunc: the inf derivative meets trunc's zero
+    ("<with trunc>", "*", "kink"): ("tie", 426959, "jacrev", None, 2),
     # instance_norm > minimum: a channel [-30 + 4e-15, -30] normalized, times 30, minus 30
     ("<with instance_norm>", "*", "kink"): ("big", 293966, "grad", None, 2),
     # norm of a zero row > std of one value > addcdiv: std's nan cotangent at the zero vector
