@@ -137,7 +137,7 @@ def _bn_backward_impl(g, x, *, eps):
     )[0]
 
 
-def _gn_sizes(shape, groups):
+def gn_sizes(shape, groups):
     n, c = shape[0], shape[1]
     return n, c, math.prod(shape[2:]), groups
 
@@ -145,12 +145,12 @@ def _gn_sizes(shape, groups):
 # torch's group_norm kernels need contiguous operands (a vmapped one may not be)
 def _gn_impl(x, *, groups, eps):
     x = x.contiguous()
-    return torch.native_group_norm(x, None, None, *_gn_sizes(x.shape, groups), eps)[0]
+    return torch.native_group_norm(x, None, None, *gn_sizes(x.shape, groups), eps)[0]
 
 
 def _gn_backward_impl(g, x, *, groups, eps):
     g, x = g.contiguous(), x.contiguous()
-    sizes = _gn_sizes(x.shape, groups)
+    sizes = gn_sizes(x.shape, groups)
     _, mean, rstd = torch.native_group_norm(x, None, None, *sizes, eps)
     return torch.ops.aten.native_group_norm_backward(
         g, x, mean, rstd, None, *sizes, [True, False, False]
@@ -163,30 +163,40 @@ def _bn_codegen(args, avals, *, eps):
     return f"torch.native_batch_norm({args[0]}, None, None, None, None, True, 0.0, {eps!r})[0]"
 
 
+def bn_backward_source(g: str, x: str, mean: str, invstd: str, eps: float) -> str:
+    """torch source of batch norm's input cotangent from the saved `mean` and `invstd`."""
+    return (
+        f"torch.ops.aten.native_batch_norm_backward({g}, {x}, None, None, None, {mean}, "
+        f"{invstd}, True, {eps!r}, [True, False, False])[0]"
+    )
+
+
+def gn_backward_source(g: str, x: str, mean: str, rstd: str, sizes: str) -> str:
+    """torch source of group norm's input cotangent from the saved `mean` and `rstd`."""
+    return (
+        f"torch.ops.aten.native_group_norm_backward({g}, {x}, {mean}, {rstd}, None, "
+        f"{sizes}, [True, False, False])[0]"
+    )
+
+
 def _bn_backward_codegen(args, avals, *, eps):
     g, x = args
     stats = (
         f"(_bn_stats := torch.native_batch_norm({x}, None, None, None, None, True, 0.0, {eps!r}))"
     )
-    return (
-        f"torch.ops.aten.native_batch_norm_backward({g}, {x}, None, None, None, {stats}[1], "
-        f"_bn_stats[2], True, {eps!r}, [True, False, False])[0]"
-    )
+    return bn_backward_source(g, x, f"{stats}[1]", "_bn_stats[2]", eps)
 
 
 def _gn_codegen(args, avals, *, groups, eps):
-    sizes = ", ".join(map(str, _gn_sizes(avals[0].shape, groups)))
+    sizes = ", ".join(map(str, gn_sizes(avals[0].shape, groups)))
     return f"torch.native_group_norm({args[0]}.contiguous(), None, None, {sizes}, {eps!r})[0]"
 
 
 def _gn_backward_codegen(args, avals, *, groups, eps):
     g, x = (f"{a}.contiguous()" for a in args)
-    sizes = ", ".join(map(str, _gn_sizes(avals[1].shape, groups)))
+    sizes = ", ".join(map(str, gn_sizes(avals[1].shape, groups)))
     stats = f"(_gn_stats := torch.native_group_norm({x}, None, None, {sizes}, {eps!r}))"
-    return (
-        f"torch.ops.aten.native_group_norm_backward({g}, {x}, {stats}[1], _gn_stats[2], None, "
-        f"{sizes}, [True, False, False])[0]"
-    )
+    return gn_backward_source(g, x, f"{stats}[1]", "_gn_stats[2]", sizes)
 
 
 # ------------------------------------------------------------------------ derivative rules

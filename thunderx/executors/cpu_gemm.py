@@ -133,11 +133,18 @@ def _decide() -> bool:
             return False
         if mode == "onednn":
             return True
-        ratios = _cached_ratios()
-        if len(ratios) < CALIBRATIONS:
-            ratios.append(_calibrate(op))
-            _store_ratios(ratios)
-        return statistics.median(ratios) <= CALIBRATION_RATIO
+        return calibrated_choice(lambda: _calibrate(op))
+
+
+def calibrated_choice(measure, what: str = "") -> bool:
+    """Whether this machine's kept ratios (of the choice `what`, the GEMM's by default) say the
+    alternative kernel is faster: a process finding fewer than CALIBRATIONS adds `measure()`'s
+    ratio (the alternative's time over the default's) and keeps it; their median decides."""
+    ratios = _cached_ratios(what)
+    if len(ratios) < CALIBRATIONS:
+        ratios.append(measure())
+        _store_ratios(ratios, what)
+    return statistics.median(ratios) <= CALIBRATION_RATIO
 
 
 def _cache_file() -> str:

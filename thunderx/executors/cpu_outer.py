@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 
 import torch
 
@@ -75,11 +74,7 @@ def _bmm_chosen(b: int, m: int, n: int, dtype) -> bool:
         if not cpu_gemm.runtime_ok():  # tensors made here would be wrapped: decide later
             return False
         what = f"|outer {b}x{m}x{n} {str(dtype).removeprefix('torch.')}"
-        ratios = cpu_gemm._cached_ratios(what)
-        if len(ratios) < cpu_gemm.CALIBRATIONS:
-            ratios.append(_calibrate(b, m, n, dtype))
-            cpu_gemm._store_ratios(ratios, what)
-        _decided[key] = statistics.median(ratios) <= cpu_gemm.CALIBRATION_RATIO
+        _decided[key] = cpu_gemm.calibrated_choice(lambda: _calibrate(b, m, n, dtype), what)
     return _decided[key]
 
 

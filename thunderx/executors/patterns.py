@@ -210,7 +210,7 @@ def shared_statistics(jaxpr: Jaxpr) -> dict:
     statistics the forward computed (torch's kernels return mean and rstd) instead of running
     the forward again. Returns {equation index: source template of its arguments as {0}, ...}."""
     from thunderx.primitives.composite_channel_norm import (
-        _gn_sizes,
+        gn_sizes,
         group_norm_backward_p,
         group_norm_p,
     )
@@ -227,7 +227,7 @@ def shared_statistics(jaxpr: Jaxpr) -> dict:
         return fwd, bwd
 
     def group_norm(x, params, stats):
-        sizes = ", ".join(map(str, _gn_sizes(x.shape, params["groups"])))
+        sizes = ", ".join(map(str, gn_sizes(x.shape, params["groups"])))
         eps = params["eps"]
         fwd = (
             f"({stats} := torch.native_group_norm({{0}}.contiguous(), None, None, {sizes}, "

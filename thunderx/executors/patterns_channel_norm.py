@@ -24,8 +24,6 @@ every operand exists."""
 
 from __future__ import annotations
 
-import math
-
 from thunderx.executors.patterns_norm import _channel_vector, _index, _other
 from thunderx.ir import Jaxpr, Var
 
@@ -38,6 +36,9 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         batch_norm_backward_p,
         batch_norm_p,
         batch_norm_stats_p,
+        bn_backward_source,
+        gn_backward_source,
+        gn_sizes,
         group_norm_backward_p,
         group_norm_p,
     )
@@ -85,17 +86,12 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         saved = f"_cn_saved{i}"
         if e.prim is batch_norm_p:
             call = f"torch.native_batch_norm({{0}}, {_wb(w, b)}, None, None, True, 0.0, {eps!r})"
-            backward = (
-                "torch.ops.aten.native_batch_norm_backward({0}, {1}, None, None, None, "
-                f"{saved}[1], {saved}[2], True, {eps!r}, [True, False, False])[0]"
-            )
+            backward = bn_backward_source("{0}", "{1}", f"{saved}[1]", f"{saved}[2]", eps)
         else:
-            sizes = ", ".join(map(str, _group_sizes(x.aval.shape, e.params["groups"])))
+            sizes = ", ".join(map(str, gn_sizes(x.aval.shape, e.params["groups"])))
             call = f"torch.native_group_norm({{0}}.contiguous(), {_wb(w, b)}, {sizes}, {eps!r})"
-            backward = (
-                "torch.ops.aten.native_group_norm_backward({0}.contiguous(), {1}.contiguous(), "
-                f"{saved}[1], {saved}[2], None, {sizes}, [True, False, False])[0]"
-            )
+            g, x_ = "{0}.contiguous()", "{1}.contiguous()"
+            backward = gn_backward_source(g, x_, f"{saved}[1]", f"{saved}[2]", sizes)
         group |= set() if shared else {i}  # else the normalized value stays for its readers
         emit_at = max(group)
         emit[emit_at] = ([out, None, None], f"({saved} := {call})", [x, *_vectors(w, b)])
@@ -118,10 +114,6 @@ def _vectors(w, b) -> list:
 
 def _key(params: dict) -> tuple:
     return tuple(sorted(params.items()))
-
-
-def _group_sizes(shape, groups: int) -> tuple:
-    return shape[0], shape[1], math.prod(shape[2:]), groups
 
 
 def _instance(jaxpr, uses, producer, i):

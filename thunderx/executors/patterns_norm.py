@@ -235,6 +235,7 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
         batch_norm_backward_p,
         batch_norm_p,
         batch_norm_stats_p,
+        bn_backward_source,
     )
     from thunderx.primitives.higher_order import stop_gradient_p
 
@@ -292,10 +293,7 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
         # the backward of the normalization reads the saved mean and invstd of this call
         for j in backwards.get((id(x), eps), []):
             if j > first:
-                template = (
-                    f"torch.ops.aten.native_batch_norm_backward({{0}}, {{1}}, None, None, None, "
-                    f"{saved}[3], {saved}[4], True, {eps!r}, [True, False, False])[0]"
-                )
+                template = bn_backward_source("{0}", "{1}", f"{saved}[3]", f"{saved}[4]", eps)
                 emit[j] = ([eqns[j].outputs[0]], template, list(eqns[j].inputs))
     return emit, skip
 
