@@ -119,3 +119,26 @@ def test_running_buffers_and_vmap_keep_their_own_lowering():
         batched = tx.jit(tx.vmap(norm, in_axes=(0, None, None)))(x[:, None], w, b)
         ref = torch.stack([norm(x[i : i + 1], w, b) for i in range(x.shape[0])])
         torch.testing.assert_close(batched, ref, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("name", sorted(NORMS))
+def test_forward_mode_where_the_tangents_backward_comes_before_the_affine(name):
+    # under jvp the normalization's tangent (its backward kernel applied to t) is computed
+    # before the affine's add, where the kernel call is emitted: that backward must not read
+    # statistics of a forward the group replaced (group norm's raised a NameError)
+    norm, kernel = NORMS[name]
+    x, w, b = _inputs(torch.float64, constant_channel=False)
+    t = torch.randn(x.shape, generator=torch.Generator().manual_seed(3), dtype=x.dtype)
+    f = lambda x: norm(x, w, b)  # noqa: E731
+    want_value, want_tangent = torch.func.jvp(f, (x,), (t,))
+    jvp = tx.jit(lambda x, t: tx.jvp(f, (x,), (t,)))
+    assert kernel in jvp.lower(x, t).as_text()
+    value, tangent = jvp(x, t)
+    assert torch.equal(value, want_value)  # torch's kernel under jit
+    torch.testing.assert_close(tangent, want_tangent, rtol=1e-10, atol=1e-12)
+    value, tangent = tx.jvp(f, (x,), (t,))
+    torch.testing.assert_close(value, want_value, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(tangent, want_tangent, rtol=1e-10, atol=1e-12)
+    hvp = tx.jit(lambda x, t: tx.jvp(tx.grad(lambda x: f(x).pow(2).sum()), (x,), (t,))[1])
+    want = torch.func.jvp(torch.func.grad(lambda x: f(x).pow(2).sum()), (x,), (t,))[1]
+    torch.testing.assert_close(hvp(x, t), want, rtol=1e-9, atol=1e-10)

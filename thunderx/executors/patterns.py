@@ -205,10 +205,11 @@ def read_only_constants(jaxpr: Jaxpr) -> set[int]:
     return set(candidates.values())
 
 
-def shared_statistics(jaxpr: Jaxpr) -> dict:
+def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
     """A layer_norm or group_norm backward that follows the forward of the same input reads the
     statistics the forward computed (torch's kernels return mean and rstd) instead of running
-    the forward again. Returns {equation index: source template of its arguments as {0}, ...}."""
+    the forward again. Returns {equation index: source template of its arguments as {0}, ...}.
+    A forward at an index in `claimed` (emitted otherwise, or not at all) is no such source."""
     from thunderx.primitives.composite_channel_norm import (
         gn_sizes,
         group_norm_backward_p,
@@ -257,7 +258,8 @@ def shared_statistics(jaxpr: Jaxpr) -> dict:
             continue
         key = (tag, id(x), tuple(sorted(e.params.items())))
         if templates is not None:
-            forwards.setdefault(key, (i, templates))
+            if i not in claimed:
+                forwards.setdefault(key, (i, templates))
         elif key in forwards:
             j, templates = forwards[key]
             out[j], out[i] = templates(x.aval, e.params, f"_{tag}_stats{j}")

@@ -203,8 +203,9 @@ def generate_source(
     state = Buffers(root, owned, live_views, plain_views)
 
     relus, skipped = relu_patterns(jaxpr)
-    shared = shared_statistics(jaxpr)
     affine, affine_skipped = kernel_groups(jaxpr)
+    # a forward a kernel group emits (or drops) names no statistics for a later backward
+    shared = shared_statistics(jaxpr, set(affine) | affine_skipped)
     skipped |= affine_skipped
     index_adds, full_skipped = fresh_index_adds(jaxpr)
     skipped |= full_skipped
