@@ -297,6 +297,17 @@ def symbolic_zero_derivative():
     assert torch.isnan(tf.grad(n)(z)).all()
     m, nan_t = (lambda x: torch.linalg.vector_norm(x, 2, -1)), T(math.nan, math.nan)  # noqa: E731
     assert tx.jvp(m, (z,), (nan_t,))[1] == 0 and tf.jvp(m, (z,), (nan_t,))[1] == 0
+    # in a Hessian, relu's (and |x|'s) zero second derivative meeting exp's overflow, and
+    # huber's linear piece meeting 1 / 0: the entry is the chain rule's other term, -inf, where
+    # torch's double backward multiplies its explicit 0 by the infinity
+    wr, zr = T(-0.7, 0.3), T(2000.0, 1.0)
+    for act in (torch.relu, lambda v: F.l1_loss(v, torch.zeros_like(v), reduction="none")):
+        r = lambda z, act=act: (wr * act(torch.exp(z))).sum()  # noqa: E731
+        assert tx.hessian(r)(zr)[0, 0] == -math.inf
+        assert torch.isnan(tf.hessian(r)(zr)[0, 0])
+    hb = lambda y: (wr * F.huber_loss(1 / y, torch.zeros_like(y), reduction="none")).sum()  # noqa: E731
+    yb = T(1.0, 0.0)
+    assert tx.hessian(hb)(yb)[1, 1] == math.inf and torch.isnan(tf.hessian(hb)(yb)[1, 1])
 
 
 def reduction_over_no_elements():
@@ -354,6 +365,14 @@ def bilinear_at_infinity():
 
     _close(second(tx.jvp), 2 * (F.conv1d(dx, dw) * wt).sum())  # the closed form
     assert torch.isnan(second(tf.jvp))
+    # matmul: the Hessian block of its right operand is 0, its mixed block the weights
+    a = T(0.0, 1.0, 1.0, math.inf).reshape(2, 2)
+    b, wm = T(-0.75, 0.75).reshape(2, 1), T(0.3, -0.5).reshape(2, 1)
+    m = lambda a, b: (wm * (a @ b)).sum()  # noqa: E731
+    (_, hab), (_, hbb) = tx.hessian(m, argnums=(0, 1))(a, b)
+    assert torch.equal(hbb, torch.zeros(2, 1, 2, 1, dtype=F64))
+    assert torch.equal(hab, torch.einsum("ik,jl->ijlk", wm, torch.eye(2, dtype=F64)))
+    assert torch.isnan(tf.hessian(m, argnums=(0, 1))(a, b)[1][1]).any()
 
 
 def logcumsumexp_rounded_output():

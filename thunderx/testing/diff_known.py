@@ -104,6 +104,17 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         ("logcumsumexp", check, "kink"): "logcumsumexp-forward-range"
         for check in _FORWARD_MODE_CHECKS
     },
+    ("relu6", "*", "unresolved"): "nan-derivative-by-kernel-path",
+    ("<with std>", "jacrev", "unresolved"): "variance-without-degrees-of-freedom",
+    ("<with std>", "jit(vmap(grad))", "unresolved"): "variance-without-degrees-of-freedom",
+    ("<with amin>", "*", "kink"): "symbolic-zero-derivative",
+    ("matmul", "hessian", "unresolved"): "bilinear-at-infinity",
+    # an infinite first derivative (x / 0, an overflowing power) through an op whose own
+    # second derivative is a symbolic zero
+    **{
+        (f"<with {op}>", "hessian", "kink"): "symbolic-zero-derivative"
+        for op in ("relu", "l1_loss", "huber_loss")
+    },
 }
 
 # (op, check, category) -> (edge, seed, check): make_case(OPS[op], edge, Random(seed)) through
@@ -197,6 +208,24 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # amin > div_raw at ties: the unselected entries' derivative under x / 0's inf and nan
     ("<with amin>", "*", "unresolved"): ("tie", 266605, "jit(vmap(grad))", None, 2),
+    # div_raw by 0 > relu6 under jit(vmap(grad)): relu6's derivative at the nan 0 / 0 times 1 / 0
+    ("relu6", "*", "unresolved"): ("tie", 420524, "jit(vmap(grad))", None, 2),
+    # unsqueeze_squeeze > softmax > sinh > std of one value: torch's batched rule gives 0
+    **{
+        ("<with std>", check, "unresolved"): ("scalar", 503782, check, None, 4)
+        for check in ("jacrev", "jit(vmap(grad))")
+    },
+    # erfinv > amin of five zeros and 0.6 > hypot at 0 > l1_loss: hypot's nan cotangent shared
+    # among the ties, 0 at the unselected entry
+    ("<with amin>", "*", "kink"): ("zero", 490900, "grad", None, 4),
+    # div_raw by 0 > matmul: matmul's second derivative in its right operand at an inf entry
+    ("matmul", "hessian", "unresolved"): ("tie", 494821, "hessian", None, 2),
+    # permute > linear > rpow overflowing to inf > relu
+    ("<with relu>", "hessian", "kink"): ("big", 422960, "hessian", None, 4),
+    # var > div_raw by 0 > l1_loss
+    ("<with l1_loss>", "hessian", "kink"): ("tie", 378286, "hessian", None, 3),
+    # div_raw by 0 > huber_loss in its linear piece
+    ("<with huber_loss>", "hessian", "kink"): ("tie", 509137, "hessian", None, 2),
     ("<with layer_norm>", "*", "kink"): ("tie", 92727, "hessian", None, 4),
     **{
         ("logcumsumexp", check, "kink"): ("big", 22250, check, None, 4)
