@@ -33,6 +33,17 @@ def _(d):
     return Sample([d.tensor(shape), d.tensor(shape, F64, "nonzero")], {"threshold": 0.0})
 
 
+@sample("silu", "mish")
+def _(d):
+    return Sample([d.tensor(d.shape())], {})
+
+
+@sample("silu_backward", "mish_backward")
+def _(d):
+    shape = d.shape()
+    return Sample([d.tensor(shape), d.tensor(shape)], {})
+
+
 @sample("gelu_backward")
 def _(d):
     shape = d.shape()

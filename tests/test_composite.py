@@ -2,6 +2,7 @@
 the generated code, torch's numbers, decompositions equal to the kernels, rules derived from the
 decompositions, and second derivatives against torch.func."""
 
+import math
 from functools import partial
 
 import pytest
@@ -61,7 +62,7 @@ def test_jacobians_tutorial_asserts_hold_at_default_tolerance():
     assert torch.allclose(tx.jit(tx.jacrev(predict, argnums=2))(big, bias, x), torch.stack(rows))
 
 
-@pytest.mark.parametrize("act", [torch.tanh, torch.sigmoid, torch.relu, F.gelu])
+@pytest.mark.parametrize("act", [torch.tanh, torch.sigmoid, torch.relu, F.gelu, F.silu, F.mish])
 def test_reverse_mode_has_torch_autograds_bits(act):
     torch.manual_seed(1)
     x = torch.randn(64, 32) * 4
@@ -82,6 +83,8 @@ _KERNELS = [
     (lambda x: F.threshold(x, 0.5, -1.0), "torch.ops.aten.threshold_backward"),
     (F.gelu, "torch.ops.aten.gelu_backward"),
     (partial(F.gelu, approximate="tanh"), "approximate='tanh'"),
+    (F.silu, "torch.ops.aten.silu_backward"),
+    (F.mish, "torch.ops.aten.mish_backward"),
     (partial(torch.softmax, dim=-1), "torch.ops.aten._softmax_backward_data"),
     (partial(torch.log_softmax, dim=-1), "torch.ops.aten._log_softmax_backward_data"),
     (partial(F.layer_norm, normalized_shape=(5,)), "torch.ops.aten.native_layer_norm_backward"),
@@ -135,6 +138,26 @@ def test_generated_forward_calls_the_kernels():
     # gelu writes over relu's output, dead after it, through aten's gelu.out
     for call in ("relu", "torch.ops.aten.gelu.out(", "torch.softmax(", "torch.log_softmax("):
         assert call in src, src
+
+
+@pytest.mark.parametrize("act", [F.silu, F.mish])
+def test_an_infinite_cotangent_meets_the_derivative_once(act):
+    # x * s(x) by the product rule gives an infinite cotangent to both factors, inf - inf = nan
+    # at x < 0; torch's backward kernel multiplies it by the finite derivative: +-inf
+    x = torch.tensor([-0.75, -3.0, 0.5, 2.0], dtype=torch.float64)
+    ct = torch.tensor([math.inf, -math.inf, math.inf, 1.0], dtype=torch.float64)
+    want = tf.vjp(act, x)[1](ct)[0]
+    assert torch.isinf(want[:3]).all()
+    assert torch.equal(tx.vjp(act, x)[1](ct)[0], want)
+    assert torch.equal(tx.jit(lambda x, ct: tx.vjp(act, x)[1](ct)[0])(x, ct), want)
+
+
+def test_silu_and_mish_forward_are_torchs_kernels():
+    # torch's silu is x / (1 + exp(-x)), which rounds differently from x * sigmoid(x)
+    x = torch.randn(4096) * 6
+    for act in (F.silu, F.mish):
+        assert torch.equal(tx.jit(act)(x), act(x))
+        assert torch.equal(tx.vmap(act)(x.reshape(64, 64)), act(x).reshape(64, 64))
 
 
 def test_vmap_of_grad_keeps_the_kernels_with_their_batch_dims():
@@ -208,6 +231,8 @@ _FUNCTIONS = {
     "threshold": lambda x: F.threshold(x, 0.3, 0.3) * x,
     "gelu": F.gelu,
     "gelu_tanh": partial(F.gelu, approximate="tanh"),
+    "silu": F.silu,
+    "mish": F.mish,
     "softmax": partial(torch.softmax, dim=1),
     "log_softmax": partial(torch.log_softmax, dim=0),
     "cross_entropy": lambda x: F.cross_entropy(x, torch.tensor([0, 2, 1, 2])),

@@ -9,7 +9,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from thunderx.lang._base import optional, register
+from thunderx.lang._base import optional, promote, register
+from thunderx.primitives import composite_activation as KA
 
 _SPECIAL = {
     "digamma": torch.digamma,
@@ -144,8 +145,14 @@ def _native_dropout_backward(grad_output, mask, scale):
 
 @register(torch.ops.aten.silu_backward.default, torch.ops.aten.silu_backward)
 def _silu_backward(grad_output, x):
-    s = torch.sigmoid(x)
-    return grad_output * s * (1 + x * (1 - s))
+    (g, v), _ = promote(grad_output, x, to_float=True)
+    return KA.silu_backward_p.bind(g, v)
+
+
+@register(torch.ops.aten.mish_backward.default, torch.ops.aten.mish_backward)
+def _mish_backward(grad_output, x):
+    (g, v), _ = promote(grad_output, x, to_float=True)
+    return KA.mish_backward_p.bind(g, v)
 
 
 @register(torch.result_type)

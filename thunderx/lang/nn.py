@@ -23,6 +23,7 @@ from thunderx.lang._base import (
 from thunderx.lang.reductions import vector_norm
 from thunderx.primitives import binary as B
 from thunderx.primitives import composite as K
+from thunderx.primitives import composite_activation as KA
 from thunderx.primitives import composite_norm as KN
 from thunderx.primitives import composite_softmax as KS
 from thunderx.primitives import creation as C
@@ -71,7 +72,9 @@ def gelu(x, approximate="none"):
 
 @register(F.silu)
 def silu(x, inplace=False):
-    return B.mul(x, U.logistic(x))
+    if not is_float(dtype(x)):
+        raise TypeError(f"F.silu: input must be floating (as in torch), got {dtype(x)}")
+    return KA.silu(x)
 
 
 @register(F.elu)
@@ -137,7 +140,9 @@ def softplus(x, beta=1.0, threshold=20.0):
 
 @register(F.mish)
 def mish(x, inplace=False):
-    return B.mul(x, U.tanh(softplus(x)))
+    if not is_float(dtype(x)):
+        raise TypeError(f"F.mish: input must be floating (as in torch), got {dtype(x)}")
+    return KA.mish(x)
 
 
 @register(F.logsigmoid)

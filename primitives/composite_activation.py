@@ -1,0 +1,119 @@
+"""SiLU and Mish as composite operations: torch's forward kernels (`F.silu` computes
+x / (1 + exp(-x)), not x * sigmoid(x)) and their fused backward kernels (`silu_backward`,
+`mish_backward`) as both jvp and transpose, as for gelu (primitives/composite.py).
+
+Besides torch's numbers, the backward kernel multiplies the gradient by the derivative once,
+where the product rule of the decomposition x * s(x) gives it to both factors: at an infinite
+cotangent (a later division by 0) that is inf - inf = nan where torch gives +-inf."""
+
+from __future__ import annotations
+
+import torch
+
+from thunderx.ad_util import Zero
+from thunderx.core import get_aval
+from thunderx.primitives import binary as B
+from thunderx.primitives import unary as U
+from thunderx.primitives._elementwise import elementwise_batch
+from thunderx.primitives.composite import (
+    _elementwise_abstract_eval,
+    _grad_transpose,
+    declare_composite,
+)
+
+
+def _softplus(x):
+    # torch's mish kernel: log1p(exp(x)); above 20 it is x to double precision and exp(x) would
+    # overflow in the (discarded) branch's derivative
+    above = B.gt(x, 20.0)
+    return U.select(above, x, U.log1p(U.exp(U.select(above, 0.0, x))))
+
+
+def _silu_derivative(x):
+    """torch's silu_backward formula without the gradient: s * (1 + x * (1 - s))."""
+    s = U.logistic(x)
+    return s, B.add(B.mul(x, B.sub(1.0, s)), 1.0)
+
+
+def _mish_derivative(x):
+    """torch's mish_backward formula without the gradient: t + x * s * (1 - t * t)."""
+    t, s = U.tanh(_softplus(x)), U.logistic(x)
+    return B.add(t, B.mul(B.mul(x, s), B.sub(1.0, B.mul(t, t))))
+
+
+def _silu_backward_decomposition(g, x):
+    s, rest = _silu_derivative(x)
+    return B.mul(B.mul(g, s), rest)  # torch's order: (g * s) * (1 + x (1 - s))
+
+
+def _activation(name, decomposition, kernel, backward_name, backward_decomposition, kernel_bwd):
+    """An elementwise activation `name` and its backward `g * f'(x)`, each one torch kernel
+    (with an out= overload where aten has one: mish_backward has none)."""
+    out_overload = {"inplace_out": f"{backward_name}.grad_input"}
+    if "grad_input" not in getattr(torch.ops.aten, backward_name).overloads():
+        out_overload = {}
+
+    def backward(g, x):
+        return backward_p.bind(g, x)
+
+    backward_p = declare_composite(
+        backward_name,
+        # its jvp (in x: f'' times g) comes from the decomposition
+        decomposition=backward_decomposition,
+        impl=kernel_bwd,
+        abstract_eval=_elementwise_abstract_eval(backward_name),
+        linear=True,
+        nonlinear=(1,),
+        differentiate_decomposition=True,
+        transpose=lambda ct, g, x: _grad_transpose(backward_p)(ct, g, x),
+        batch=lambda args, dims: elementwise_batch(backward_p, args, dims),
+        torch_codegen=lambda args, avals: f"torch.ops.aten.{backward_name}({args[0]}, {args[1]})",
+        elementwise=True,
+        **out_overload,
+    )
+
+    def jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        y = prim.bind(x)
+        return y, Zero(get_aval(y)) if type(t) is Zero else backward(t, x)
+
+    prim = declare_composite(
+        name,
+        decomposition=decomposition,
+        impl=kernel,
+        abstract_eval=_elementwise_abstract_eval(name),
+        jvp=jvp,
+        batch=lambda args, dims: elementwise_batch(prim, args, dims),
+        torch_codegen=lambda args, avals: f"torch.nn.functional.{name}({args[0]})",
+        elementwise=True,
+        inplace_out=f"{name}.out",
+    )
+    return prim, backward_p
+
+
+silu_p, silu_backward_p = _activation(
+    "silu",
+    lambda x: B.mul(x, U.logistic(x)),
+    torch.nn.functional.silu,
+    "silu_backward",
+    _silu_backward_decomposition,
+    torch.ops.aten.silu_backward,
+)
+mish_p, mish_backward_p = _activation(
+    "mish",
+    lambda x: B.mul(x, U.tanh(_softplus(x))),
+    torch.nn.functional.mish,
+    "mish_backward",
+    lambda g, x: B.mul(g, _mish_derivative(x)),
+    torch.ops.aten.mish_backward,
+)
+
+
+def silu(x):
+    """F.silu as one kernel; its derivative is torch's silu_backward."""
+    return silu_p.bind(x)
+
+
+def mish(x):
+    """F.mish as one kernel; its derivative is torch's mish_backward."""
+    return mish_p.bind(x)
