@@ -132,6 +132,13 @@ def nan_cotangent_dropped():
     leaf = v.clone().requires_grad_()
     (by_autograd,) = torch.autograd.grad(c(leaf), leaf)
     assert by_autograd[2] == 0
+    # prod with two zeros: every partial derivative is 0, torch.autograd returns that without
+    # reading the nan cotangent; torch.func and thunderx multiply it in
+    p = lambda v: torch.prod(v) * math.nan  # noqa: E731
+    v2 = T(0.0, 0.5, 0.0)
+    assert torch.isnan(tx.grad(p)(v2)).all() and torch.isnan(tf.grad(p)(v2)).all()
+    leaf = v2.clone().requires_grad_()
+    assert torch.equal(torch.autograd.grad(p(leaf), leaf)[0], torch.zeros(3, dtype=F64))
 
 
 def pow_at_exponent_zero():
@@ -375,6 +382,41 @@ def bilinear_at_infinity():
     assert torch.isnan(tf.hessian(m, argnums=(0, 1))(a, b)[1][1]).any()
 
 
+def batch_norm_hessian_weight_block():
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*sh, dtype=F64, generator=g) for sh in ((2, 3, 4), (3,), (3,)))
+    wt = torch.linspace(-1, 1, 24, dtype=F64).reshape(2, 3, 4)
+
+    def s(x, w):
+        return (F.batch_norm(x, None, None, w, b, training=True) * wt).sum()
+
+    (_, xw), (wx, _) = tx.hessian(s, argnums=(0, 1))(x, w)
+    _close(wx, xw.movedim(-1, 0))  # symmetric
+    h = 1e-6
+    gx = lambda w: tf.grad(s)(x, w)  # noqa: E731
+    fd = torch.stack([(gx(w + h * e) - gx(w - h * e)) / (2 * h) for e in torch.eye(3, dtype=F64)])
+    torch.testing.assert_close(wx, fd, rtol=1e-6, atol=1e-8)
+    (_, txw), (twx, _) = tf.hessian(s, argnums=(0, 1))(x, w)
+    torch.testing.assert_close(txw.movedim(-1, 0), fd, rtol=1e-6, atol=1e-8)
+    assert (twx - fd).abs().max() > 0.1
+
+
+def batched_recurrent_rounding():
+    # at ordinary inputs the unrolled cells agree with the per-example sequence kernel to
+    # rounding, and torch.func has no batching rule to compare with
+    g = torch.Generator().manual_seed(1)
+    x, h0 = torch.randn(2, 5, 3, 4, dtype=F64, generator=g), torch.randn(2, 1, 3, 6, dtype=F64)
+    ws = [torch.randn(2, *sh, dtype=F64, generator=g) for sh in ((18, 4), (18, 6), (18,), (18,))]
+
+    def gru(x, h, *w):
+        return torch.gru(x, h, list(w), True, 1, 0.0, False, False, False)[0]
+
+    loop = torch.stack([gru(x[i], h0[i], *[w[i] for w in ws]) for i in range(2)])
+    torch.testing.assert_close(tx.vmap(gru)(x, h0, *ws), loop, rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="Batching rule not implemented"):
+        tf.vmap(gru)(x, h0, *ws)
+
+
 def logcumsumexp_rounded_output():
     big = 4.2532690029e88
     x, ct = T(big, big, big), T(0.0, 0.0, 1.0)
@@ -413,6 +455,8 @@ BEHAVIOUR = {
         bilinear_at_infinity,
         cumprod_at_infinity,
         logcumsumexp_rounded_output,
+        batch_norm_hessian_weight_block,
+        batched_recurrent_rounding,
     )
 }
 
