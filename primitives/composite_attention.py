@@ -96,16 +96,15 @@ def _decomposition(q, k, v, *mask, is_causal, scale):
     s = _scores(q, k, mask[0] if mask else None, is_causal, scale)
     shp = S._shape(s)
     m = _row_max(s)
-    if mask:
-        # a fully masked row (a causal mask alone leaves each row its first key): output 0 and
-        # logsumexp 0, as the kernels give; its scores and maximum become 0
-        dead, dead_b = dead_rows(s, m)
-        s, m = U.select(dead_b, C.zeros_like(s), s), U.select(dead, C.zeros_like(m), m)
+    # a row whose scores are all -inf (fully masked; a causal mask alone leaves each row its
+    # first key; or a query of -inf without a mask): output 0 and logsumexp 0, as the kernels
+    # give; its scores and maximum become 0
+    dead, dead_b = dead_rows(s, m)
+    s, m = U.select(dead_b, C.zeros_like(s), s), U.select(dead, C.zeros_like(m), m)
     shifted = B.sub(s, S.broadcast_in_dim(m, shp, (0, 1, 2)))
     lse = B.add(U.log(_sum_last(U.exp(shifted))), m)
     p = softmax(s, 3)
-    if mask:
-        p, lse = U.select(dead_b, C.zeros_like(p), p), U.select(dead, C.zeros_like(lse), lse)
+    p, lse = U.select(dead_b, C.zeros_like(p), p), U.select(dead, C.zeros_like(lse), lse)
     return [M.mm(p, v), lse]
 
 

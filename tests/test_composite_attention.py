@@ -167,6 +167,33 @@ def test_a_fully_masked_row_gives_zeros_and_zero_gradients_like_torch(path, kind
 
 
 @pytest.mark.parametrize("lead", LEADS + [()])
+def test_a_query_row_of_minus_inf_scores_gives_zeros_without_a_mask(lead):
+    # scores all -inf with no mask (a -inf query against positive keys): torch's math path
+    # (its _safe_softmax) and flash kernel both give 0 and zero gradients there, not NaN
+    q, k, v = _qkv(lead, 3, 4, 2)
+    k = k.abs() + 0.1
+    q[..., 1, :] = -float("inf")
+    f = F.scaled_dot_product_attention
+    want = f(q, k, v)
+    assert torch.all(want[..., 1, :] == 0)
+    torch.testing.assert_close(tx.jit(f)(q, k, v), want)
+    qb, kb, vb = (torch.stack([t, t]) for t in (q, k, v))
+    torch.testing.assert_close(tx.vmap(f)(qb, kb, vb)[1], want)
+    if lead == (3,):  # the math path, compiled by inductor
+        torch.testing.assert_close(tx.jit(f, executor="inductor")(q, k, v), want)
+
+    def loss(q, k, v):
+        return f(q, k, v).square().sum()
+
+    qs = [t.clone().requires_grad_() for t in (q, k, v)]
+    want_grads = torch.autograd.grad(loss(*qs), qs)
+    for a, b in zip(tx.jit(tx.grad(loss, argnums=(0, 1, 2)))(q, k, v), want_grads):
+        torch.testing.assert_close(a, b, equal_nan=True)
+    for a, b in zip(tx.grad(loss, argnums=(0, 1, 2))(q, k, v), want_grads):
+        torch.testing.assert_close(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize("lead", LEADS + [()])
 @pytest.mark.parametrize("where", ["query", "key"])
 def test_a_nan_operand_gives_torch_s_answer_at_every_rank(lead, where):
     # torch's flash kernel (4-D) gives 0 on a query row whose scores are all NaN, its math path

@@ -53,8 +53,10 @@ def math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
             scores = B.add(
                 scores, S.broadcast_to(m, shape(scores)) if shape(m) != shape(scores) else m
             )
-    if attn_mask is not None and lk:
-        weights = KA.safe_softmax(scores)  # a fully masked row: 0, as torch's math path gives
+    if lk:
+        # a row whose scores are all -inf (masked out, or a query of -inf): 0, as torch's math
+        # path gives with or without a mask (its _safe_softmax)
+        weights = KA.safe_softmax(scores)
     else:
         weights = softmax(scores, -1)
     if dropout_p:
