@@ -417,6 +417,25 @@ def batched_recurrent_rounding():
         tf.vmap(gru)(x, h0, *ws)
 
 
+def cosine_similarity_rounding():
+    a, b = (
+        T(-0.4559921256, 0.7331139495).reshape(2, 1),
+        T(1.1182751345e-04, 2.0996337854).reshape(2, 1),
+    )
+    wt = T(0.3, -0.8)
+
+    def s(a, b):
+        return (F.cosine_similarity(a, b) * wt).sum()
+
+    ours, theirs = (
+        torch.stack([h.reshape(-1) for row in hess(s, argnums=(0, 1))(a, b) for h in row])
+        for hess in (tx.hessian, tf.hessian)
+    )
+    # exactly 0 in exact arithmetic: rounding noise over the squared norm on both sides
+    assert ours.abs().max() < 1e-6 and theirs.abs().max() < 1e-6
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+
+
 def logcumsumexp_rounded_output():
     big = 4.2532690029e88
     x, ct = T(big, big, big), T(0.0, 0.0, 1.0)
@@ -457,6 +476,7 @@ BEHAVIOUR = {
         logcumsumexp_rounded_output,
         batch_norm_hessian_weight_block,
         batched_recurrent_rounding,
+        cosine_similarity_rounding,
     )
 }
 

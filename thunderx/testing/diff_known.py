@@ -128,6 +128,9 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for check in ("jvp", "linearize", "jacfwd")
     },
     ("<with batch_norm>", "hessian", "kink"): "batch-norm-hessian-weight-block",
+    ("<with cumprod>", "autograd", "kink"): "nan-cotangent-dropped",
+    ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
+    ("cosine_similarity", "hessian", "unresolved"): "cosine-similarity-rounding",
     ("gru", "vmap", "forward"): "batched-recurrent-rounding",
     ("gru", "vmap_axes", "forward"): "batched-recurrent-rounding",
     # an infinite first derivative (x / 0, an overflowing power) through an op whose own
@@ -262,6 +265,11 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # pad > tanhshrink > batch_norm (an output exactly 0) > leaky_relu at its kink
     ("<with batch_norm>", "hessian", "kink"): ("tie", 535586, "hessian", None, 4),
+    # cumprod past a zero > hypot at (0, 0) > glu: hypot's nan cotangent
+    ("<with cumprod>", "autograd", "kink"): ("zero", 573030, "autograd", None, 3),
+    # one-element vectors, one of norm 1.1e-4; a zero vector (the clamp) in a program
+    ("cosine_similarity", "hessian", "unresolved"): ("one", 570118, "hessian"),
+    ("cosine_similarity", "hessian", "kink"): ("zero", 344811, "hessian", None, 3),
     # cosh to 5e12 > gru: gate pre-activations of 1.5e14 cancelling to O(1)
     **{
         ("gru", check, "forward"): ("big", 535592, check, None, 3)
