@@ -436,6 +436,28 @@ def cosine_similarity_rounding():
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
 
 
+def bessel_ratio_near_zero():
+    d2 = lambda grad: grad(grad(torch.special.i1e))  # noqa: E731
+    for x, one_sided in ((-1.1437e-16, 1.0), (1.1437e-16, -1.0)):
+        _close(d2(tx.grad)(S(x)), S(one_sided))
+        assert d2(tf.grad)(S(x)) == 0
+
+
+def batched_kernel_rounding_at_ties():
+    import random
+
+    from thunderx.testing.diff_checks import Ctx
+    from thunderx.testing.differential import make_program
+
+    prog, _ = make_program(random.Random(668009), "tie", 4, None)
+    c = Ctx(prog, 668009)
+    ours = tx.vmap(tx.grad(c.s))(*c.batch)
+    loop = torch.stack([tf.grad(c.s)(*[b[i] for b in c.batch]) for i in range(2)])
+    torch.testing.assert_close(ours, loop, rtol=1e-13, atol=1e-15)  # the same tied entries
+    theirs = tf.vmap(tf.grad(c.s))(*c.batch)
+    assert not torch.equal(theirs != 0, loop != 0)  # another entry of the tie
+
+
 def logcumsumexp_rounded_output():
     big = 4.2532690029e88
     x, ct = T(big, big, big), T(0.0, 0.0, 1.0)
@@ -477,6 +499,8 @@ BEHAVIOUR = {
         batch_norm_hessian_weight_block,
         batched_recurrent_rounding,
         cosine_similarity_rounding,
+        bessel_ratio_near_zero,
+        batched_kernel_rounding_at_ties,
     )
 }
 

@@ -131,6 +131,11 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with batch_norm>", "hessian", "kink"): "batch-norm-hessian-weight-block",
     ("<with cumprod>", "autograd", "kink"): "nan-cotangent-dropped",
     ("<with round>", "*", "kink"): "symbolic-zero-derivative",
+    ("i1e", "hessian", "kink"): "bessel-ratio-near-zero",
+    **{
+        ("<with max_pool2d>", check, "kink"): "batched-kernel-rounding-at-ties"
+        for check in ("jit(vmap(grad))", "vmap(jvp)")
+    },
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
     ("cosine_similarity", "hessian", "unresolved"): "cosine-similarity-rounding",
     ("gru", "vmap", "forward"): "batched-recurrent-rounding",
@@ -258,6 +263,13 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     # selu > sinc > layer_norm with weight and bias > cummax at a tie torch's kernel makes
     **{
         ("<with layer_norm>", check, "unresolved"): ("big", 629812, check, None, 4)
+        for check in ("jit(vmap(grad))", "vmap(jvp)")
+    },
+    # sinc of 30 (-1.1e-16) > i1e: its one-sided second derivative there
+    ("i1e", "hessian", "kink"): ("big", 660254, "hessian", None, 2),
+    # tan > log10 > softplus > max_pool2d over equal maxima
+    **{
+        ("<with max_pool2d>", check, "kink"): ("tie", 668009, check, None, 4)
         for check in ("jit(vmap(grad))", "vmap(jvp)")
     },
     # softsign > div_raw by 0 > round > nansum: x / 0's nan and inf derivatives meet round's 0
