@@ -99,6 +99,7 @@ def extremum_of_nan():
 
 
 def nan_derivative_by_kernel_path():
+    _elu_at_nan()
     for fn in (F.relu6, F.hardtanh):
         for n in (3, 16):
             x = torch.full((n,), math.nan, dtype=F64)
@@ -115,6 +116,14 @@ def nan_derivative_by_kernel_path():
         assert torch.isnan(tx.jvp(F.hardswish, (x,), (torch.ones(n, dtype=F64),))[1]).all()
         theirs = tf.grad(f)(x)
         assert (theirs == 1).all() if n == 3 else torch.isnan(theirs).all()
+
+
+def _elu_at_nan():
+    # torch's vectorized elu backward gives nan at a nan input, its scalar loop 1; thunderx 1
+    f = lambda x: F.elu(x).sum()  # noqa: E731
+    long = torch.full((64,), math.nan, dtype=F64)
+    assert torch.equal(tx.grad(f)(long), torch.ones(64, dtype=F64))
+    assert torch.isnan(tf.grad(f)(long)).all() and torch.equal(tf.grad(f)(long[:3]), T(1, 1, 1))
 
 
 def nan_cotangent_dropped():
@@ -380,6 +389,12 @@ def bilinear_at_infinity():
     assert torch.equal(hbb, torch.zeros(2, 1, 2, 1, dtype=F64))
     assert torch.equal(hab, torch.einsum("ik,jl->ijlk", wm, torch.eye(2, dtype=F64)))
     assert torch.isnan(tf.hessian(m, argnums=(0, 1))(a, b)[1][1]).any()
+    # mv with a nan entry: the vector's Hessian block is 0, free of the matrix
+    mv = lambda a, v: (torch.mv(a, v) * T(1.0, -2.0)).sum()  # noqa: E731
+    an, vn = T(math.nan, 1.0, 0.5, 2.0).reshape(2, 2), T(0.3, -0.2)
+    vv = lambda hess: hess(mv, argnums=(0, 1))(an, vn)[1][1]  # noqa: E731
+    assert torch.equal(vv(tx.hessian), torch.zeros(2, 2, dtype=F64))
+    assert torch.isnan(vv(tf.hessian)).any()
 
 
 def batch_norm_hessian_weight_block():

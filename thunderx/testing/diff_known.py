@@ -133,6 +133,17 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with round>", "*", "kink"): "symbolic-zero-derivative",
     ("i1e", "hessian", "kink"): "bessel-ratio-near-zero",
     **{
+        ("<with gru>", check, "forward"): "batched-recurrent-rounding"
+        for check in ("vmap", "vmap_axes")
+    },
+    **{
+        ("softmax", check, "unresolved"): "batched-rule-at-nan"
+        for check in ("jacrev", "jit(vmap(grad))")
+    },
+    ("<with selu>", "hessian", "kink"): "symbolic-zero-derivative",
+    ("mv", "hessian", "unresolved"): "bilinear-at-infinity",
+    ("elu", "*", "unresolved"): "nan-derivative-by-kernel-path",
+    **{
         ("<with max_pool2d>", check, "kink"): "batched-kernel-rounding-at-ties"
         for check in ("jit(vmap(grad))", "vmap(jvp)")
     },
@@ -265,6 +276,22 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         ("<with layer_norm>", check, "unresolved"): ("big", 629812, check, None, 4)
         for check in ("jit(vmap(grad))", "vmap(jvp)")
     },
+    # batch_norm > sqrt > gru (an output of -5e-17 from torch's kernel, 0 from the cells) > floor
+    **{
+        ("<with gru>", check, "forward"): ("tie", 703155, check, None, 4)
+        for check in ("vmap", "vmap_axes")
+    },
+    # div_raw by 0 > sort > kl_div to a 0-d nan > softmax of it
+    **{
+        ("softmax", check, "unresolved"): ("zero", 697569, check, None, 4)
+        for check in ("jacrev", "jit(vmap(grad))")
+    },
+    # tril > div_raw by 0 > selu in its linear piece at inf
+    ("<with selu>", "hessian", "kink"): ("tie", 704055, "hessian", None, 3),
+    # amax > var of one row (nan) > mv > sinh: mv's second derivative in its vector
+    ("mv", "hessian", "unresolved"): ("one", 705333, "hessian", None, 4),
+    # selu > div_raw by 0 > layer_norm of rows with nan > elu: elu's derivative at nan
+    ("elu", "*", "unresolved"): ("zero", 706344, "grad", None, 4),
     # sinc of 30 (-1.1e-16) > i1e: its one-sided second derivative there
     ("i1e", "hessian", "kink"): ("big", 660254, "hessian", None, 2),
     # tan > log10 > softplus > max_pool2d over equal maxima
