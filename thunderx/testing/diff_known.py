@@ -144,6 +144,10 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("mv", "hessian", "unresolved"): "bilinear-at-infinity",
     ("elu", "*", "unresolved"): "nan-derivative-by-kernel-path",
     **{
+        ("<with cumprod>", check, "kink"): "cumprod-at-infinity"
+        for check in ("jvp", "linearize", "vmap(jvp)")
+    },
+    **{
         ("<with max_pool2d>", check, "kink"): "batched-kernel-rounding-at-ties"
         for check in ("jit(vmap(grad))", "vmap(jvp)")
     },
@@ -292,6 +296,11 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("mv", "hessian", "unresolved"): ("one", 705333, "hessian", None, 4),
     # selu > div_raw by 0 > layer_norm of rows with nan > elu: elu's derivative at nan
     ("elu", "*", "unresolved"): ("zero", 706344, "grad", None, 4),
+    # linear > rpow overflowing to inf > cumprod, in forward mode
+    **{
+        ("<with cumprod>", check, "kink"): ("big", 733489, check, None, 3)
+        for check in ("jvp", "linearize", "vmap(jvp)")
+    },
     # sinc of 30 (-1.1e-16) > i1e: its one-sided second derivative there
     ("i1e", "hessian", "kink"): ("big", 660254, "hessian", None, 2),
     # tan > log10 > softplus > max_pool2d over equal maxima
