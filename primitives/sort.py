@@ -10,6 +10,8 @@ tangents gathered by the same indices.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from thunderx.ad_util import Zero
@@ -243,6 +245,12 @@ def _lcse_jvp(primals, tangents, *, axis):
     peak = stop_gradient(cummax(xm, last)[0])
     e = M.tril(U.exp(M.tril(B.sub(M.row_vector(xm), M.col_vector(peak)))))  # [.., k, i]
     w = B.div(e, M.col_vector(R.reduce_sum(e, (last + 1,))))
+    # a prefix holding +inf: exp(x_i - y_k) as logsumexp's derivative, 0 at the finite entries
+    # and nan at the infinite ones (the softmax's sum would be nan and reach every entry)
+    ym = stop_gradient(S.moveaxis(y, axis, -1))
+    direct = M.tril(U.exp(M.tril(B.sub(M.row_vector(xm), M.col_vector(ym)))))
+    # (the terms i > k selected away again: a prefix of -inf entries has weights 0 / 0 = nan)
+    w = M.tril(U.select(M.col_vector(B.eq(peak, math.inf)), direct, w))
     dy = R.reduce_sum(M.tril(B.mul(w, M.row_vector(tm))), (last + 1,))
     return y, S.moveaxis(dy, last, axis)
 

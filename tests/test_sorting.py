@@ -232,3 +232,19 @@ def test_bad_arguments_name_the_problem():
         tx.jit(lambda v: torch.quantile(v, 0.5, interpolation="cubic"))(x)
     with pytest.raises(RuntimeError, match="topk"):
         tx.jit(lambda v: torch.topk(v, 7))(x)
+
+
+def test_logcumsumexp_reverse_mode_with_an_infinite_entry_is_logsumexps():
+    # a prefix holding +inf: the derivative exp(x_i - y_k) is 0 at its finite entries and nan at
+    # the infinite ones, as torch's (and logsumexp's); the prefix softmax's nan sum reached all
+    inf = float("inf")
+    w = torch.tensor([0.3, -0.5, 1.0], dtype=torch.float64)
+    for x in ([inf, 1.0, 2.15], [inf, inf, 2.15], [1.0, inf, 2.15], [-inf, 1.0, 2.0]):
+        x = torch.tensor(x, dtype=torch.float64)
+
+        def f(x):
+            return (torch.logcumsumexp(x, 0) * w).sum()
+
+        want = torch.func.grad(f)(x)
+        torch.testing.assert_close(tx.grad(f)(x), want, equal_nan=True)
+        torch.testing.assert_close(tx.jit(tx.grad(f))(x), want, equal_nan=True)
