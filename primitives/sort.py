@@ -243,14 +243,14 @@ def _lcse_jvp(primals, tangents, *, axis):
     xm, tm = (S.moveaxis(v, axis, -1) for v in (x, t))
     last = len(M.shape(xm)) - 1
     peak = stop_gradient(cummax(xm, last)[0])
+    # a prefix holding +inf: no normalization, exp(x_i - y_k) as logsumexp's derivative, 0 at
+    # the finite entries and nan at the infinite ones (the softmax's sum would be nan and reach
+    # every entry)
+    infinite = B.eq(peak, math.inf)
     e = M.tril(U.exp(M.tril(B.sub(M.row_vector(xm), M.col_vector(peak)))))  # [.., k, i]
-    w = B.div(e, M.col_vector(R.reduce_sum(e, (last + 1,))))
-    # a prefix holding +inf: exp(x_i - y_k) as logsumexp's derivative, 0 at the finite entries
-    # and nan at the infinite ones (the softmax's sum would be nan and reach every entry)
-    ym = stop_gradient(S.moveaxis(y, axis, -1))
-    direct = M.tril(U.exp(M.tril(B.sub(M.row_vector(xm), M.col_vector(ym)))))
+    total = U.select(infinite, 1.0, R.reduce_sum(e, (last + 1,)))
     # (the terms i > k selected away again: a prefix of -inf entries has weights 0 / 0 = nan)
-    w = M.tril(U.select(M.col_vector(B.eq(peak, math.inf)), direct, w))
+    w = M.tril(B.div(e, M.col_vector(total)))
     dy = R.reduce_sum(M.tril(B.mul(w, M.row_vector(tm))), (last + 1,))
     return y, S.moveaxis(dy, last, axis)
 
