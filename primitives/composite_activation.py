@@ -4,7 +4,9 @@ x / (1 + exp(-x)), not x * sigmoid(x)) and their fused backward kernels (`silu_b
 
 Besides torch's numbers, the backward kernel multiplies the gradient by the derivative once,
 where the product rule of the decomposition x * s(x) gives it to both factors: at an infinite
-cotangent (a later division by 0) that is inf - inf = nan where torch gives +-inf."""
+cotangent (a later division by 0) that is inf - inf = nan where torch gives +-inf.
+
+`softplus` (F.softplus, and mish's inner function) is written in primitives here."""
 
 from __future__ import annotations
 
@@ -22,28 +24,32 @@ from thunderx.primitives.composite import (
 )
 
 
-def _softplus(x):
-    # torch's mish kernel: log1p(exp(x)); above 20 it is x to double precision and exp(x) would
-    # overflow in the (discarded) branch's derivative
-    above = B.gt(x, 20.0)
-    return U.select(above, x, U.log1p(U.exp(U.select(above, 0.0, x))))
-
-
-def _silu_derivative(x):
-    """torch's silu_backward formula without the gradient: s * (1 + x * (1 - s))."""
-    s = U.logistic(x)
-    return s, B.add(B.mul(x, B.sub(1.0, s)), 1.0)
+def softplus(x, beta: float = 1.0, threshold: float = 20.0):
+    """F.softplus in primitives (also mish's inner function, whose kernel computes
+    log1p(exp(x)): above 20 that is x to double precision). torch's formula: log1p(exp(beta x))
+    / beta, and x itself above the threshold (so exp never overflows where its branch is used).
+    It is smooth at 0, so every derivative is right there (a max(x, 0) + log1p(exp(-|x|)) form
+    has sign(x) terms whose derivatives vanish at 0)."""
+    bx = B.mul(x, beta) if beta != 1 else x
+    above = B.gt(bx, threshold)
+    # the unused branch gets 0 instead of a large bx: exp(bx) = inf there would make its
+    # (discarded) derivative 0 * inf = nan in reverse mode
+    soft = U.log1p(U.exp(U.select(above, 0.0, bx)))
+    if beta != 1:
+        soft = B.div(soft, beta)
+    return U.select(above, x, soft)
 
 
 def _mish_derivative(x):
     """torch's mish_backward formula without the gradient: t + x * s * (1 - t * t)."""
-    t, s = U.tanh(_softplus(x)), U.logistic(x)
+    t, s = U.tanh(softplus(x)), U.logistic(x)
     return B.add(t, B.mul(B.mul(x, s), B.sub(1.0, B.mul(t, t))))
 
 
 def _silu_backward_decomposition(g, x):
-    s, rest = _silu_derivative(x)
-    return B.mul(B.mul(g, s), rest)  # torch's order: (g * s) * (1 + x (1 - s))
+    """torch's silu_backward formula, in its order: (g * s) * (1 + x * (1 - s))."""
+    s = U.logistic(x)
+    return B.mul(B.mul(g, s), B.add(B.mul(x, B.sub(1.0, s)), 1.0))
 
 
 def _activation(name, decomposition, kernel, backward_name, backward_decomposition, kernel_bwd):
@@ -101,7 +107,7 @@ silu_p, silu_backward_p = _activation(
 )
 mish_p, mish_backward_p = _activation(
     "mish",
-    lambda x: B.mul(x, U.tanh(_softplus(x))),
+    lambda x: B.mul(x, U.tanh(softplus(x))),
     torch.nn.functional.mish,
     "mish_backward",
     lambda g, x: B.mul(g, _mish_derivative(x)),

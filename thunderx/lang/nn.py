@@ -125,17 +125,7 @@ def _prelu(x, weight):
 
 @register(F.softplus)
 def softplus(x, beta=1.0, threshold=20.0):
-    # torch's formula: log1p(exp(beta x)) / beta, and x itself above the threshold (so exp never
-    # overflows where its branch is used). It is smooth at 0, so every derivative is right there
-    # (a max(x, 0) + log1p(exp(-|x|)) form has sign(x) terms whose derivatives vanish at 0).
-    bx = B.mul(x, beta) if beta != 1 else x
-    above = B.gt(bx, threshold)
-    # the unused branch gets 0 instead of a large bx: exp(bx) = inf there would make its
-    # (discarded) derivative 0 * inf = nan in reverse mode
-    soft = U.log1p(U.exp(U.select(above, 0.0, bx)))
-    if beta != 1:
-        soft = B.div(soft, beta)
-    return U.select(above, x, soft)
+    return KA.softplus(x, beta, threshold)
 
 
 @register(F.mish)
