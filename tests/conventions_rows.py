@@ -1,0 +1,502 @@
+"""Each row of docs/conventions.md's table "Derivatives where thunderx differs from torch.func",
+as an assertion of the thunderx behaviour it states (torch.func still differing):
+`BEHAVIOUR` maps a row id to its check (run by tests/test_conventions_table.py)."""
+
+import math
+
+import pytest
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+
+import thunderx as tx
+
+F64 = torch.float64
+
+
+def T(*v):
+    return torch.tensor(v, dtype=F64)
+
+
+def S(v):
+    return torch.tensor(v, dtype=F64)
+
+
+def _close(a, b):
+    torch.testing.assert_close(a, b, equal_nan=True, rtol=1e-9, atol=1e-12)
+
+
+def forward_mode_kinks():
+    zero, one = S(0.0), S(1.0)
+    # atan2 at the origin: 0 in both modes (torch: forward nan, reverse 0)
+    assert tx.jvp(torch.atan2, (zero, zero), (one, one))[1] == 0
+    assert torch.isnan(tf.jvp(torch.atan2, (zero, zero), (one, one))[1])
+    _close(
+        tx.grad(torch.atan2, argnums=(0, 1))(zero, zero), tf.grad(torch.atan2, (0, 1))(zero, zero)
+    )
+    # fmax tie: all to the first operand in both modes (torch forward: to the second)
+    ta, tb = S(2.0), S(3.0)
+    assert tx.jvp(torch.fmax, (one, one), (ta, tb))[1] == 2.0
+    assert tf.jvp(torch.fmax, (one, one), (ta, tb))[1] == 3.0
+    _close(tx.grad(torch.fmax, argnums=(0, 1))(one, one), tf.grad(torch.fmax, (0, 1))(one, one))
+    # clamp(x, min=t) with x == t: all to x (torch forward: to the bound)
+    clamp = lambda x, t: torch.clamp(x, min=t)  # noqa: E731
+    assert tx.jvp(clamp, (one, one), (ta, tb))[1] == 2.0
+    assert tf.jvp(clamp, (one, one), (ta, tb))[1] == 3.0
+    _close(tx.grad(clamp, argnums=(0, 1))(one, one), tf.grad(clamp, (0, 1))(one, one))
+    # clamp(x, lo, hi) with tensor bounds at x nan: 0 (torch forward: x's tangent; reverse: 0)
+    clamp2 = lambda x, lo, hi: torch.clamp(x, lo, hi)  # noqa: E731
+    nan, lo, hi = S(math.nan), S(-1.0), S(2.0)
+    assert tx.jvp(clamp2, (nan, lo, hi), (ta, zero, zero))[1] == 0
+    assert tf.jvp(clamp2, (nan, lo, hi), (ta, zero, zero))[1] == 2.0
+    _close(tx.grad(clamp2, (0, 1, 2))(nan, lo, hi), tf.grad(clamp2, (0, 1, 2))(nan, lo, hi))
+
+
+def forward_mode_unselected_tangent():
+    three, one = S(3.0), S(1.0)
+    for fn in (torch.fmin, torch.minimum, torch.fmax, torch.maximum):
+        if fn in (torch.fmin, torch.minimum):  # x = 3 is not selected
+            tangents, picked = (S(math.nan), S(2.0)), 2.0
+        else:  # y = 1 is not selected
+            tangents, picked = (S(5.0), S(math.nan)), 5.0
+        assert tx.jvp(fn, (three, one), tangents)[1] == picked
+        assert torch.isnan(tf.jvp(fn, (three, one), tangents)[1])
+        _close(tx.grad(fn, argnums=(0, 1))(three, one), tf.grad(fn, (0, 1))(three, one))
+
+
+def extremum_of_nan():
+    nan, one = S(math.nan), S(1.0)
+    assert tx.jvp(torch.maximum, (nan, one), (S(1.0), S(3.0)))[1] == 2.0  # split: (1 + 3) / 2
+    assert tf.jvp(torch.maximum, (nan, one), (S(1.0), S(3.0)))[1] == 3.0
+    _close(torch.stack(tx.grad(torch.maximum, argnums=(0, 1))(nan, one)), T(0.5, 0.5))
+    _close(torch.stack(tf.grad(torch.maximum, argnums=(0, 1))(nan, one)), T(1.0, 1.0))
+    _close(torch.stack(tx.grad(torch.minimum, argnums=(0, 1))(one, nan)), T(0.5, 0.5))
+    _close(torch.stack(tf.grad(torch.minimum, argnums=(0, 1))(one, nan)), T(1.0, 1.0))
+    # max() over a tensor with a nan: nan everywhere (torch.func: the cotangent to the nan)
+    x = T(1.0, math.nan, 3.0)
+    for f in (torch.max, torch.amax):
+        assert torch.isnan(tx.grad(f)(x)).all() and torch.isnan(tx.jvp(f, (x,), (x,))[1])
+    _close(tf.grad(torch.amax)(x), tx.grad(torch.amax)(x))
+    _close(tf.grad(torch.max)(x), T(0.0, 1.0, 0.0))
+
+
+def nan_derivative_by_kernel_path():
+    _elu_at_nan()
+    for fn in (F.relu6, F.hardtanh):
+        for n in (3, 16):
+            x = torch.full((n,), math.nan, dtype=F64)
+            f = lambda x, fn=fn: fn(x).sum()  # noqa: E731
+            assert torch.equal(tx.grad(f)(x), torch.ones(n, dtype=F64))
+            two = torch.full((n,), 2.0, dtype=F64)
+            assert torch.equal(tx.jvp(fn, (x,), (two,))[1], two)
+            # torch: its scalar loop passes the derivative, its vectorized kernel gives 0
+            assert (tf.grad(f)(x) == (1.0 if n == 3 else 0.0)).all()
+    for n in (3, 16):
+        x = torch.full((n,), math.nan, dtype=F64)
+        f = lambda x: F.hardswish(x).sum()  # noqa: E731
+        assert torch.isnan(tx.grad(f)(x)).all()
+        assert torch.isnan(tx.jvp(F.hardswish, (x,), (torch.ones(n, dtype=F64),))[1]).all()
+        theirs = tf.grad(f)(x)
+        assert (theirs == 1).all() if n == 3 else torch.isnan(theirs).all()
+
+
+def _elu_at_nan():
+    # torch's vectorized elu backward gives nan at a nan input, its scalar loop 1; thunderx 1
+    f = lambda x: F.elu(x).sum()  # noqa: E731
+    long = torch.full((64,), math.nan, dtype=F64)
+    assert torch.equal(tx.grad(f)(long), torch.ones(64, dtype=F64))
+    assert torch.isnan(tf.grad(f)(long)).all() and torch.equal(tf.grad(f)(long[:3]), T(1, 1, 1))
+
+
+def nan_cotangent_dropped():
+    x, ct = T(-0.38, 0.5, 0.1), T(1.0, math.nan, 2.0)
+    f = lambda v: torch.logcumsumexp(v, 0)  # noqa: E731
+    ours = tx.vjp(f, x)[1](ct)[0]
+    # y_1 depends on x_0 and x_1 only: x_2's derivative stays finite
+    assert torch.isnan(ours[:2]).all() and torch.isfinite(ours[2])
+    assert torch.isfinite(tf.vjp(f, x)[1](ct)[0]).all()
+    # cumprod past a zero, nan cotangents: torch.func agrees with thunderx, torch.autograd drops
+    # the nan at the last entry (its product 0 * 0 meets the nan)
+    c = lambda v: (torch.cumprod(v, 0) * T(math.inf, math.nan, math.nan)).sum()  # noqa: E731
+    v = T(1.6e-4, 0.0, 0.0)
+    assert torch.isnan(tx.grad(c)(v)).all() and torch.isnan(tf.grad(c)(v)).all()
+    leaf = v.clone().requires_grad_()
+    (by_autograd,) = torch.autograd.grad(c(leaf), leaf)
+    assert by_autograd[2] == 0
+    # prod with two zeros: every partial derivative is 0, torch.autograd returns that without
+    # reading the nan cotangent; torch.func and thunderx multiply it in
+    p = lambda v: torch.prod(v) * math.nan  # noqa: E731
+    v2 = T(0.0, 0.5, 0.0)
+    assert torch.isnan(tx.grad(p)(v2)).all() and torch.isnan(tf.grad(p)(v2)).all()
+    leaf = v2.clone().requires_grad_()
+    assert torch.equal(torch.autograd.grad(p(leaf), leaf)[0], torch.zeros(3, dtype=F64))
+
+
+def pow_at_exponent_zero():
+    x, y = T(0.75)[0], T(0.0)[0]
+    ours = tx.hessian(torch.pow, argnums=(0, 1))(x, y)
+    assert ours[0][1] == ours[1][0] and torch.isclose(ours[0][1], 1 / x)
+    theirs = tf.hessian(torch.pow, argnums=(0, 1))(x, y)
+    assert theirs[0][1] == 0 and torch.isclose(theirs[1][0], 1 / x)
+
+
+def logcumsumexp_forward_range():
+    x, t = T(0.5, 800.0, 1.0), T(1.0, 1.0, 1.0)
+    f = lambda v: torch.logcumsumexp(v, 0)  # noqa: E731
+    assert torch.equal(tx.jvp(f, (x,), (t,))[1], t)
+    _close(tf.jvp(f, (x,), (t,))[1], T(0.0, 1.0, 1.0))
+    _, vjp = tf.vjp(f, x)
+    _close(vjp(T(1.0, 0.0, 0.0))[0], T(1.0, 0.0, 0.0))  # its reverse mode is exact
+
+
+def batched_rule_at_nan():
+    x, t = T(math.nan), T(-0.99)
+    ours = tx.jacrev(F.smooth_l1_loss, argnums=(0, 1))(x, t)
+    _close(ours, tx.grad(F.smooth_l1_loss, argnums=(0, 1))(x, t))
+    assert all(torch.isnan(g) for g in ours)
+    assert all(torch.isnan(g) for g in tf.grad(F.smooth_l1_loss, argnums=(0, 1))(x, t))
+    assert all(g == 0 for g in tf.jacrev(F.smooth_l1_loss, argnums=(0, 1))(x, t))
+    f = lambda v: torch.log_softmax(v, 0)  # noqa: E731
+    x0 = T(math.nan)[0]
+    assert torch.isnan(tx.jacrev(f)(x0)) and torch.isnan(tx.grad(f)(x0))
+    assert tf.jacrev(f)(x0) == 0 and torch.isnan(tf.grad(f)(x0))
+    assert torch.isnan(tx.hessian(f)(x0)) and tf.hessian(f)(x0) == 0
+
+    # 0-d, with hypot's nan cotangent at 0 after it
+    def g(v, b):
+        return torch.hypot(torch.log_softmax(v.sum(), 0), b)
+
+    v, b = T(1.25, 1.64), T(0.0)[0]
+    ours, theirs = tx.jacrev(g, (0, 1))(v, b), tf.jacrev(g, (0, 1))(v, b)
+    _close(ours, tx.grad(g, (0, 1))(v, b))
+    assert torch.isnan(ours[0]).all() and torch.isnan(tf.grad(g, (0, 1))(v, b)[0]).all()
+    assert (theirs[0] == 0).all()
+
+
+def variance_without_degrees_of_freedom():
+    x = T(0.7)[0]
+    assert torch.isnan(tx.hessian(torch.var)(x))
+    assert tf.hessian(torch.var)(x) == 0
+    assert torch.isnan(tf.grad(torch.var)(x))
+    assert torch.isnan(tf.hessian(lambda v: torch.var(v.reshape(1, 1), 1).sum())(x))
+    f = lambda v: torch.abs(torch.var(torch.softmax(v, -1) ** 3))  # noqa: E731
+    assert torch.isnan(tx.jacrev(f)(x)) and torch.isnan(tx.grad(f)(x))
+    assert tf.jacrev(f)(x) == 0 and torch.isnan(tf.grad(f)(x))
+
+    # std's 0 / 0 discarded by a where: finite differences give 0 (and torch's batched rule for
+    # the 0-d softmax), torch's grad nan as ours
+    def g(v, y):
+        s = torch.std(torch.softmax(v, -1), 0)
+        return torch.where(s > 0, s, y)
+
+    y = T(0.35)[0]
+    assert torch.isnan(tx.jacrev(g)(x, y)) and torch.isnan(
+        tx.jit(tx.vmap(tx.grad(g)))(x[None], y[None])
+    )
+    assert tf.jacrev(g)(x, y) == 0 and torch.isnan(tf.grad(g)(x, y))
+
+
+def variance_of_a_constant_row():
+    x = T(0.9457804375746737, 0.9457804375746737, 0.9457804375746737)
+    for f in (torch.std, torch.var):
+        assert tx.jit(f)(x) == 0 and f(x) > 0  # torch: rounding noise
+    assert tx.jit(torch.std_mean)(x)[0] == 0
+    assert torch.equal(tx.grad(torch.std)(x), torch.zeros(3, dtype=F64))
+    assert torch.equal(tx.jacfwd(torch.std)(x), torch.zeros(3, dtype=F64))
+    assert tf.grad(torch.std)(x).abs().min() > 0.01
+    # where torch's kernel gives exactly 0 (the last dim of a 3-D tensor), both agree
+    z = x.expand(3, 3, 3)
+    assert torch.equal(torch.std(z, -1), tx.jit(lambda v: torch.std(v, -1))(z))
+    s = lambda v: torch.std(v, -1).sum()  # noqa: E731
+    _close(tx.grad(s)(z.contiguous()), tf.grad(s)(z.contiguous()))
+
+
+def _grow(v, last):
+    """v with one more entry (a third channel)."""
+    return torch.cat([v, T(last)])
+
+
+def layer_norm_constant_row():
+    x = T(-30.0, 30.0, 30.0, 30.0, 30.0, 0.46).reshape(3, 2)
+    w, b, wt = T(-30.0, 0.023), T(0.73, -30.0), T(1.3, -0.4, 0.2, 0.9, -1.1, 0.5).reshape(3, 2)
+    # layer_norm normalizes each row (row 1 is constant), batch_norm each column of x.T
+    # (column 1 of x.T constant) with a weight and bias per channel, of which it has one more
+    norms = {
+        "layer_norm": (x, wt, -1, lambda w, b: (w, b), lambda x, w, b: F.layer_norm(x, (2,), w, b)),
+        "batch_norm": (
+            x.T.contiguous(),
+            wt.T,
+            0,
+            lambda w, b: (_grow(w, 1.0), _grow(b, 0.5)),
+            lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+        ),
+    }
+    for name, (xs, wts, dim, affine, norm) in norms.items():
+
+        def s(x, w, b, norm=norm, affine=affine, wts=wts):
+            return (norm(x, *affine(w, b)) * wts).sum()
+
+        def composed(x, w, b, dim=dim, affine=affine, wts=wts):
+            m = x.mean(dim, keepdim=True)
+            xc = x - m
+            v = (xc * xc).mean(dim, keepdim=True)
+            ws, bs = affine(w, b)
+            return ((xc * torch.rsqrt(v + 1e-5) * ws + bs) * wts).sum()
+
+        def flat(h, xs=xs):
+            return torch.cat(
+                [
+                    torch.cat([h[i][j].reshape(a.numel(), -1) for j in range(3)], 1)
+                    for i, a in enumerate((xs, w, b))
+                ]
+            )
+
+        ours = flat(tx.hessian(s, argnums=(0, 1, 2))(xs, w, b))
+        _close(ours, flat(tf.hessian(composed, argnums=(0, 1, 2))(xs, w, b)))
+        _close(ours, ours.T)
+        theirs = flat(tf.hessian(s, argnums=(0, 1, 2))(xs, w, b))
+        assert not torch.allclose(theirs, theirs.T), name
+
+
+def symbolic_zero_derivative():
+    f = lambda x: torch.ceil(torch.sqrt(x)).sum()  # noqa: E731 - sqrt's tangent at 0 is inf
+    x = T(0.0, 4.0)
+    _close(tx.grad(f)(x), T(0.0, 0.0))
+    _close(tf.grad(f)(x), T(math.nan, 0.0))
+    h = lambda x: torch.sign(torch.sqrt(x)).sum()  # noqa: E731
+    _close(tx.grad(h)(x), T(0.0, 0.0))
+    _close(tf.grad(h)(x), T(math.nan, 0.0))
+    # x * 2 under vmap(jvp) at a nan x: torch's batched forward AD multiplies the constant's
+    # zero tangent by the nan
+    xb, tb = T(math.nan, 0.5), T(-0.25, 0.3)
+    jv = lambda jvp: lambda x, t: jvp(lambda v: v * 2, (x,), (t,))[1]  # noqa: E731
+    _close(tx.vmap(jv(tx.jvp))(xb, tb), tb * 2)
+    assert torch.isnan(tf.vmap(jv(tf.jvp))(xb, tb)[0])
+    # amax's unselected entries under a nan cotangent
+    am = lambda x: torch.amax(x, -1) / 0.0  # noqa: E731 - 0 / 0 at the selected 0
+    xa = T(-0.75, -0.75, 0.0)
+    assert torch.equal(tx.grad(am)(xa)[:2], T(0.0, 0.0))
+    assert torch.isnan(tf.grad(am)(xa)[:2]).all()
+    # an infinite cotangent of an index_reduce amax: 0 at the source entry it does not select
+    idx = torch.tensor([0, 0])
+    r = lambda x, s: (x.index_reduce(0, idx, s, "amax") * math.inf).sum()  # noqa: E731
+    x1, src = T(0.75), T(0.75, 0.0)
+    assert tx.grad(r, argnums=1)(x1, src)[1] == 0
+    assert torch.isnan(tf.grad(r, argnums=1)(x1, src)[1])
+    g = lambda x: torch.var(torch.max(x))  # noqa: E731 - var of one value: a nan cotangent
+    y = T(1.0, 3.0, 2.0)
+    _close(tx.grad(g)(y), T(0.0, math.nan, 0.0))
+    assert torch.isnan(tf.grad(g)(y)).all()
+    # the 2-norm at the zero vector under a nan cotangent: torch's backward multiplies its 0 by
+    # it; its jvp (and std's backward at a constant row) give 0, as thunderx does in both modes
+    n = lambda x: torch.linalg.vector_norm(x, 2, -1) / 0.0  # noqa: E731 - 0 / 0
+    z = T(0.0, 0.0)
+    assert torch.equal(tx.grad(n)(z), T(0.0, 0.0))
+    assert torch.isnan(tf.grad(n)(z)).all()
+    m, nan_t = (lambda x: torch.linalg.vector_norm(x, 2, -1)), T(math.nan, math.nan)  # noqa: E731
+    assert tx.jvp(m, (z,), (nan_t,))[1] == 0 and tf.jvp(m, (z,), (nan_t,))[1] == 0
+    # in a Hessian, relu's (and |x|'s) zero second derivative meeting exp's overflow, and
+    # huber's linear piece meeting 1 / 0: the entry is the chain rule's other term, -inf, where
+    # torch's double backward multiplies its explicit 0 by the infinity
+    wr, zr = T(-0.7, 0.3), T(2000.0, 1.0)
+    for act in (torch.relu, lambda v: F.l1_loss(v, torch.zeros_like(v), reduction="none")):
+        r = lambda z, act=act: (wr * act(torch.exp(z))).sum()  # noqa: E731
+        assert tx.hessian(r)(zr)[0, 0] == -math.inf
+        assert torch.isnan(tf.hessian(r)(zr)[0, 0])
+    hb = lambda y: (wr * F.huber_loss(1 / y, torch.zeros_like(y), reduction="none")).sum()  # noqa: E731
+    yb = T(1.0, 0.0)
+    assert tx.hessian(hb)(yb)[1, 1] == math.inf and torch.isnan(tf.hessian(hb)(yb)[1, 1])
+
+
+def reduction_over_no_elements():
+    x = torch.zeros(2, 0, dtype=F64)
+    f = lambda x: torch.logsumexp(x, 1)  # noqa: E731
+    _close(tx.jvp(f, (x,), (x,))[1], T(0.0, 0.0))
+    assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
+    v = lambda x: torch.var(x, 1)  # noqa: E731
+    _close(tx.jvp(v, (x,), (x,))[1], tf.jvp(v, (x,), (x,))[1])  # both 0
+    # std = sqrt(var): the root's derivative at the nan value is nan, in both
+    sd = lambda x: torch.std(x, 1)  # noqa: E731
+    assert (
+        torch.isnan(tx.jvp(sd, (x,), (x,))[1]).all()
+        and torch.isnan(tf.jvp(sd, (x,), (x,))[1]).all()
+    )
+    # cross_entropy over no examples gathered from x: a constant (nan) function of x
+    idx, t = torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    ce = lambda x: F.cross_entropy(torch.take_along_dim(x, idx, 0), t)  # noqa: E731
+    y, dy = T(0.5, -1.0, 2.0, 0.0).reshape(2, 2), T(1.0, 2.0, 3.0, 4.0).reshape(2, 2)
+    assert tx.jvp(ce, (y,), (dy,))[1] == 0
+    assert torch.isnan(tf.jvp(ce, (y,), (dy,))[1])
+
+
+def second_derivative_at_the_zero_vector():
+    x, d = T(0.0, 0.0), T(0.3, -1.2)
+    for f in (torch.linalg.vector_norm, lambda v: F.normalize(v, dim=0).sum()):
+        _close(tx.grad(f)(x), tf.grad(f)(x))
+
+        def rev_rev(grad):
+            return grad(lambda v: (grad(f)(v) * d).sum())(x)
+
+        assert torch.equal(rev_rev(tx.grad), torch.zeros(2, dtype=F64))
+        assert torch.equal(tx.hessian(f)(x), torch.zeros(2, 2, dtype=F64))
+        assert torch.isnan(rev_rev(tf.grad)).all()
+
+
+def bilinear_at_infinity():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 2, 4, dtype=F64, generator=g)
+    x[0, 0, 1] = math.inf
+    w, wt = (
+        torch.randn(3, 2, 2, dtype=F64, generator=g),
+        torch.randn(1, 3, 3, dtype=F64, generator=g),
+    )
+    dx, dw = (
+        torch.randn(x.shape, dtype=F64, generator=g),
+        torch.randn(w.shape, dtype=F64, generator=g),
+    )
+
+    def s(x, w):
+        return (F.conv1d(x, w) * wt).sum()
+
+    def second(jvp):
+        return jvp(lambda x, w: jvp(s, (x, w), (dx, dw))[1], (x, w), (dx, dw))[1]
+
+    _close(second(tx.jvp), 2 * (F.conv1d(dx, dw) * wt).sum())  # the closed form
+    assert torch.isnan(second(tf.jvp))
+    # matmul: the Hessian block of its right operand is 0, its mixed block the weights
+    a = T(0.0, 1.0, 1.0, math.inf).reshape(2, 2)
+    b, wm = T(-0.75, 0.75).reshape(2, 1), T(0.3, -0.5).reshape(2, 1)
+    m = lambda a, b: (wm * (a @ b)).sum()  # noqa: E731
+    (_, hab), (_, hbb) = tx.hessian(m, argnums=(0, 1))(a, b)
+    assert torch.equal(hbb, torch.zeros(2, 1, 2, 1, dtype=F64))
+    assert torch.equal(hab, torch.einsum("ik,jl->ijlk", wm, torch.eye(2, dtype=F64)))
+    assert torch.isnan(tf.hessian(m, argnums=(0, 1))(a, b)[1][1]).any()
+    # mv with a nan entry: the vector's Hessian block is 0, free of the matrix
+    mv = lambda a, v: (torch.mv(a, v) * T(1.0, -2.0)).sum()  # noqa: E731
+    an, vn = T(math.nan, 1.0, 0.5, 2.0).reshape(2, 2), T(0.3, -0.2)
+    vv = lambda hess: hess(mv, argnums=(0, 1))(an, vn)[1][1]  # noqa: E731
+    assert torch.equal(vv(tx.hessian), torch.zeros(2, 2, dtype=F64))
+    assert torch.isnan(vv(tf.hessian)).any()
+
+
+def batch_norm_hessian_weight_block():
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(*sh, dtype=F64, generator=g) for sh in ((2, 3, 4), (3,), (3,)))
+    wt = torch.linspace(-1, 1, 24, dtype=F64).reshape(2, 3, 4)
+
+    def s(x, w):
+        return (F.batch_norm(x, None, None, w, b, training=True) * wt).sum()
+
+    (_, xw), (wx, _) = tx.hessian(s, argnums=(0, 1))(x, w)
+    _close(wx, xw.movedim(-1, 0))  # symmetric
+    h = 1e-6
+    gx = lambda w: tf.grad(s)(x, w)  # noqa: E731
+    fd = torch.stack([(gx(w + h * e) - gx(w - h * e)) / (2 * h) for e in torch.eye(3, dtype=F64)])
+    torch.testing.assert_close(wx, fd, rtol=1e-6, atol=1e-8)
+    (_, txw), (twx, _) = tf.hessian(s, argnums=(0, 1))(x, w)
+    torch.testing.assert_close(txw.movedim(-1, 0), fd, rtol=1e-6, atol=1e-8)
+    assert (twx - fd).abs().max() > 0.1
+
+
+def batched_recurrent_rounding():
+    # at ordinary inputs the unrolled cells agree with the per-example sequence kernel to
+    # rounding, and torch.func has no batching rule to compare with
+    g = torch.Generator().manual_seed(1)
+    x, h0 = torch.randn(2, 5, 3, 4, dtype=F64, generator=g), torch.randn(2, 1, 3, 6, dtype=F64)
+    ws = [torch.randn(2, *sh, dtype=F64, generator=g) for sh in ((18, 4), (18, 6), (18,), (18,))]
+
+    def gru(x, h, *w):
+        return torch.gru(x, h, list(w), True, 1, 0.0, False, False, False)[0]
+
+    loop = torch.stack([gru(x[i], h0[i], *[w[i] for w in ws]) for i in range(2)])
+    torch.testing.assert_close(tx.vmap(gru)(x, h0, *ws), loop, rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="Batching rule not implemented"):
+        tf.vmap(gru)(x, h0, *ws)
+
+
+def cosine_similarity_rounding():
+    a, b = (
+        T(-0.4559921256, 0.7331139495).reshape(2, 1),
+        T(1.1182751345e-04, 2.0996337854).reshape(2, 1),
+    )
+    wt = T(0.3, -0.8)
+
+    def s(a, b):
+        return (F.cosine_similarity(a, b) * wt).sum()
+
+    ours, theirs = (
+        torch.stack([h.reshape(-1) for row in hess(s, argnums=(0, 1))(a, b) for h in row])
+        for hess in (tx.hessian, tf.hessian)
+    )
+    # exactly 0 in exact arithmetic: rounding noise over the squared norm on both sides
+    assert ours.abs().max() < 1e-6 and theirs.abs().max() < 1e-6
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+
+
+def bessel_ratio_near_zero():
+    d2 = lambda grad: grad(grad(torch.special.i1e))  # noqa: E731
+    for x, one_sided in ((-1.1437e-16, 1.0), (1.1437e-16, -1.0)):
+        _close(d2(tx.grad)(S(x)), S(one_sided))
+        assert d2(tf.grad)(S(x)) == 0
+
+
+def batched_kernel_rounding_at_ties():
+    import random
+
+    from thunderx.testing.diff_checks import Ctx
+    from thunderx.testing.differential import make_program
+
+    prog, _ = make_program(random.Random(668009), "tie", 4, None)
+    c = Ctx(prog, 668009)
+    ours = tx.vmap(tx.grad(c.s))(*c.batch)
+    loop = torch.stack([tf.grad(c.s)(*[b[i] for b in c.batch]) for i in range(2)])
+    torch.testing.assert_close(ours, loop, rtol=1e-13, atol=1e-15)  # the same tied entries
+    theirs = tf.vmap(tf.grad(c.s))(*c.batch)
+    assert not torch.equal(theirs != 0, loop != 0)  # another entry of the tie
+
+
+def logcumsumexp_rounded_output():
+    big = 4.2532690029e88
+    x, ct = T(big, big, big), T(0.0, 0.0, 1.0)
+    f = lambda v: torch.logcumsumexp(v, 0)  # noqa: E731
+    assert f(x)[2] == big  # x_2 + log 3, rounded
+    _close(tx.vjp(f, x)[1](ct)[0], T(1 / 3, 1 / 3, 1 / 3))
+    assert torch.equal(tf.vjp(f, x)[1](ct)[0], T(1.0, 1.0, 1.0))  # its weights sum to 3
+    # at an ordinary magnitude the two agree
+    small = T(0.5, 0.5, 0.5)
+    _close(tx.vjp(f, small)[1](ct)[0], tf.vjp(f, small)[1](ct)[0])
+
+
+def cumprod_at_infinity():
+    x, t = T(math.inf, 2.0, 3.0), T(1.0, 0.0, 0.0)
+    assert tx.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0] == 1.0
+    assert torch.isnan(tf.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0])
+
+
+BEHAVIOUR = {
+    f.__name__.replace("_", "-"): f
+    for f in (
+        forward_mode_kinks,
+        forward_mode_unselected_tangent,
+        extremum_of_nan,
+        nan_derivative_by_kernel_path,
+        nan_cotangent_dropped,
+        pow_at_exponent_zero,
+        logcumsumexp_forward_range,
+        batched_rule_at_nan,
+        variance_without_degrees_of_freedom,
+        variance_of_a_constant_row,
+        layer_norm_constant_row,
+        symbolic_zero_derivative,
+        reduction_over_no_elements,
+        second_derivative_at_the_zero_vector,
+        bilinear_at_infinity,
+        cumprod_at_infinity,
+        logcumsumexp_rounded_output,
+        batch_norm_hessian_weight_block,
+        batched_recurrent_rounding,
+        cosine_similarity_rounding,
+        bessel_ratio_near_zero,
+        batched_kernel_rounding_at_ties,
+    )
+}
