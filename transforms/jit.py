@@ -22,6 +22,7 @@ from thunderx.lang.captured import check_write_aliases, write_back, write_traced
 from thunderx.passes import closure_convert
 from thunderx.tracing import trace_flat
 from thunderx.transforms.jaxpr_cache import compiled_for
+from thunderx.transforms.jit_guard import MISS, fast_call
 
 _SCALARS = (bool, int, float, complex)
 _SCALAR_KEYS = frozenset(_SCALARS)
@@ -97,6 +98,9 @@ class JitFunction:
         self._fast: dict = {}
         self._fast_hits = [0]
         self._fast_ok = not self.static_argnums and not self.static_argnames
+        # generated checks-and-calls for pytree signatures seen on the fast path (jit_guard.py),
+        # the newest first
+        self._guards: list = [()]
 
     # -- signature
     def _split(self, args, kwargs):
@@ -202,6 +206,7 @@ class JitFunction:
         grad_enabled = torch.is_grad_enabled
         fast_ok = self._fast_ok
         name = self.__name__
+        guards = self._guards
 
         def writing(consts, args, writes, fn, out_tree):
             """A program that writes into captured tensors or arguments: checked, written back."""
@@ -229,8 +234,13 @@ class JitFunction:
                         return slow(args, kwargs)
                     key = tuple([(a.shape, a.dtype, a.device) for a in args])
                 except AttributeError:
-                    # pytrees of tensors (a dict of parameters): the key is their structure and
-                    # each leaf's (shape, dtype, device)
+                    # pytrees of tensors (a dict of parameters): a generated check of this
+                    # signature, else the key of their structure and each leaf's (shape, dtype,
+                    # device)
+                    for call in guards[0]:
+                        out = call(args)
+                        if out is not MISS:
+                            return out
                     flat, treedef = flatten(args, namespace=NAMESPACE)
                     try:
                         key = (treedef, tuple([(a.shape, a.dtype, a.device) for a in flat]))
@@ -278,6 +288,11 @@ class JitFunction:
                 if len(flat) == len(leaves) and all(a is b for a, b in zip(flat, leaves)):
                     keys = tuple((a.shape, a.dtype, a.device) for a in leaves)
                     self._remember_fast(leaves, entry, prog, key=(treedef, keys))
+                    hit = self._fast.get((treedef, keys))
+                    call = hit and fast_call(args, leaves, hit, _state, EvalTrace, self._fast_hits)
+                    if call is not None:
+                        with self._lock:
+                            self._guards[0] = (call, *self._guards[0][: _GUARDS - 1])
         else:
             from thunderx.primitives.higher_order import jit_call_p
 
@@ -327,6 +342,7 @@ class JitFunction:
         with self._lock:
             self._cache.clear()
             self._fast.clear()
+            self._guards[0] = ()
 
     def trace(self, *args, **kwargs) -> ClosedJaxpr:
         entry, _ = self._lookup(args, kwargs)
@@ -345,6 +361,8 @@ class JitFunction:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+# generated calls kept per jit function (signatures of pytree arguments tried, newest first)
+_GUARDS = 4
 
 
 def _complete_statics(fun, argnums, argnames):
