@@ -9,6 +9,7 @@ import torch
 import torch.func as tf
 
 import thunderx as tx
+from thunderx.tree import leaves as tree_leaves
 
 
 def f(p, x):
@@ -144,3 +145,25 @@ def test_structures_it_cannot_walk_get_no_generated_call():
     for _ in range(3):
         torch.testing.assert_close(j(p), torch.full((2,), 3.0))
     assert j.jit_function._guards[0] == ()
+
+
+def test_outputs_are_rebuilt_as_the_function_returns_them():
+    from collections import namedtuple
+
+    Pair = namedtuple("Pair", "a b")
+
+    def h(p, x):
+        y = x @ p["w"]
+        return [(y, None), {"z": y.sum(), "a": (y * 2,), "e": []}, Pair(y + 1, ())]
+
+    j = tx.jit(h)
+    p, x = _params(), torch.randn(2, 3)
+    for _ in range(3):
+        got, want = j(p, x), h(p, x)
+        assert repr(type(got[2])) == repr(Pair) and list(got[1]) == ["z", "a", "e"]
+        assert got[0][1] is None and got[1]["e"] == [] and got[2].b == ()
+        flat_got, flat_want = tree_leaves(got), tree_leaves(want)
+        assert len(flat_got) == len(flat_want) == 4
+        for a, b in zip(flat_got, flat_want):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert len(j.jit_function._guards[0]) == 1

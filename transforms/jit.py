@@ -216,6 +216,12 @@ class JitFunction:
 
         def jitted(*args, **kwargs):
             if fast_ok and not kwargs:
+                # pytrees of tensors (a dict of parameters): a generated check of a signature
+                # seen before and the call (jit_guard.py)
+                for call in guards[0]:
+                    out = call(args)
+                    if out is not MISS:
+                        return out
                 flat = args
                 try:
                     if len(args) == 1:
@@ -234,13 +240,8 @@ class JitFunction:
                         return slow(args, kwargs)
                     key = tuple([(a.shape, a.dtype, a.device) for a in args])
                 except AttributeError:
-                    # pytrees of tensors (a dict of parameters): a generated check of this
-                    # signature, else the key of their structure and each leaf's (shape, dtype,
-                    # device)
-                    for call in guards[0]:
-                        out = call(args)
-                        if out is not MISS:
-                            return out
+                    # other pytrees of tensors: the key is their structure and each leaf's
+                    # (shape, dtype, device)
                     flat, treedef = flatten(args, namespace=NAMESPACE)
                     try:
                         key = (treedef, tuple([(a.shape, a.dtype, a.device) for a in flat]))

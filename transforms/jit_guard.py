@@ -92,6 +92,59 @@ class _Writer:
         return True
 
 
+def _builder(out_tree, w: _Writer) -> str | None:
+    """The source of an expression that builds the outputs' pytree from the program's flat
+    results, as literals (a dict of 12 gradients costs one dict display instead of optree's
+    unflatten) from `o`, the program's results; None where the tree holds anything but exact lists, tuples, dicts and None, or
+    the literal would not rebuild exactly what `tree.unflatten` gives."""
+    n = out_tree.num_leaves
+    marks = [_Mark(i) for i in range(n)]
+    want = tree.unflatten(out_tree, marks)
+
+    def source(x):
+        t = type(x)
+        if t is _Mark:
+            return f"o[{x.i}]"
+        if x is None:
+            return "None"
+        if t is list:
+            return "[" + ", ".join(source(c) for c in x) + "]"
+        if t is tuple:
+            return "(" + "".join(source(c) + ", " for c in x) + ")"
+        if t is dict:
+            items = ", ".join(f"{w.const(k)}: {source(v)}" for k, v in x.items())
+            return "{" + items + "}"
+        raise TypeError(t)
+
+    try:
+        text = source(want)
+    except TypeError:
+        return None
+    got = eval(f"lambda o: {text}", w.ns)(marks)
+    if not _same_tree(got, want):
+        return None
+    return text
+
+
+class _Mark:
+    __slots__ = ("i",)
+
+    def __init__(self, i):
+        self.i = i
+
+
+def _same_tree(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if type(a) is _Mark:
+        return a is b
+    if type(a) is dict:
+        return list(a) == list(b) and all(_same_tree(a[k], b[k]) for k in a)
+    if type(a) in (list, tuple):
+        return len(a) == len(b) and all(_same_tree(x, y) for x, y in zip(a, b))
+    return a is None and b is None
+
+
 def fast_call(args, leaves, hit, state, eval_trace, counts):
     """A function `call(args)` giving the outputs of the cached program `hit` (the fast path's
     record: program, its variant for torch autograd, consts, output tree, whether a const needs
@@ -111,7 +164,11 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
         return None
     operands = ", ".join([f"_c{i}" for i in range(len(consts))] + w.names)
     needs = " or ".join(["_cng"] + [f"{n}.requires_grad" for n in w.names])
-    result = "f(" + operands + ")" if single is True else f"_unflatten(_tree, f({operands}))"
+    if single is True:
+        result = [f"return f({operands})"]
+    else:
+        build = _builder(single, w)
+        result = [f"o = f({operands})", f"return {build or '_unflatten(_tree, o)'}"]
     body = [
         "if _state.trace.__class__ is not _Eval: return MISS",
         "try:",
@@ -120,7 +177,7 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
         "    return MISS",
         f"f = _fn_plain if _grad() and ({needs}) else _fn",
         "_counts[0] += 1",
-        f"return {result}",
+        *result,
     ]
     w.ns.update(
         _state=state,
