@@ -216,12 +216,6 @@ class JitFunction:
 
         def jitted(*args, **kwargs):
             if fast_ok and not kwargs:
-                # pytrees of tensors (a dict of parameters): a generated check of a signature
-                # seen before and the call (jit_guard.py)
-                for call in guards[0]:
-                    out = call(args)
-                    if out is not MISS:
-                        return out
                 flat = args
                 try:
                     if len(args) == 1:
@@ -238,8 +232,19 @@ class JitFunction:
                                 return fn(*consts, a) if consts else fn(a)
                             return tree.unflatten(single, fn(*consts, a) if consts else fn(a))
                         return slow(args, kwargs)
+                    # pytrees of tensors (a dict of parameters): a generated check of a
+                    # signature seen before, and the call (jit_guard.py)
+                    for call in guards[0]:
+                        out = call(args)
+                        if out is not MISS:
+                            return out
                     key = tuple([(a.shape, a.dtype, a.device) for a in args])
                 except AttributeError:
+                    if len(args) == 1:  # one pytree argument: its generated checks
+                        for call in guards[0]:
+                            out = call(args)
+                            if out is not MISS:
+                                return out
                     # other pytrees of tensors: the key is their structure and each leaf's
                     # (shape, dtype, device)
                     flat, treedef = flatten(args, namespace=NAMESPACE)
