@@ -167,3 +167,19 @@ def test_outputs_are_rebuilt_as_the_function_returns_them():
         for a, b in zip(flat_got, flat_want):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert len(j.jit_function._guards[0]) == 1
+
+
+def test_plain_tensor_arguments_get_one_too_and_each_signature_keeps_its_program():
+    j = tx.jit(lambda x, y: torch.sin(x) * 2 + y)
+    shapes = [(3,), (2, 3), (3,)]  # a second signature, then the first again
+    for shape in shapes:
+        for _ in range(2):
+            x, y = torch.randn(shape), torch.randn(shape)
+            torch.testing.assert_close(j(x, y), torch.sin(x) * 2 + y, rtol=0, atol=0)
+    assert len(j.jit_function._guards[0]) == 2 and j.jit_function.misses == 2
+    x = torch.randn(3, requires_grad=True)  # recorded by torch autograd through the call
+    (gx,) = torch.autograd.grad(j(x, torch.ones(3)).sum(), x)
+    torch.testing.assert_close(gx, 2 * torch.cos(x.detach()))
+    y = torch.randn(3, dtype=torch.float64)  # another dtype: traced again
+    torch.testing.assert_close(j(y, y), torch.sin(y) * 2 + y)
+    assert j.jit_function.misses == 3

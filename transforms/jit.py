@@ -98,7 +98,7 @@ class JitFunction:
         self._fast: dict = {}
         self._fast_hits = [0]
         self._fast_ok = not self.static_argnums and not self.static_argnames
-        # generated checks-and-calls for pytree signatures seen on the fast path (jit_guard.py),
+        # generated checks-and-calls for the signatures seen on the fast path (jit_guard.py),
         # the newest first
         self._guards: list = [()]
 
@@ -199,8 +199,9 @@ class JitFunction:
         return entry, leaves
 
     def make_caller(self) -> Callable:
-        """The function `jit` returns: a cache hit on plain tensor arguments costs a key built
-        from (shape, dtype, device), one dict lookup and one call of the generated code."""
+        """The function `jit` returns: a cache hit runs a generated check of a signature seen
+        before and calls its program (jit_guard.py); else a key built from each leaf's (shape,
+        dtype, device), one dict lookup and the call."""
         fast, slow, state, counts = self._fast, self._call_slow, _state, self._fast_hits
         flatten, NAMESPACE = optree.tree_flatten, tree.NAMESPACE  # noqa: N806
         grad_enabled = torch.is_grad_enabled
@@ -216,6 +217,11 @@ class JitFunction:
 
         def jitted(*args, **kwargs):
             if fast_ok and not kwargs:
+                # a generated check of a signature seen before, and the call (jit_guard.py)
+                for call in guards[0]:
+                    out = call(args)
+                    if out is not MISS:
+                        return out
                 flat = args
                 try:
                     if len(args) == 1:
@@ -232,19 +238,8 @@ class JitFunction:
                                 return fn(*consts, a) if consts else fn(a)
                             return tree.unflatten(single, fn(*consts, a) if consts else fn(a))
                         return slow(args, kwargs)
-                    # pytrees of tensors (a dict of parameters): a generated check of a
-                    # signature seen before, and the call (jit_guard.py)
-                    for call in guards[0]:
-                        out = call(args)
-                        if out is not MISS:
-                            return out
                     key = tuple([(a.shape, a.dtype, a.device) for a in args])
                 except AttributeError:
-                    if len(args) == 1:  # one pytree argument: its generated checks
-                        for call in guards[0]:
-                            out = call(args)
-                            if out is not MISS:
-                                return out
                     # other pytrees of tensors: the key is their structure and each leaf's
                     # (shape, dtype, device)
                     flat, treedef = flatten(args, namespace=NAMESPACE)
@@ -288,17 +283,14 @@ class JitFunction:
             # the fast path's key has no axis env: only programs traced without one go there
             fast = self._fast_ok and not kwargs and not axis_env()
             if fast and all(type(a) in _PLAIN for a in args):
-                self._remember_fast(args, entry, prog)
+                key = self._remember_fast(args, entry, prog)
+                self._remember_call(args, leaves, key)
             elif fast and all(type(a) in _PLAIN for a in leaves):
                 flat, treedef = tree.flatten(args)
                 if len(flat) == len(leaves) and all(a is b for a, b in zip(flat, leaves)):
                     keys = tuple((a.shape, a.dtype, a.device) for a in leaves)
                     self._remember_fast(leaves, entry, prog, key=(treedef, keys))
-                    hit = self._fast.get((treedef, keys))
-                    call = hit and fast_call(args, leaves, hit, _state, EvalTrace, self._fast_hits)
-                    if call is not None:
-                        with self._lock:
-                            self._guards[0] = (call, *self._guards[0][: _GUARDS - 1])
+                    self._remember_call(args, leaves, (treedef, keys))
         else:
             from thunderx.primitives.higher_order import jit_call_p
 
@@ -310,6 +302,14 @@ class JitFunction:
 
                 outs = stop_gradient(outs)
         return tree.unflatten(entry.out_tree, outs)
+
+    def _remember_call(self, args, leaves, key):
+        """A generated check-and-call for this signature (jit_guard.py), tried first."""
+        hit = self._fast.get(key)
+        call = hit and fast_call(args, leaves, hit, _state, EvalTrace, self._fast_hits)
+        if call is not None:
+            with self._lock:
+                self._guards[0] = (call, *self._guards[0][: _GUARDS - 1])
 
     def _remember_fast(self, args, entry, prog, key=None):
         if key is None:
@@ -328,6 +328,7 @@ class JitFunction:
                 _any_requires_grad(entry.consts),
                 tuple(entry.writes) if entry.writes else None,
             )
+        return key
 
     def _executor_for(self, leaves):
         if self.executor is not None:

@@ -1,18 +1,19 @@
-"""Generated cache-hit calls for jit on pytrees of tensors.
+"""Generated cache-hit calls for jit: one Python function per signature the fast path has seen.
 
 A cached call on a dict of parameters used to flatten the pytree with optree, build a key of
 every leaf's (shape, dtype, device), hash it, look it up and scan the leaves for requires_grad:
 about 40 us for a 13-leaf dict right after the program ran (cold caches), 8% of a small
-transformer layer's step. For each signature the fast path has seen, `fast_call` writes one
-Python function that checks the argument structure and each leaf against what it was traced
-for (container types and lengths, the dict's keys, each leaf's class, shape, dtype and device),
-reads the leaves straight out of the containers in the order `tree.flatten` gives them,
-picks the program variant (torch autograd through the call needs the one without in-place
-reuse) and calls it. A mismatch anywhere returns MISS and the caller goes the general way.
+transformer layer's step. `fast_call` writes, per signature, a function that checks the
+argument structure and each leaf against what was traced (container types and lengths, the
+dict's keys, each leaf's class, shape, dtype and device), reads the leaves straight out of the
+containers in the order `tree.flatten` gives them, picks the program variant (torch autograd
+through the call needs the one without in-place reuse), calls it and builds the outputs' pytree
+as a literal. A mismatch anywhere returns MISS and the caller goes the general way. On a
+13-leaf dict the call costs 13 us over the program, and a plain tensor argument about 0.7 us.
 
 Only exact list, tuple, dict and None containers and tensor or Parameter leaves are handled; a
 structure that walks differently from `tree.flatten` (checked leaf by leaf when the function
-is made) gets no generated call.
+is made), and a program that writes into its arguments, gets no generated call.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class _Writer:
         self.leaves: list = []  # the argument objects, in flattening order (for the check)
         self.names: list[str] = []
         self._n = itertools.count()
+        self.keyed = False  # whether a dict is read by key (a KeyError is a miss)
 
     def const(self, value) -> str:
         name = f"_k{next(self._n)}"
@@ -61,6 +63,7 @@ class _Writer:
                 keys = sorted(x)
             except TypeError:
                 return False
+            self.keyed = True
             self.lines.append(f"if {expr}.__class__ is not dict or len({expr}) != {len(x)}:")
             self.lines.append("    return MISS")
             return self.children([(self.const(k), x[k]) for k in keys], expr, depth)
@@ -163,7 +166,16 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
     if not ok or len(w.leaves) != len(leaves) or any(a is not b for a, b in zip(w.leaves, leaves)):
         return None
     operands = ", ".join([f"_c{i}" for i in range(len(consts))] + w.names)
-    needs = " or ".join(["_cng"] + [f"{n}.requires_grad" for n in w.names])
+    # torch autograd records through the call: a leaf that requires grad (read first: the
+    # grad mode is a function call), or a captured tensor that does
+    needs = " or ".join([f"{n}.requires_grad" for n in w.names])
+    pick = (
+        "f = _fn_plain if _grad() else _fn"
+        if consts_need_grad
+        else f"f = _fn_plain if ({needs}) and _grad() else _fn"
+        if w.names
+        else "f = _fn"
+    )
     if single is True:
         result = [f"return f({operands})"]
     else:
@@ -171,11 +183,13 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
         result = [f"o = f({operands})", f"return {build or '_unflatten(_tree, o)'}"]
     body = [
         "if _state.trace.__class__ is not _Eval: return MISS",
-        "try:",
-        *["    " + line for line in w.lines],
-        "except KeyError:  # a dict with other keys",
-        "    return MISS",
-        f"f = _fn_plain if _grad() and ({needs}) else _fn",
+        *(
+            ["try:", *["    " + line for line in w.lines], "except KeyError:  # other keys"]
+            + ["    return MISS"]
+            if w.keyed
+            else w.lines
+        ),
+        pick,
         "_counts[0] += 1",
         *result,
     ]
@@ -183,7 +197,6 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
         _state=state,
         _Eval=eval_trace,
         _grad=torch.is_grad_enabled,
-        _cng=consts_need_grad,
         _fn=fn,
         _fn_plain=fn_plain,
         _counts=counts,
