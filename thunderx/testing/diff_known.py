@@ -15,13 +15,19 @@ from __future__ import annotations
 
 # (op, check, category) -> (owner, reason); check "*" stands for every check.
 KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
-    ("<with instance_norm>", "*", "kink"): (
-        "composites",
-        "transforms without jit compute the norm's affine as a product then a sum; torch's kernel "
-        "folds it into the normalization (x * alpha + beta) and rounds differently (1e-11 at a "
-        "near-constant channel), which a later tie (minimum) turns into a factor-2 gradient; "
-        "under jit the generated code calls torch's kernel (executors/patterns_channel_norm.py)",
-    ),
+    **{
+        (f"<with {op}>", "*", "kink"): (
+            "composites",
+            "transforms without jit compute the norm's affine as a product then a sum; torch's "
+            "kernel folds it into the normalization (x * alpha + beta) and rounds differently "
+            "(1e-11 at a near-constant channel of instance_norm; -4e-15 where group_norm of a "
+            "constant row gives exactly 0), which a later tie (minimum) or kink (the norm of a "
+            "zero vector) turns into another gradient; under jit the generated code calls "
+            "torch's kernel (executors/patterns_channel_norm.py); needs the affine inside the "
+            "norm primitives",
+        )
+        for op in ("instance_norm", "group_norm")
+    },
     **{
         ("<with layer_norm>", check, "unresolved"): (
             "composites",
@@ -227,6 +233,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with trunc>", "*", "kink"): ("tie", 426959, "jacrev", None, 2),
     # instance_norm > minimum: a channel [-30 + 4e-15, -30] normalized, times 30, minus 30
     ("<with instance_norm>", "*", "kink"): ("big", 293966, "grad", None, 2),
+    # tan > group_norm (weight and bias) of a constant row > norm over a column > maximum
+    ("<with group_norm>", "*", "kink"): ("tie", 828675, "grad", None, 4),
     # norm of a zero row > std of one value > addcdiv: std's nan cotangent at the zero vector
     ("<with norm>", "*", "unresolved"): ("zero", 345303, "grad", None, 3),
     # acosh > gelu > std of three equal values: exactly 0 here, torch 1.4e-16 with gradient 0.05
