@@ -3,6 +3,7 @@ as an assertion of the thunderx behaviour it states (torch.func still differing)
 `BEHAVIOUR` maps a row id to its check (run by tests/test_conventions_table.py)."""
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -209,6 +210,16 @@ def variance_of_a_constant_row():
     assert torch.equal(torch.std(z, -1), tx.jit(lambda v: torch.std(v, -1))(z))
     s = lambda v: torch.std(v, -1).sum()  # noqa: E731
     _close(tx.grad(s)(z.contiguous()), tf.grad(s)(z.contiguous()))
+    # entries an ulp apart: the exact std and derivative (rational arithmetic), torch's differ
+    a, b = -0.27649471450546520, -0.27649471450546514
+    v = [Fraction(u) for u in (a, a, b)]
+    mean = sum(v) / 3
+    std = math.sqrt(sum((u - mean) ** 2 for u in v) / 2)
+    exact = T(*[float((u - mean) / 2) / std for u in v])
+    assert math.isclose(tx.jit(torch.std)(T(a, a, b)).item(), std, rel_tol=1e-14)
+    _close(tx.grad(torch.std)(T(a, a, b)), exact)
+    _close(tx.vmap(tx.grad(torch.std))(torch.stack([T(a, a, b), x])), torch.stack([exact, 0 * x]))
+    assert (tf.grad(torch.std)(T(a, a, b)) - exact).abs().max() > 0.1
 
 
 def _grow(v, last):
@@ -440,6 +451,19 @@ def bessel_ratio_near_zero():
         assert d2(tf.grad)(S(x)) == 0
 
 
+def bce_with_logits_at_minus_infinity():
+    x, t = T(-math.inf, math.inf, 0.5), T(0.25, 0.25, 0.25)
+    f = lambda v: F.binary_cross_entropy_with_logits(v, t)  # noqa: E731
+    limit = (torch.sigmoid(x) - t) / 3  # -t / 3 at -inf, (1 - t) / 3 at +inf
+    _close(tx.grad(f)(x), limit)
+    _close(tx.jit(tx.grad(f))(x), limit)
+    sig = torch.sigmoid(x)
+    _close(tx.hessian(f)(x).diagonal(), sig * (1 - sig) / 3)
+    xg = x.clone().requires_grad_()
+    _close(torch.autograd.grad(f(xg), xg)[0], limit)  # torch's backward kernel agrees
+    assert tf.grad(f)(x)[0].isnan() and tf.hessian(f)(x)[0, 0].isnan()
+
+
 def batched_kernel_rounding_at_ties():
     import random
 
@@ -498,5 +522,6 @@ BEHAVIOUR = {
         cosine_similarity_rounding,
         bessel_ratio_near_zero,
         batched_kernel_rounding_at_ties,
+        bce_with_logits_at_minus_infinity,
     )
 }
