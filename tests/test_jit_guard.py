@@ -183,3 +183,11 @@ def test_plain_tensor_arguments_get_one_too_and_each_signature_keeps_its_program
     y = torch.randn(3, dtype=torch.float64)  # another dtype: traced again
     torch.testing.assert_close(j(y, y), torch.sin(y) * 2 + y)
     assert j.jit_function.misses == 3
+
+
+def test_no_more_generated_calls_than_the_cache_holds():
+    j = tx.jit(lambda x: x * 2, cache_size=1)
+    for n in (2, 3, 2):
+        for _ in range(2):
+            torch.testing.assert_close(j(torch.ones(n)), torch.full((n,), 2.0))
+    assert len(j.jit_function._guards[0]) == 1

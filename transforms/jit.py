@@ -309,7 +309,8 @@ class JitFunction:
         call = hit and fast_call(args, leaves, hit, _state, EvalTrace, self._fast_hits)
         if call is not None:
             with self._lock:
-                self._guards[0] = (call, *self._guards[0][: _GUARDS - 1])
+                keep = min(_GUARDS, self.cache_size) - 1  # a program per signature kept
+                self._guards[0] = (call, *self._guards[0][:keep])
 
     def _remember_fast(self, args, entry, prog, key=None):
         if key is None:
