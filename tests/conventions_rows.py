@@ -5,26 +5,21 @@ as an assertion of the thunderx behaviour it states (torch.func still differing)
 import math
 from fractions import Fraction
 
-import pytest
 import torch
 import torch.func as tf
 import torch.nn.functional as F
 
 import thunderx as tx
 
-F64 = torch.float64
-
-
-def T(*v):
-    return torch.tensor(v, dtype=F64)
-
-
-def S(v):
-    return torch.tensor(v, dtype=F64)
-
-
-def _close(a, b):
-    torch.testing.assert_close(a, b, equal_nan=True, rtol=1e-9, atol=1e-12)
+from .conventions_rows_base import F64, S, T, _close
+from .conventions_rows_numeric import (
+    batched_kernel_rounding_at_ties,
+    batched_recurrent_rounding,
+    bce_with_logits_at_minus_infinity,
+    bessel_ratio_near_zero,
+    cosine_similarity_rounding,
+    rms_norm_eps_cancellation,
+)
 
 
 def forward_mode_kinks():
@@ -294,6 +289,12 @@ def symbolic_zero_derivative():
     x1, src = T(0.75), T(0.75, 0.0)
     assert tx.grad(r, argnums=1)(x1, src)[1] == 0
     assert torch.isnan(tf.grad(r, argnums=1)(x1, src)[1])
+    # |x|_1 / y at y = 0: d/dy of the x-gradient sign(x) / y is -sign(x) / y^2 (the
+    # numerator's tangent in y is a symbolic zero, not 0 / 0)
+    q = lambda x, y: torch.linalg.vector_norm(x, 1) / y  # noqa: E731
+    xq, yq = T(0.3, -0.2), S(0.0)
+    assert torch.equal(tx.hessian(q, argnums=(0, 1))(xq, yq)[0][1], T(-math.inf, math.inf))
+    assert torch.isnan(tf.hessian(q, argnums=(0, 1))(xq, yq)[0][1]).all()
     g = lambda x: torch.var(torch.max(x))  # noqa: E731 - var of one value: a nan cotangent
     y = T(1.0, 3.0, 2.0)
     _close(tx.grad(g)(y), T(0.0, math.nan, 0.0))
@@ -388,6 +389,11 @@ def bilinear_at_infinity():
     vv = lambda hess: hess(mv, argnums=(0, 1))(an, vn)[1][1]  # noqa: E731
     assert torch.equal(vv(tx.hessian), torch.zeros(2, 2, dtype=F64))
     assert torch.isnan(vv(tf.hessian)).any()
+    # mm with a nan row: the right operand's Hessian block is 0
+    mm = lambda a, v: (torch.mm(a, v) * T(1.0, -2.0).reshape(2, 1)).sum()  # noqa: E731
+    vm = lambda hess: hess(mm, argnums=(0, 1))(an, vn.reshape(2, 1))[1][1]  # noqa: E731
+    assert torch.equal(vm(tx.hessian), torch.zeros(2, 1, 2, 1, dtype=F64))
+    assert torch.isnan(vm(tf.hessian)).any()
 
 
 def batch_norm_hessian_weight_block():
@@ -407,76 +413,6 @@ def batch_norm_hessian_weight_block():
     (_, txw), (twx, _) = tf.hessian(s, argnums=(0, 1))(x, w)
     torch.testing.assert_close(txw.movedim(-1, 0), fd, rtol=1e-6, atol=1e-8)
     assert (twx - fd).abs().max() > 0.1
-
-
-def batched_recurrent_rounding():
-    # at ordinary inputs the unrolled cells agree with the per-example sequence kernel to
-    # rounding, and torch.func has no batching rule to compare with
-    g = torch.Generator().manual_seed(1)
-    x, h0 = torch.randn(2, 5, 3, 4, dtype=F64, generator=g), torch.randn(2, 1, 3, 6, dtype=F64)
-    ws = [torch.randn(2, *sh, dtype=F64, generator=g) for sh in ((18, 4), (18, 6), (18,), (18,))]
-
-    def gru(x, h, *w):
-        return torch.gru(x, h, list(w), True, 1, 0.0, False, False, False)[0]
-
-    loop = torch.stack([gru(x[i], h0[i], *[w[i] for w in ws]) for i in range(2)])
-    torch.testing.assert_close(tx.vmap(gru)(x, h0, *ws), loop, rtol=1e-12, atol=1e-12)
-    with pytest.raises(RuntimeError, match="Batching rule not implemented"):
-        tf.vmap(gru)(x, h0, *ws)
-
-
-def cosine_similarity_rounding():
-    a, b = (
-        T(-0.4559921256, 0.7331139495).reshape(2, 1),
-        T(1.1182751345e-04, 2.0996337854).reshape(2, 1),
-    )
-    wt = T(0.3, -0.8)
-
-    def s(a, b):
-        return (F.cosine_similarity(a, b) * wt).sum()
-
-    ours, theirs = (
-        torch.stack([h.reshape(-1) for row in hess(s, argnums=(0, 1))(a, b) for h in row])
-        for hess in (tx.hessian, tf.hessian)
-    )
-    # exactly 0 in exact arithmetic: rounding noise over the squared norm on both sides
-    assert ours.abs().max() < 1e-6 and theirs.abs().max() < 1e-6
-    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
-
-
-def bessel_ratio_near_zero():
-    d2 = lambda grad: grad(grad(torch.special.i1e))  # noqa: E731
-    for x, one_sided in ((-1.1437e-16, 1.0), (1.1437e-16, -1.0)):
-        _close(d2(tx.grad)(S(x)), S(one_sided))
-        assert d2(tf.grad)(S(x)) == 0
-
-
-def bce_with_logits_at_minus_infinity():
-    x, t = T(-math.inf, math.inf, 0.5), T(0.25, 0.25, 0.25)
-    f = lambda v: F.binary_cross_entropy_with_logits(v, t)  # noqa: E731
-    limit = (torch.sigmoid(x) - t) / 3  # -t / 3 at -inf, (1 - t) / 3 at +inf
-    _close(tx.grad(f)(x), limit)
-    _close(tx.jit(tx.grad(f))(x), limit)
-    sig = torch.sigmoid(x)
-    _close(tx.hessian(f)(x).diagonal(), sig * (1 - sig) / 3)
-    xg = x.clone().requires_grad_()
-    _close(torch.autograd.grad(f(xg), xg)[0], limit)  # torch's backward kernel agrees
-    assert tf.grad(f)(x)[0].isnan() and tf.hessian(f)(x)[0, 0].isnan()
-
-
-def batched_kernel_rounding_at_ties():
-    import random
-
-    from thunderx.testing.diff_checks import Ctx
-    from thunderx.testing.differential import make_program
-
-    prog, _ = make_program(random.Random(668009), "tie", 4, None)
-    c = Ctx(prog, 668009)
-    ours = tx.vmap(tx.grad(c.s))(*c.batch)
-    loop = torch.stack([tf.grad(c.s)(*[b[i] for b in c.batch]) for i in range(2)])
-    torch.testing.assert_close(ours, loop, rtol=1e-13, atol=1e-15)  # the same tied entries
-    theirs = tf.vmap(tf.grad(c.s))(*c.batch)
-    assert not torch.equal(theirs != 0, loop != 0)  # another entry of the tie
 
 
 def logcumsumexp_rounded_output():
@@ -521,6 +457,7 @@ BEHAVIOUR = {
         batched_recurrent_rounding,
         cosine_similarity_rounding,
         bessel_ratio_near_zero,
+        rms_norm_eps_cancellation,
         batched_kernel_rounding_at_ties,
         bce_with_logits_at_minus_infinity,
     )

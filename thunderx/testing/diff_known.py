@@ -167,6 +167,9 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     },
     ("bce_with_logits", "hessian", "kink"): "bce-with-logits-at-minus-infinity",
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
+    ("<with rms_norm>", "vmap(jvp)", "kink"): "rms-norm-eps-cancellation",
+    ("<with norm1>", "hessian", "kink"): "symbolic-zero-derivative",
+    ("mm", "hessian", "unresolved"): "bilinear-at-infinity",
     ("cosine_similarity", "hessian", "unresolved"): "cosine-similarity-rounding",
     ("gru", "vmap", "forward"): "batched-recurrent-rounding",
     ("gru", "vmap_axes", "forward"): "batched-recurrent-rounding",
@@ -343,6 +346,12 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
             ("hessian", "kink"),
         )
     },
+    # rms_norm of a zero row > addcmul > rms_norm: 2.4e9-scale tangents cancelling to -1.9e-3
+    ("<with rms_norm>", "vmap(jvp)", "kink"): ("zero", 912746, "vmap(jvp)", None, 3),
+    # norm1 > div_raw by 0: the mixed (x, y) Hessian block of |x|_1 / y at y = 0
+    ("<with norm1>", "hessian", "kink"): ("zero", 907364, "hessian", None, 2),
+    # mean over no elements (nan) > silu > mm > floor
+    ("mm", "hessian", "unresolved"): ("empty", 895199, "hessian", None, 4),
     # softsign > div_raw by 0 > round > nansum: x / 0's nan and inf derivatives meet round's 0
     ("<with round>", "*", "kink"): ("zero", 627169, "jacrev", None, 4),
     # prod of a row with two zeros > sum > hypot at 0 > huber_loss: hypot's nan cotangent

@@ -1,0 +1,121 @@
+"""Rows of docs/conventions.md's derivative table about rounding (which side's floating-point
+answer is closer, where neither can be exact) and limits at infinity, as assertions of the
+thunderx behaviour each states; `tests/conventions_rows.py` collects them into BEHAVIOUR."""
+
+import math
+
+import pytest
+import torch
+import torch.func as tf
+import torch.nn.functional as F
+
+import thunderx as tx
+
+from .conventions_rows_base import F64, S, T, _close
+
+
+def batched_recurrent_rounding():
+    # at ordinary inputs the unrolled cells agree with the per-example sequence kernel to
+    # rounding, and torch.func has no batching rule to compare with
+    g = torch.Generator().manual_seed(1)
+    x, h0 = torch.randn(2, 5, 3, 4, dtype=F64, generator=g), torch.randn(2, 1, 3, 6, dtype=F64)
+    ws = [torch.randn(2, *sh, dtype=F64, generator=g) for sh in ((18, 4), (18, 6), (18,), (18,))]
+
+    def gru(x, h, *w):
+        return torch.gru(x, h, list(w), True, 1, 0.0, False, False, False)[0]
+
+    loop = torch.stack([gru(x[i], h0[i], *[w[i] for w in ws]) for i in range(2)])
+    torch.testing.assert_close(tx.vmap(gru)(x, h0, *ws), loop, rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="Batching rule not implemented"):
+        tf.vmap(gru)(x, h0, *ws)
+
+
+def cosine_similarity_rounding():
+    a, b = (
+        T(-0.4559921256, 0.7331139495).reshape(2, 1),
+        T(1.1182751345e-04, 2.0996337854).reshape(2, 1),
+    )
+    wt = T(0.3, -0.8)
+
+    def s(a, b):
+        return (F.cosine_similarity(a, b) * wt).sum()
+
+    ours, theirs = (
+        torch.stack([h.reshape(-1) for row in hess(s, argnums=(0, 1))(a, b) for h in row])
+        for hess in (tx.hessian, tf.hessian)
+    )
+    # exactly 0 in exact arithmetic: rounding noise over the squared norm on both sides
+    assert ours.abs().max() < 1e-6 and theirs.abs().max() < 1e-6
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+
+
+def _rms_program_jvp_60_digits(xs, ts):
+    """The entry [0, 1] of the jvp of rms_norm > addcmul(x, y, y, 0.5) > rms_norm (float64's
+    eps), by a central difference of step 1e-25 in 60-digit arithmetic (torch needs sympy, so
+    mpmath is always there)."""
+    import mpmath as mp
+
+    mp.mp.dps = 60
+    x, y, tx_, ty = ([[mp.mpf(v) for v in row] for row in t.tolist()] for t in (*xs, *ts))
+
+    def rms(r):
+        s = 1 / mp.sqrt(sum(v * v for v in r) / len(r) + mp.mpf(2.0**-52))
+        return [v * s for v in r]
+
+    def f(h):
+        a = [rms([x[i][k] + h * tx_[i][k] for k in range(2)]) for i in range(2)]
+        yy = [[y[i][k] + h * ty[i][k] for k in range(2)] for i in range(2)]
+        return rms([a[0][k] + yy[0][k] * yy[0][k] / 2 for k in range(2)])[1]
+
+    h = mp.mpf(10) ** -25
+    return float((f(h) - f(-h)) / (2 * h))
+
+
+def rms_norm_eps_cancellation():
+    import random
+
+    from thunderx.testing.diff_checks import Ctx
+    from thunderx.testing.differential import make_program
+
+    prog, _ = make_program(random.Random(912746), "zero", 3, None)
+    c = Ctx(prog, 912746)
+    xs = tuple(b[0] for b in c.batch)
+    exact = _rms_program_jvp_60_digits(xs, c.ts)  # -0.00188816132898867
+    ours = tx.vmap(lambda *v: tx.jvp(c.f, v, tuple(c.ts))[1])(*c.batch)[0][0, 1].item()
+    theirs = tf.jvp(c.f, xs, tuple(c.ts))[1][0, 1].item()
+    assert abs(ours / exact - 1) < 1e-4 and abs(theirs / exact - 1) > 1e-4
+
+
+def bessel_ratio_near_zero():
+    d2 = lambda grad: grad(grad(torch.special.i1e))  # noqa: E731
+    for x, one_sided in ((-1.1437e-16, 1.0), (1.1437e-16, -1.0)):
+        _close(d2(tx.grad)(S(x)), S(one_sided))
+        assert d2(tf.grad)(S(x)) == 0
+
+
+def bce_with_logits_at_minus_infinity():
+    x, t = T(-math.inf, math.inf, 0.5), T(0.25, 0.25, 0.25)
+    f = lambda v: F.binary_cross_entropy_with_logits(v, t)  # noqa: E731
+    limit = (torch.sigmoid(x) - t) / 3  # -t / 3 at -inf, (1 - t) / 3 at +inf
+    _close(tx.grad(f)(x), limit)
+    _close(tx.jit(tx.grad(f))(x), limit)
+    sig = torch.sigmoid(x)
+    _close(tx.hessian(f)(x).diagonal(), sig * (1 - sig) / 3)
+    xg = x.clone().requires_grad_()
+    _close(torch.autograd.grad(f(xg), xg)[0], limit)  # torch's backward kernel agrees
+    assert tf.grad(f)(x)[0].isnan() and tf.hessian(f)(x)[0, 0].isnan()
+
+
+def batched_kernel_rounding_at_ties():
+    import random
+
+    from thunderx.testing.diff_checks import Ctx
+    from thunderx.testing.differential import make_program
+
+    prog, _ = make_program(random.Random(668009), "tie", 4, None)
+    c = Ctx(prog, 668009)
+    ours = tx.vmap(tx.grad(c.s))(*c.batch)
+    loop = torch.stack([tf.grad(c.s)(*[b[i] for b in c.batch]) for i in range(2)])
+    torch.testing.assert_close(ours, loop, rtol=1e-13, atol=1e-15)  # the same tied entries
+    theirs = tf.vmap(tf.grad(c.s))(*c.batch)
+    assert not torch.equal(theirs != 0, loop != 0)  # another entry of the tie
