@@ -46,6 +46,15 @@ def forward_mode_kinks():
     assert tx.jvp(clamp2, (nan, lo, hi), (ta, zero, zero))[1] == 0
     assert tf.jvp(clamp2, (nan, lo, hi), (ta, zero, zero))[1] == 2.0
     _close(tx.grad(clamp2, (0, 1, 2))(nan, lo, hi), tf.grad(clamp2, (0, 1, 2))(nan, lo, hi))
+    # cosine_similarity with a vector of norm 2e-10 < eps: forward mode follows reverse mode
+    # (torch.autograd's: the unclamped norm's derivative), torch.func's forward mode does not
+    cs = lambda a, b: F.cosine_similarity(a, b, dim=0)  # noqa: E731
+    a, b, ta_, tb_ = T(9.17e-11, 1.834e-10), T(-0.1146, -0.2948), T(0.4, -1.3), T(0.2, 0.5)
+    ag, bg = a.clone().requires_grad_(), b.clone().requires_grad_()
+    ga, gb = torch.autograd.grad(cs(ag, bg), (ag, bg))
+    ours = tx.jvp(cs, (a, b), (ta_, tb_))[1]
+    _close(ours, ga @ ta_ + gb @ tb_)
+    assert abs(tf.jvp(cs, (a, b), (ta_, tb_))[1] / ours - 1) > 1e-3
 
 
 def forward_mode_unselected_tangent():

@@ -40,6 +40,17 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         )
         for check in ("grad", "autograd", "vjp", "jit(grad)", "jit(vmap(grad))", "vmap(jvp)")
     },
+    **{
+        ("<with lerp>", check, "kink"): (
+            "lang",
+            "lerp is written s + w * (e - s), so its transpose gives the start ct - w * ct: inf - "
+            "inf = nan where a later overflow (cosh of 1e9) makes the cotangent infinite; torch's "
+            "backward gives (1 - w) * ct = inf. Its forward also rounds differently from torch's "
+            "kernel for w >= 0.5 (torch: e - (e - s) * (1 - w)); needs lerp as a composite with "
+            "torch's kernel and the linearization (1 - w) ds + w de + (e - s) dw",
+        )
+        for check in ("jacrev", "hessian")
+    },
 }
 
 _FORWARD_MODE_CHECKS = ("jvp", "linearize", "jacfwd", "vmap(jvp)")
@@ -167,6 +178,15 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     },
     ("bce_with_logits", "hessian", "kink"): "bce-with-logits-at-minus-infinity",
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
+    **{
+        ("cosine_similarity", check, "kink"): "forward-mode-kinks" for check in _FORWARD_MODE_CHECKS
+    },
+    **{
+        ("<with maximum>", check, "kink"): "forward-mode-unselected-tangent"
+        for check in ("jvp", "linearize", "jacfwd")
+    },
+    ("lstm", "vmap", "forward"): "batched-recurrent-rounding",
+    ("lstm", "vmap_axes", "forward"): "batched-recurrent-rounding",
     ("<with rms_norm>", "vmap(jvp)", "kink"): "rms-norm-eps-cancellation",
     ("<with norm1>", "hessian", "kink"): "symbolic-zero-derivative",
     ("mm", "hessian", "unresolved"): "bilinear-at-infinity",
@@ -352,6 +372,26 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with norm1>", "hessian", "kink"): ("zero", 907364, "hessian", None, 2),
     # mean over no elements (nan) > silu > mm > floor
     ("mm", "hessian", "unresolved"): ("empty", 895199, "hessian", None, 4),
+    # lstm > stack > cosine_similarity of a vector of norm 2e-10 (below eps), forward mode
+    **{
+        ("cosine_similarity", check, "kink"): ("big", 950538, check, None, 3)
+        for check in _FORWARD_MODE_CHECKS
+    },
+    # nextafter > div_raw by 0 > maximum > narrow: the unselected operand's nan tangent
+    **{
+        ("<with maximum>", check, "kink"): ("tie", 930531, check, None, 4)
+        for check in ("jvp", "linearize", "jacfwd")
+    },
+    # elu > sinh of big inputs > lstm with batched weights: gate terms of 1.6e14 cancelling
+    **{
+        ("lstm", check, "forward"): ("big", 945063, check, None, 4)
+        for check in ("vmap", "vmap_axes")
+    },
+    # lerp > rpow > transpose > cosh overflowing: lerp's cotangent ct - w * ct = inf - inf
+    **{
+        ("<with lerp>", check, "kink"): ("big", 930648, check, None, 4)
+        for check in ("jacrev", "hessian")
+    },
     # softsign > div_raw by 0 > round > nansum: x / 0's nan and inf derivatives meet round's 0
     ("<with round>", "*", "kink"): ("zero", 627169, "jacrev", None, 4),
     # prod of a row with two zeros > sum > hypot at 0 > huber_loss: hypot's nan cotangent
