@@ -38,6 +38,13 @@ def _(d):
     return Sample([d.tensor(d.shape())], {})
 
 
+@sample("lerp")
+def _(d):
+    shape = d.shape()
+    # weights on both sides of 0.5, where torch's kernel switches formula
+    return Sample([d.tensor(shape), d.tensor(shape), d.tensor(shape)], {})
+
+
 @sample("silu_backward", "mish_backward")
 def _(d):
     shape = d.shape()

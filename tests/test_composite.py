@@ -160,6 +160,32 @@ def test_silu_and_mish_forward_are_torchs_kernels():
         assert torch.equal(tx.vmap(act)(x.reshape(64, 64)), act(x).reshape(64, 64))
 
 
+def test_lerp_is_torchs_kernel_and_its_transpose_scales_the_cotangent_once():
+    # torch's kernel: s + w (e - s) below |w| = 0.5, e - (e - s)(1 - w) above, fused on its
+    # vectorized path; thunderx's forward is bit-equal in eager, jit and vmap
+    g = torch.Generator().manual_seed(0)
+    s, e = torch.randn(4096, generator=g), torch.randn(4096, generator=g)
+    w = torch.rand(4096, generator=g) * 2 - 0.5
+    for weight in (0.3, 0.7, w):
+        f = lambda s, e: torch.lerp(s, e, weight)  # noqa: E731
+        assert torch.equal(tx.jit(f)(s, e), f(s, e))
+        want = tf.grad(lambda s, e: f(s, e).sum(), argnums=(0, 1))(s, e)
+        got = tx.grad(lambda s, e: f(s, e).sum(), argnums=(0, 1))(s, e)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert torch.equal(
+        tx.vmap(torch.lerp)(s.view(64, 64), e.view(64, 64), w.view(64, 64)),
+        torch.lerp(s, e, w).view(64, 64),
+    )
+    # an infinite cotangent (a later overflow): (1 - w) * ct, not ct - w * ct = inf - inf
+    x, y = torch.tensor([-0.5, 2.0], dtype=torch.float64), torch.tensor(30.0, dtype=torch.float64)
+    h = lambda x, y: torch.cosh(2.0 ** torch.lerp(x, y, 0.3)).sum()  # noqa: E731
+    want = tf.grad(h, argnums=(0, 1))(x, y)
+    assert torch.isinf(want[0][1]) and torch.isinf(want[1])
+    got = tx.grad(h, argnums=(0, 1))(x, y)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert "torch.lerp(" in tx.jit(torch.lerp).lower(s, e, w).as_text()
+
+
 def test_vmap_of_grad_keeps_the_kernels_with_their_batch_dims():
     w = torch.randn(6, 5)
 

@@ -46,6 +46,7 @@ DOCUMENTED = {
     ("conv_kernel_grad", "inf"): ("bilinear-at-infinity", "forward over forward"),
     ("conv_input_grad", "inf"): ("bilinear-at-infinity", "forward over forward"),
     ("cumprod", "inf"): ("cumprod-at-infinity", "jvp"),
+    ("lerp", "inf"): ("bilinear-at-infinity", "forward over forward"),
 }
 
 

@@ -24,6 +24,7 @@ from thunderx.lang._base import (
     where,
 )
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite_lerp as KL
 from thunderx.primitives import unary as U
 
 # ------------------------------------------------------------------------------------ unary math
@@ -396,8 +397,10 @@ def _where(condition, input=None, other=None):  # noqa: A002
 
 @register(torch.lerp, methods=("lerp",))
 def _lerp(start, end, weight):
-    (s, e), _ = promote(start, end)
-    return binary(B.add, s, binary(B.mul, weight, B.sub(e, s)))
+    (s, e, w), dt = promote(start, end, weight)
+    if not is_float(dt):
+        raise TypeError(f"lerp needs floating operands, got {dt}")
+    return KL.lerp(s, e, w)
 
 
 @register(torch.addcmul, methods=("addcmul",))

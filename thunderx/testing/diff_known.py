@@ -40,17 +40,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         )
         for check in ("grad", "autograd", "vjp", "jit(grad)", "jit(vmap(grad))", "vmap(jvp)")
     },
-    **{
-        ("<with lerp>", check, "kink"): (
-            "lang",
-            "lerp is written s + w * (e - s), so its transpose gives the start ct - w * ct: inf - "
-            "inf = nan where a later overflow (cosh of 1e9) makes the cotangent infinite; torch's "
-            "backward gives (1 - w) * ct = inf. Its forward also rounds differently from torch's "
-            "kernel for w >= 0.5 (torch: e - (e - s) * (1 - w)); needs lerp as a composite with "
-            "torch's kernel and the linearization (1 - w) ds + w de + (e - s) dw",
-        )
-        for check in ("jacrev", "hessian")
-    },
 }
 
 _FORWARD_MODE_CHECKS = ("jvp", "linearize", "jacfwd", "vmap(jvp)")
@@ -386,11 +375,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     **{
         ("lstm", check, "forward"): ("big", 945063, check, None, 4)
         for check in ("vmap", "vmap_axes")
-    },
-    # lerp > rpow > transpose > cosh overflowing: lerp's cotangent ct - w * ct = inf - inf
-    **{
-        ("<with lerp>", check, "kink"): ("big", 930648, check, None, 4)
-        for check in ("jacrev", "hessian")
     },
     # softsign > div_raw by 0 > round > nansum: x / 0's nan and inf derivatives meet round's 0
     ("<with round>", "*", "kink"): ("zero", 627169, "jacrev", None, 4),
