@@ -183,10 +183,12 @@ _LINEAR_IN_SECOND = {"triangular_solve", "expm_frechet"}
 # Linear in its first three operands (the tangents of q, k and v).
 _LINEAR_IN_FIRST_THREE = {"sdpa_jvp"}
 # Linear in a leading group whose size depends on the layer: rnn_jvp in the tangents (the first
-# half of its operands), rnn_backward in the cotangents of (output, h[, c]).
+# half of its operands), rnn_backward in the cotangents of (output, h[, c]); lerp in its start
+# and end together (for a fixed weight).
 _LINEAR_GROUP = {
     "rnn_jvp": lambda s: len(s.args) // 2,
     "rnn_backward": lambda s: 3 if s.params["mode"] == "lstm" else 2,
+    "lerp": lambda s: 2,
 }
 
 
