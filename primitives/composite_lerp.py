@@ -72,8 +72,8 @@ lerp_p = declare_composite(
     transpose=_transpose,
     batch=lambda args, dims: elementwise_batch(lerp_p, args, dims),
     torch_codegen=lambda args, avals: f"torch.lerp({args[0]}, {args[1]}, {args[2]})",
+    # no out= form: aten's lerp.Scalar_out and lerp.Tensor_out differ by the weight's type
     elementwise=True,
-    inplace_out="lerp.Tensor_out",
 )
 
 

@@ -184,6 +184,13 @@ def test_lerp_is_torchs_kernel_and_its_transpose_scales_the_cotangent_once():
     got = tx.grad(h, argnums=(0, 1))(x, y)
     assert all(torch.equal(a, b) for a, b in zip(got, want))
     assert "torch.lerp(" in tx.jit(torch.lerp).lower(s, e, w).as_text()
+    # inside a program, where its output could reuse a dead buffer: scalar and tensor weights
+    for weight in (0.3, w):
+        chain = lambda s, e: torch.lerp(torch.sin(s), e, weight).cos()  # noqa: E731
+        assert torch.equal(tx.jit(chain)(s, e), chain(s, e))
+        assert torch.equal(
+            tx.jit(tx.grad(lambda s: chain(s, e).sum()))(s), tf.grad(lambda s: chain(s, e).sum())(s)
+        )
 
 
 def test_vmap_of_grad_keeps_the_kernels_with_their_batch_dims():
