@@ -15,22 +15,21 @@ from thunderx.ad_util import Zero, instantiate, is_undefined
 from thunderx.core import get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import unary as U
-from thunderx.primitives._elementwise import elementwise_batch
+from thunderx.primitives._elementwise import elementwise_batch, is_scalar
 from thunderx.primitives.composite import _elementwise_abstract_eval, declare_composite
 
 
 def _one_minus(w):
-    return 1.0 - w if isinstance(w, (int, float)) else B.sub(1.0, w)
+    return 1.0 - w if is_scalar(w) else B.sub(1.0, w)
 
 
 def _decomposition(s, e, w):
-    small = B.lt(U.abs(w), 0.5) if not isinstance(w, (int, float)) else abs(w) < 0.5
     d = B.sub(e, s)
     near_start = B.add(s, B.mul(w, d))
     near_end = B.sub(e, B.mul(d, _one_minus(w)))
-    if isinstance(small, bool):
-        return near_start if small else near_end
-    return U.select(small, near_start, near_end)
+    if is_scalar(w):
+        return near_start if abs(w) < 0.5 else near_end
+    return U.select(B.lt(U.abs(w), 0.5), near_start, near_end)
 
 
 def _jvp(primals, tangents):
@@ -42,7 +41,7 @@ def _jvp(primals, tangents):
     out = None
     if type(ts) is not Zero or type(te) is not Zero:
         out = lerp_p.bind(instantiate(ts), instantiate(te), w)
-    if type(tw) is not Zero and not isinstance(w, (int, float)):
+    if type(tw) is not Zero and not is_scalar(w):
         moved = B.mul(tw, B.sub(e, s))
         out = moved if out is None else B.add(out, moved)
     return y, Zero(get_aval(y)) if out is None else out

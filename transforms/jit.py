@@ -22,7 +22,7 @@ from thunderx.lang.captured import check_write_aliases, write_back, write_traced
 from thunderx.passes import closure_convert
 from thunderx.tracing import trace_flat
 from thunderx.transforms.jaxpr_cache import compiled_for
-from thunderx.transforms.jit_guard import MISS, fast_call
+from thunderx.transforms.jit_guard import LEAF_TYPES, MISS, fast_call
 
 _SCALARS = (bool, int, float, complex)
 _SCALAR_KEYS = frozenset(_SCALARS)
@@ -368,8 +368,8 @@ class JitFunction:
         )
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
-# generated calls kept per jit function (signatures of pytree arguments tried, newest first)
+_PLAIN = LEAF_TYPES
+# generated calls kept per jit function (the signatures tried first, newest first)
 _GUARDS = 4
 
 

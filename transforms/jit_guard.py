@@ -25,7 +25,8 @@ import torch
 from thunderx import tree
 
 MISS = object()
-_LEAF_TYPES = (torch.Tensor, torch.nn.Parameter)
+# the leaf classes the fast path takes (jit.py's general path checks the same)
+LEAF_TYPES = (torch.Tensor, torch.nn.Parameter)
 _serial = itertools.count()
 
 
@@ -50,7 +51,7 @@ class _Writer:
         if x is None:
             self.lines.append(f"if {expr} is not None: return MISS")
             return True
-        if t in _LEAF_TYPES:
+        if t in LEAF_TYPES:
             return self.leaf(x, expr)
         if t in (list, tuple) and depth < 8:
             self.lines.append(
@@ -96,9 +97,9 @@ class _Writer:
 
 
 def _builder(out_tree, w: _Writer) -> str | None:
-    """The source of an expression that builds the outputs' pytree from the program's flat
-    results, as literals (a dict of 12 gradients costs one dict display instead of optree's
-    unflatten) from `o`, the program's results; None where the tree holds anything but exact lists, tuples, dicts and None, or
+    """The source of an expression that builds the outputs' pytree from `o`, the program's
+    flat results, as literals (a dict of 12 gradients costs one dict display instead of optree's
+    unflatten); None where the tree holds anything but exact lists, tuples, dicts and None, or
     the literal would not rebuild exactly what `tree.unflatten` gives."""
     n = out_tree.num_leaves
     marks = [_Mark(i) for i in range(n)]
@@ -157,7 +158,7 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
     if writes is not None:
         return None
     w = _Writer()
-    w.ns.update(_T=torch.Tensor, _P=torch.nn.Parameter)
+    w.ns.update(zip(("_T", "_P"), LEAF_TYPES))
     w.lines.append(f"if len(args) != {len(args)}: return MISS")
     try:
         ok = w.children(list(enumerate(args)), "args", 0)
@@ -169,26 +170,28 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
     # torch autograd records through the call: a leaf that requires grad (read first: the
     # grad mode is a function call), or a captured tensor that does
     needs = " or ".join([f"{n}.requires_grad" for n in w.names])
-    pick = (
-        "f = _fn_plain if _grad() else _fn"
-        if consts_need_grad
-        else f"f = _fn_plain if ({needs}) and _grad() else _fn"
-        if w.names
-        else "f = _fn"
-    )
+    if consts_need_grad:
+        pick = "f = _fn_plain if _grad() else _fn"
+    elif w.names:
+        pick = f"f = _fn_plain if ({needs}) and _grad() else _fn"
+    else:
+        pick = "f = _fn"
     if single is True:
         result = [f"return f({operands})"]
     else:
         build = _builder(single, w)
         result = [f"o = f({operands})", f"return {build or '_unflatten(_tree, o)'}"]
+    checks = w.lines
+    if w.keyed:  # a dict read by key: a KeyError is a dict with other keys
+        checks = [
+            "try:",
+            *["    " + line for line in checks],
+            "except KeyError:",
+            "    return MISS",
+        ]
     body = [
         "if _state.trace.__class__ is not _Eval: return MISS",
-        *(
-            ["try:", *["    " + line for line in w.lines], "except KeyError:  # other keys"]
-            + ["    return MISS"]
-            if w.keyed
-            else w.lines
-        ),
+        *checks,
         pick,
         "_counts[0] += 1",
         *result,
