@@ -100,6 +100,22 @@ def _elementwise_batch(prim):
 # itself (a diagonal Jacobian), and its derivative in the other operand is written out.
 
 
+def declare_elementwise_composite(name, *, decomposition, impl, call: str, **declared):
+    """An elementwise composite generated as `call(*operands)`: its abstract eval and batching
+    are the elementwise ones."""
+    prim = declare_composite(
+        name,
+        decomposition=decomposition,
+        impl=impl,
+        abstract_eval=_elementwise_abstract_eval(name),
+        batch=lambda args, dims: elementwise_batch(prim, args, dims),
+        torch_codegen=lambda args, avals: f"{call}({', '.join(args)})",
+        elementwise=True,
+        **declared,
+    )
+    return prim
+
+
 def _grad_transpose(prim):
     def transpose(ct, g, *rest, **params):
         if any(is_undefined(r) for r in rest):
@@ -287,16 +303,13 @@ def _relu_jvp(primals, tangents):
     return y, Zero(get_aval(y)) if type(t) is Zero else threshold_backward(t, y, 0.0)
 
 
-relu_p = declare_composite(
+relu_p = declare_elementwise_composite(
     "relu",
     # x <= 0 picks 0, so NaN stays NaN
     decomposition=lambda x: U.select(B.le(x, 0.0), 0.0, x),
     impl=torch.relu,
-    abstract_eval=_elementwise_abstract_eval("relu"),
     jvp=_relu_jvp,
-    batch=lambda args, dims: elementwise_batch(relu_p, args, dims),
-    torch_codegen=lambda args, avals: f"torch.relu({args[0]})",
-    elementwise=True,
+    call="torch.relu",
     inplace="relu_",
 )
 

@@ -6,6 +6,14 @@ Besides torch's numbers, the backward kernel multiplies the gradient by the deri
 where the product rule of the decomposition x * s(x) gives it to both factors: at an infinite
 cotangent (a later division by 0) that is inf - inf = nan where torch gives +-inf.
 
+Hardswish is torch's kernel too, (x * clamp(x + 3, 0, 6)) / 6 in that order (x * hardsigmoid(x)
+rounds differently in a quarter of the entries), with torch's backward formula as its jvp: the
+tangent is selected by piece (0 at x <= -3, t at x >= 3, t (x / 3 + 1/2) between), so that in
+reverse mode the flat piece gets 0 whatever the cotangent (a nan one after a later overflow:
+the product rule gave 0 * nan). It is written in primitives rather than calling
+`hardswish_backward`, whose answer at a nan input depends on the kernel path (the scalar loop
+passes the gradient, the vectorized kernel gives nan): the selects give nan there everywhere.
+
 `softplus` (F.softplus, and mish's inner function) is written in primitives here."""
 
 from __future__ import annotations
@@ -16,11 +24,9 @@ from thunderx.ad_util import Zero
 from thunderx.core import get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import unary as U
-from thunderx.primitives._elementwise import elementwise_batch
 from thunderx.primitives.composite import (
-    _elementwise_abstract_eval,
     _grad_transpose,
-    declare_composite,
+    declare_elementwise_composite,
 )
 
 
@@ -62,19 +68,16 @@ def _activation(name, decomposition, kernel, backward_name, backward_decompositi
     def backward(g, x):
         return backward_p.bind(g, x)
 
-    backward_p = declare_composite(
+    backward_p = declare_elementwise_composite(
         backward_name,
         # its jvp (in x: f'' times g) comes from the decomposition
         decomposition=backward_decomposition,
         impl=kernel_bwd,
-        abstract_eval=_elementwise_abstract_eval(backward_name),
+        call=f"torch.ops.aten.{backward_name}",
         linear=True,
         nonlinear=(1,),
         differentiate_decomposition=True,
         transpose=lambda ct, g, x: _grad_transpose(backward_p)(ct, g, x),
-        batch=lambda args, dims: elementwise_batch(backward_p, args, dims),
-        torch_codegen=lambda args, avals: f"torch.ops.aten.{backward_name}({args[0]}, {args[1]})",
-        elementwise=True,
         **out_overload,
     )
 
@@ -83,15 +86,12 @@ def _activation(name, decomposition, kernel, backward_name, backward_decompositi
         y = prim.bind(x)
         return y, Zero(get_aval(y)) if type(t) is Zero else backward(t, x)
 
-    prim = declare_composite(
+    prim = declare_elementwise_composite(
         name,
         decomposition=decomposition,
         impl=kernel,
-        abstract_eval=_elementwise_abstract_eval(name),
         jvp=jvp,
-        batch=lambda args, dims: elementwise_batch(prim, args, dims),
-        torch_codegen=lambda args, avals: f"torch.nn.functional.{name}({args[0]})",
-        elementwise=True,
+        call=f"torch.nn.functional.{name}",
         inplace_out=f"{name}.out",
     )
     return prim, backward_p
@@ -113,6 +113,40 @@ mish_p, mish_backward_p = _activation(
     lambda g, x: B.mul(g, _mish_derivative(x)),
     torch.ops.aten.mish_backward,
 )
+
+
+def _hardswish_jvp(primals, tangents):
+    """torch's hardswish_backward as selects on the tangent. The middle piece's slope is x / 3
+    + 1/2 strictly inside (-3, 3) (its derivative 1/3 there: torch's double backward), 0 outside,
+    so that the unselected product stays finite at an infinite x (its transpose multiplies a
+    zero cotangent by the slope), and a constant nan at a nan x: the middle piece, nan, as
+    torch's vectorized kernel, with no second derivative (torch's is 0 there)."""
+    from thunderx.primitives.higher_order import stop_gradient
+
+    (x,), (t,) = primals, tangents
+    y = hardswish_p.bind(x)
+    if type(t) is Zero:
+        return y, Zero(get_aval(y))
+    inside = B.and_p.bind(B.gt(x, -3.0), B.lt(x, 3.0))
+    edge = stop_gradient(U.select(B.ge(U.abs(x), 3.0), 0.0, x))  # 0, or nan at nan
+    slope = U.select(inside, B.add(B.div(x, 3.0), 0.5), edge)
+    middle = B.mul(t, slope)
+    return y, U.select(B.le(x, -3.0), 0.0, U.select(B.ge(x, 3.0), t, middle))
+
+
+hardswish_p = declare_elementwise_composite(
+    "hardswish",
+    decomposition=lambda x: B.div(B.mul(x, B.minimum(B.maximum(B.add(x, 3.0), 0.0), 6.0)), 6.0),
+    impl=torch.nn.functional.hardswish,
+    jvp=_hardswish_jvp,
+    call="torch.nn.functional.hardswish",
+    inplace_out="hardswish.out",
+)
+
+
+def hardswish(x):
+    """F.hardswish as one kernel; its derivative is torch's hardswish_backward formula."""
+    return hardswish_p.bind(x)
 
 
 def silu(x):

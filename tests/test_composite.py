@@ -193,6 +193,35 @@ def test_lerp_is_torchs_kernel_and_its_transpose_scales_the_cotangent_once():
         )
 
 
+def test_hardswish_is_torchs_kernel_with_torchs_backward_by_piece():
+    # torch's kernel rounds (x * clamp(x + 3, 0, 6)) / 6; x * hardsigmoid(x) differs in about
+    # a quarter of the entries
+    x = torch.randn(8192, generator=torch.Generator().manual_seed(0)) * 4
+    assert torch.equal(tx.jit(F.hardswish)(x), F.hardswish(x))
+    assert torch.equal(tx.vmap(F.hardswish)(x.view(64, 128)), F.hardswish(x).view(64, 128))
+    f = lambda x: (F.hardswish(x) * torch.cos(x)).sum()  # noqa: E731
+    want = tf.grad(f)(x)
+    for got in (tx.grad(f)(x), tx.jit(tx.grad(f))(x), tx.vmap(tx.grad(f))(x.view(64, 128))):
+        assert torch.equal(got.reshape(-1), want)
+    assert "torch.nn.functional.hardswish(" in tx.jit(F.hardswish).lower(x).as_text()
+    # the pieces at their bounds and beyond, to the second derivative (torch's double backward
+    # is 1/3 strictly inside (-3, 3))
+    pts = torch.tensor(
+        [-math.inf, -4.0, -3.0, -2.9, 0.0, 2.9, 3.0, 4.0, math.inf], dtype=torch.float64
+    )
+    s = lambda x: F.hardswish(x).sum()  # noqa: E731
+    assert torch.equal(tx.grad(s)(pts), tf.grad(s)(pts))
+    assert torch.equal(tx.hessian(s)(pts), tf.hessian(s)(pts))
+    assert torch.equal(tx.jvp(F.hardswish, (pts,), (torch.ones_like(pts),))[1], tf.grad(s)(pts))
+    # the flat piece gets 0 whatever the cotangent: softmax of [hardswish(-5), inf] hands it a
+    # nan one (the product rule's 0 * nan gave nan)
+    h = lambda x: torch.softmax(torch.stack([F.hardswish(x[0]), x[1]]), 0)[0]  # noqa: E731
+    z = torch.tensor([-5.0, math.inf], dtype=torch.float64)
+    want = tf.grad(h)(z)
+    assert want[0] == 0 and torch.isnan(want[1])
+    assert torch.equal(tx.grad(h)(z)[:1], want[:1]) and torch.isnan(tx.grad(h)(z)[1])
+
+
 def test_vmap_of_grad_keeps_the_kernels_with_their_batch_dims():
     w = torch.randn(6, 5)
 
@@ -266,6 +295,7 @@ _FUNCTIONS = {
     "gelu_tanh": partial(F.gelu, approximate="tanh"),
     "silu": F.silu,
     "mish": F.mish,
+    "hardswish": F.hardswish,
     "softmax": partial(torch.softmax, dim=1),
     "log_softmax": partial(torch.log_softmax, dim=0),
     "cross_entropy": lambda x: F.cross_entropy(x, torch.tensor([0, 2, 1, 2])),

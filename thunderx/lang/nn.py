@@ -171,7 +171,9 @@ def _hardsigmoid(x, inplace=False):
 
 @register(F.hardswish)
 def _hardswish(x, inplace=False):
-    return B.mul(x, _hardsigmoid(x))
+    if not is_float(dtype(x)):
+        return B.mul(x, _hardsigmoid(x))
+    return KA.hardswish(x)
 
 
 @register(F.softsign)

@@ -44,6 +44,7 @@ UNARY = {
     "exp_tanh": lambda x: torch.exp(torch.tanh(x)),
     "silu": F.silu,
     "mish": F.mish,
+    "hardswish": lambda x: F.hardswish(x * 2),
     "lerp": lambda x: torch.lerp(x, torch.tanh(x), 0.7),
     "relu": F.relu,
     **{n: (lambda f: lambda x: f(torch.tanh(x) * 3))(getattr(torch.special, n)) for n in _BESSEL},
