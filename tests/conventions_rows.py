@@ -135,6 +135,13 @@ def nan_cotangent_dropped():
     assert torch.isnan(tx.grad(p)(v2)).all() and torch.isnan(tf.grad(p)(v2)).all()
     leaf = v2.clone().requires_grad_()
     assert torch.equal(torch.autograd.grad(p(leaf), leaf)[0], torch.zeros(3, dtype=F64))
+    # three zeros (hardsigmoid's flat piece) and the nan of a std over one element
+    q = lambda v: torch.std(torch.prod(F.hardsigmoid(v)).reshape(1, 1), 0)  # noqa: E731
+    v3 = T(-30.0, -30.0, 0.5, -30.0)
+    assert torch.isnan(tx.grad(lambda v: q(v).sum())(v3)[2])
+    assert torch.isnan(tf.grad(lambda v: q(v).sum())(v3)[2])
+    leaf = v3.clone().requires_grad_()
+    assert torch.equal(torch.autograd.grad(q(leaf).sum(), leaf)[0], torch.zeros(4, dtype=F64))
 
 
 def pow_at_exponent_zero():
@@ -304,6 +311,13 @@ def symbolic_zero_derivative():
     xq, yq = T(0.3, -0.2), S(0.0)
     assert torch.equal(tx.hessian(q, argnums=(0, 1))(xq, yq)[0][1], T(-math.inf, math.inf))
     assert torch.isnan(tf.hessian(q, argnums=(0, 1))(xq, yq)[0][1]).all()
+    # the (y, y) entry of xlogy(a / y, z) at y = 0, z also differentiated: xlogy is linear in
+    # a (its zero second derivative meets (a')^2 = inf); the other chain-rule term,
+    # log(z) * 2a / y^3, is -inf (torch gives -inf too when z is not differentiated)
+    xl = lambda a, y, z: torch.xlogy(a / y, z)  # noqa: E731
+    at = (S(0.5), S(0.0), S(0.75))
+    assert tx.hessian(xl, argnums=(1, 2))(*at)[0][0] == -math.inf
+    assert torch.isnan(tf.hessian(xl, argnums=(1, 2))(*at)[0][0])
     g = lambda x: torch.var(torch.max(x))  # noqa: E731 - var of one value: a nan cotangent
     y = T(1.0, 3.0, 2.0)
     _close(tx.grad(g)(y), T(0.0, math.nan, 0.0))

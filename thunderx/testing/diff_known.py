@@ -128,6 +128,8 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with amin>", "*", "kink"): "symbolic-zero-derivative",
     ("matmul", "hessian", "unresolved"): "bilinear-at-infinity",
     ("<with prod>", "autograd", "thunderx-wrong"): "nan-cotangent-dropped",
+    ("<with prod>", "autograd", "unresolved"): "nan-cotangent-dropped",
+    ("<with xlogy>", "hessian", "unresolved"): "symbolic-zero-derivative",
     ("maximum", "jacrev", "kink"): "extremum-of-nan",
     ("minimum", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
     **{
@@ -380,6 +382,10 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with round>", "*", "kink"): ("zero", 627169, "jacrev", None, 4),
     # prod of a row with two zeros > sum > hypot at 0 > huber_loss: hypot's nan cotangent
     ("<with prod>", "autograd", "thunderx-wrong"): ("zero", 539270, "autograd", None, 4),
+    # hardsigmoid of -30 (three zeros) > prod > i1e > std over one element: a nan cotangent
+    ("<with prod>", "autograd", "unresolved"): ("big", 1017779, "autograd", None, 4),
+    # softsign > div_raw by 0 > xlogy: xlogy's zero second derivative in x meets (x')^2 = inf
+    ("<with xlogy>", "hessian", "unresolved"): ("tie", 1010297, "hessian", None, 3),
     # index_reduce_prod > div_raw by 0 > maximum: maximum(nan, 0.75) under jacrev
     ("maximum", "jacrev", "kink"): ("tie", 550376, "jacrev", None, 3),
     # lerp > div_raw by 0 > minimum(inf, y) > normalize: the inf operand's nan tangent
