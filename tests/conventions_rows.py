@@ -375,6 +375,15 @@ def second_derivative_at_the_zero_vector():
         assert torch.equal(rev_rev(tx.grad), torch.zeros(2, dtype=F64))
         assert torch.equal(tx.hessian(f)(x), torch.zeros(2, 2, dtype=F64))
         assert torch.isnan(rev_rev(tf.grad)).all()
+    # softmax after normalize at a zero pair: normalize is x / eps there, softmax's second
+    # derivative at two equal values is 0, so the Hessian is 0 * eps^-2 = 0; torch's rounding
+    # scaled by eps^-2 = 1e24 gives 6.1e7 in one row and 0 in its transpose
+    w = T(-1.2338090194182634, -2.424216230456128).reshape(1, 2)
+    s = lambda v: (torch.softmax(F.normalize(v, dim=-1), -1) * w).sum()  # noqa: E731
+    z = torch.zeros(1, 2, dtype=F64)
+    assert torch.equal(tx.hessian(s)(z), torch.zeros(1, 2, 1, 2, dtype=F64))
+    theirs = tf.hessian(s)(z).reshape(2, 2)
+    assert theirs[0, 1].abs() > 1e7 and theirs[1, 0] == 0
 
 
 def bilinear_at_infinity():
