@@ -100,16 +100,18 @@ def _elementwise_batch(prim):
 # itself (a diagonal Jacobian), and its derivative in the other operand is written out.
 
 
-def declare_elementwise_composite(name, *, decomposition, impl, call: str, **declared):
-    """An elementwise composite generated as `call(*operands)`: its abstract eval and batching
-    are the elementwise ones."""
+def declare_elementwise_composite(
+    name, *, decomposition, impl, call: str, codegen_extra: str = "", **declared
+):
+    """An elementwise composite generated as `call(*operands<codegen_extra>)`: its abstract
+    eval and batching are the elementwise ones."""
     prim = declare_composite(
         name,
         decomposition=decomposition,
         impl=impl,
         abstract_eval=_elementwise_abstract_eval(name),
         batch=lambda args, dims: elementwise_batch(prim, args, dims),
-        torch_codegen=lambda args, avals: f"{call}({', '.join(args)})",
+        torch_codegen=lambda args, avals: f"{call}({', '.join(args)}{codegen_extra})",
         elementwise=True,
         **declared,
     )

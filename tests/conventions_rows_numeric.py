@@ -119,3 +119,19 @@ def batched_kernel_rounding_at_ties():
     torch.testing.assert_close(ours, loop, rtol=1e-13, atol=1e-15)  # the same tied entries
     theirs = tf.vmap(tf.grad(c.s))(*c.batch)
     assert not torch.equal(theirs != 0, loop != 0)  # another entry of the tie
+
+
+def bce_second_derivative_at_the_clamp():
+    # a saturated sigmoid: 1 - x = 9.3e-14, so x (1 - x) is below the clamp 1e-12, where torch's
+    # first derivative is g (x - t) / 1e-12: its derivative in x is 1e12
+    x, t = torch.sigmoid(T(30.0)), T(0.5)
+    f = lambda v: F.binary_cross_entropy(v, t, reduction="sum")  # noqa: E731
+    _close(tx.hessian(f)(x), T(1e12).reshape(1, 1))
+    assert tf.hessian(f)(x) > 1e23  # (x^2 - 2xt + t) / ((x + 1e-12)^2 (1 - x + 1e-12)^2)
+    # finite differences of torch's own first derivative side with thunderx
+    h = 2e-16
+    fd = (tf.grad(f)(x + h) - tf.grad(f)(x - h)) / (2 * h)
+    assert 0.5e12 < fd < 2e12
+    # where the clamp is not reached both agree
+    y = T(0.3)
+    _close(tx.hessian(f)(y), tf.hessian(f)(y))

@@ -45,6 +45,23 @@ def _(d):
     return Sample([d.tensor(shape), d.tensor(shape), d.tensor(shape)], {})
 
 
+def _probabilities(d, shape):
+    # below 0.7: the vmap checks scale batch copies by up to 1.2 (the kernel refuses values
+    # outside [0, 1])
+    return [d.tensor(shape, F64, "probability") * 0.8 for _ in range(2)]
+
+
+@sample("binary_cross_entropy")
+def _(d):
+    return Sample(_probabilities(d, d.shape()), {})
+
+
+@sample("binary_cross_entropy_backward")
+def _(d):
+    shape = d.shape()
+    return Sample([d.tensor(shape), *_probabilities(d, shape)], {})
+
+
 @sample("silu_backward", "mish_backward")
 def _(d):
     shape = d.shape()

@@ -20,6 +20,8 @@ from thunderx.testing import check_grads, check_vmap
 
 from .samples import SAMPLES, Draw
 
+F32, F64 = torch.float32, torch.float64
+
 COMPOSITES = sorted(p.name for p in core.decomposition_rules)
 
 
@@ -220,6 +222,45 @@ def test_hardswish_is_torchs_kernel_with_torchs_backward_by_piece():
     want = tf.grad(h)(z)
     assert want[0] == 0 and torch.isnan(want[1])
     assert torch.equal(tx.grad(h)(z)[:1], want[:1]) and torch.isnan(tx.grad(h)(z)[1])
+
+
+def test_binary_cross_entropy_has_torchs_kernel_and_backward_formulas():
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        x, t = (
+            torch.rand(4096, generator=g, dtype=dtype),
+            torch.rand(4096, generator=g, dtype=dtype),
+        )
+        for reduction in ("sum", "none", "mean"):
+            f = lambda x, t: F.binary_cross_entropy(x, t, reduction=reduction)  # noqa: E731
+            assert torch.equal(tx.jit(f)(x, t), f(x, t))
+            s = lambda x, t: f(x, t).sum()  # noqa: E731
+            want = tf.grad(s, argnums=(0, 1))(x, t)
+            for got in (tx.grad(s, argnums=(0, 1))(x, t), tx.jit(tx.grad(s, argnums=(0, 1)))(x, t)):
+                if reduction == "mean":  # (ct / n) * d where torch divides last: an ulp apart
+                    torch.testing.assert_close(
+                        got, want, rtol=4e-7 if dtype == F32 else 1e-15, atol=0
+                    )
+                else:
+                    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    # a saturated sigmoid (x = 0 or 1) and a tiny x: torch clamps the denominator x (1 - x) at
+    # 1e-12; the logs' product rule gave nan and -5e29. The target's derivative -logit(x) is
+    # unclamped: +-inf there, as torch
+    x = torch.tensor([0.0, 1.0, 1e-30, 0.3, 0.9999999], dtype=torch.float64)
+    t = torch.tensor([0.5, 0.5, 0.5, 0.3, 0.5], dtype=torch.float64)
+    s = lambda x, t: F.binary_cross_entropy(x, t, reduction="sum")  # noqa: E731
+    want = tf.grad(s, argnums=(0, 1))(x, t)
+    assert torch.isfinite(want[0]).all() and torch.isinf(want[1][:2]).all()
+    got = tx.grad(s, argnums=(0, 1))(x, t)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    # second derivatives (torch's double backward adds 1e-12 to x and 1 - x: 2e-5 relative at
+    # x = 1 - 1e-7, so points away from the ends)
+    x, t = torch.tensor([0.3, 0.7, 0.05], dtype=F64), torch.tensor([0.3, 0.2, 0.9], dtype=F64)
+    torch.testing.assert_close(
+        tx.hessian(s, argnums=(0, 1))(x, t), tf.hessian(s, argnums=(0, 1))(x, t)
+    )
+    src = tx.jit(tx.grad(s)).lower(x, t).as_text()
+    assert "binary_cross_entropy_backward(" in src, src
 
 
 def test_vmap_of_grad_keeps_the_kernels_with_their_batch_dims():

@@ -38,6 +38,9 @@ DIFFERENTIABLE = sorted(
 DOMAINS = {p.name: d for p, d in unary.prim_domains.items()}
 DOMAINS.update({n: d[0] for n, d in _BINARY_DOMAINS.items()})
 SECOND = {n: d[1] for n, d in _BINARY_DOMAINS.items()}
+# binary_cross_entropy's input and target, and its backward's (after the gradient)
+DOMAINS["binary_cross_entropy"] = "probability"
+SECOND.update(binary_cross_entropy="probability", binary_cross_entropy_backward="probability")
 
 # (primitive, case) -> the row of docs/conventions.md ("Derivatives where thunderx differs from
 # torch.func") that documents why thunderx deliberately differs there, and the check that shows it
@@ -129,6 +132,10 @@ NOT_RUN = {
     # cannot decide next to an infinity. Finite inputs agree (the other cases here, and
     # tests/test_composite_cnn.py).
     ("batch_norm_backward", "inf"): "open: torch's double backward next to an infinite channel",
+    ("binary_cross_entropy", "inf"): "torch's kernel refuses values outside [0, 1]",
+    ("binary_cross_entropy_backward", "inf"): "an infinite probability is outside the loss's "
+    "domain (its forward kernel refuses it): the backward kernel computes a value there, but "
+    "its derivative there has no meaning (torch's double backward nan, the quotient rule -inf)",
     **{
         ("group_norm_backward", case): "torch has no forward-mode derivative of "
         "native_group_norm_backward, so torch.func cannot differentiate the reference; "

@@ -12,6 +12,7 @@ from thunderx.avals import is_float
 from thunderx.lang._base import convert, dtype, ndim, promote, register, shape
 from thunderx.lang.nn import log_softmax, logsigmoid
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite_bce as KB
 from thunderx.primitives import composite_losses as KL
 from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
@@ -192,9 +193,13 @@ def binary_cross_entropy(
     reduction="mean",
 ):
     a, b = _pair(input, target)
-    log_p = B.maximum(U.log(a), -100.0)
-    log_1mp = B.maximum(U.log1p(U.neg(a)), -100.0)
-    loss = U.neg(B.add(B.mul(b, log_p), B.mul(B.sub(1.0, b), log_1mp)))
+    if shape(a) != shape(b):
+        raise ValueError(
+            f"binary_cross_entropy: target of shape {shape(target)} does not match the input's "
+            f"{shape(input)} (torch requires the same size)"
+        )
+    # torch's kernel and its backward formulas (primitives/composite_bce.py)
+    loss = KB.binary_cross_entropy(a, b)
     if weight is not None:
         (loss, w), _ = promote(loss, weight)
         loss = B.mul(loss, w)

@@ -182,6 +182,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for check in ("grad", "vjp", "jacrev", "jit(grad)", "jit(vmap(grad))")
     },
     ("bce_with_logits", "hessian", "kink"): "bce-with-logits-at-minus-infinity",
+    ("binary_cross_entropy", "hessian", "unresolved"): "bce-second-derivative-at-the-clamp",
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
     **{
         ("cosine_similarity", check, "kink"): "forward-mode-kinks" for check in _FORWARD_MODE_CHECKS
@@ -440,6 +441,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         for check in _FORWARD_MODE_CHECKS
     },
     ("group_norm", "*", "kink"): ("big", 1863, "hessian"),
+    # sigmoid(+-30): x (1 - x) = 9.3e-14 below torch's clamp 1e-12
+    ("binary_cross_entropy", "hessian", "unresolved"): ("big", 0, "hessian"),
     **{("maximum", check, "kink"): ("tie", 6749, check, None, 4) for check in _FORWARD_MODE_CHECKS},
     ("smooth_l1_loss", "*", "unresolved"): (
         "scalar",

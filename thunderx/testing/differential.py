@@ -29,7 +29,15 @@ import torch
 
 from thunderx.testing import diff_checks as dc
 from thunderx.testing.diff_known import DELIBERATE, KNOWN_FAILURES, KNOWN_REPROS
-from thunderx.testing.diff_ops import EDGES, OPS, Case, draw_shape, fill, make_case
+from thunderx.testing.diff_ops import (
+    EDGES,
+    OPS,
+    PROGRAM_OPS,
+    Case,
+    draw_shape,
+    fill,
+    make_case,
+)
 
 # jax(grad) compiles per case (slow): the JAX test and the long run (--jax) ask for it.
 DEFAULT_CHECKS = tuple(k for k in dc.CHECKS if k != "jax(grad)")
@@ -191,7 +199,7 @@ def make_program(rng: random.Random, edge: str, length: int, chain=None):
     ints, steps = [], []
     v = floats[0]
     scale = dc.max_finite(v)
-    names = sorted(OPS)
+    names = PROGRAM_OPS
     for k in range(length):
         for _attempt in range(12):
             op = OPS[chain[k] if chain else rng.choice(names)]
