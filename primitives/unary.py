@@ -130,8 +130,14 @@ log10_p = def_unary(
 sqrt_p = def_unary(
     "sqrt", torch.sqrt, "sqrt", lambda x, y: div(0.5, y), "positive", inplace="sqrt_"
 )
+# torch's formula, -0.5 y^3 (y / x rounds differently, and at -0.0 gives -inf where it is +inf)
 rsqrt_p = def_unary(
-    "rsqrt", torch.rsqrt, "rsqrt", lambda x, y: mul(div(y, x), -0.5), "positive", inplace="rsqrt_"
+    "rsqrt",
+    torch.rsqrt,
+    "rsqrt",
+    lambda x, y: mul(mul(mul(y, y), y), -0.5),
+    "positive",
+    inplace="rsqrt_",
 )
 reciprocal_p = def_unary(
     "reciprocal",

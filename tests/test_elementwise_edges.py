@@ -245,3 +245,36 @@ def test_softmax_of_a_0d_tensor_is_torch_s_in_value_and_first_derivatives():
             # gives 0 at nan and inf)
             g = lambda x, fn=fn: fn(x.reshape(1), 0).reshape(())  # noqa: E731
             assert same(tx.hessian(f)(x), torch.func.hessian(g)(x)), (fn, v)
+
+
+@pytest.mark.parametrize("eps", [None, 1e-2])
+def test_logit_derivative_is_torchs_logit_backward_at_the_ends_and_outside(eps):
+    # g / (x (1 - x)) on [0, 1] (inf at the ends), nan outside; with eps 0 outside
+    # [eps, 1 - eps]: the quotient's chain rule gave nan at 0 and a finite slope at x = 3
+    x = torch.tensor([0.0, 1.0, 0.3, 3.0, -1.0, 1e-3, 0.999, NAN, 0.01, 0.99], dtype=torch.float64)
+    f = lambda v: torch.logit(v, eps).sum()  # noqa: E731
+    leaf = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(f(leaf), leaf)
+    for got in (tx.grad(f)(x), tx.jit(tx.grad(f))(x)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    ones = torch.ones_like(x)
+    torch.testing.assert_close(
+        tx.jvp(lambda v: torch.logit(v, eps), (x,), (ones,))[1], want, equal_nan=True
+    )
+    # bit for bit inside, in float32 too
+    u = torch.rand(4096, generator=torch.Generator().manual_seed(0))
+    g = lambda v: torch.logit(v, eps).sum()  # noqa: E731
+    leaf = u.clone().requires_grad_()
+    assert torch.equal(tx.grad(g)(u), torch.autograd.grad(g(leaf), leaf)[0])
+    y = torch.tensor([0.3, 0.7, 0.05], dtype=torch.float64)
+    torch.testing.assert_close(tx.hessian(f)(y), torch.func.hessian(f)(y))
+
+
+def test_rsqrt_derivative_is_torchs_formula():
+    # -0.5 y^3: +inf at -0.0 (y = -inf), bit for bit elsewhere (y / x rounded differently)
+    x = torch.tensor([-0.0, 0.0, 1e-30, 0.5, 2.0], dtype=torch.float64)
+    f = lambda v: torch.rsqrt(v).sum()  # noqa: E731
+    assert torch.equal(tx.grad(f)(x), torch.func.grad(f)(x))
+    u = torch.rand(4096, generator=torch.Generator().manual_seed(1)) + 0.01
+    assert torch.equal(tx.grad(f)(u), torch.func.grad(f)(u))
+    assert torch.equal(tx.jit(tx.grad(f))(u), torch.func.grad(f)(u))

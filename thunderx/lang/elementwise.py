@@ -171,10 +171,32 @@ def _frac(x):
 
 @register(torch.logit, torch.special.logit, methods=("logit",))
 def _logit(x, eps=None):
+    """torch's kernel, log(x / (1 - x)) of x (clamped to [eps, 1 - eps] with eps), and its
+    logit_backward: g / (x (1 - x)) on [0, 1] (+-inf at the ends), nan outside; with eps, 0
+    outside [eps, 1 - eps]. The quotient's own chain rule gave nan at 0 and a finite slope
+    outside [0, 1], where the value is nan."""
+    from thunderx.transforms.custom import custom_jvp
+
     x = float_operand(x)
-    if eps is not None:
-        x = _clamp(x, eps, 1.0 - eps)
-    return U.log(B.div(x, B.sub(1.0, x)))
+    lo, hi = (0.0, 1.0) if eps is None else (eps, 1.0 - eps)
+
+    @custom_jvp
+    def f(x):
+        v = x if eps is None else _clamp(x, lo, hi)
+        return U.log(B.div(v, B.sub(1.0, v)))
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        outside = B.or_p.bind(B.lt(x, lo), B.gt(x, hi))
+        denom = B.mul(x, B.sub(1.0, x))
+        if eps is None:  # t / nan outside: nan in both modes, only there
+            return f(x), B.div(t, U.select(outside, math.nan, denom))
+        # 0 outside whatever the tangent; the unselected quotient kept finite (x (1 - x) may
+        # be 0 there, and its transpose divides a zero cotangent by it)
+        return f(x), U.select(outside, 0.0, B.div(t, U.select(outside, 1.0, denom)))
+
+    return f(x)
 
 
 @register(torch.polygamma, torch.special.polygamma)
