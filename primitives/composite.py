@@ -101,17 +101,23 @@ def _elementwise_batch(prim):
 
 
 def declare_elementwise_composite(
-    name, *, decomposition, impl, call: str, codegen_extra: str = "", **declared
+    name, *, decomposition, impl, call: str, codegen_extra: str | Callable = "", **declared
 ):
-    """An elementwise composite generated as `call(*operands<codegen_extra>)`: its abstract
-    eval and batching are the elementwise ones."""
+    """An elementwise composite generated as `call(*operands<codegen_extra>)` (a function of
+    the params for a parametrized one): its abstract eval and batching are the elementwise
+    ones."""
+
+    def source(args, avals, **params):
+        extra = codegen_extra(**params) if callable(codegen_extra) else codegen_extra
+        return f"{call}({', '.join(args)}{extra})"
+
     prim = declare_composite(
         name,
         decomposition=decomposition,
         impl=impl,
         abstract_eval=_elementwise_abstract_eval(name),
-        batch=lambda args, dims: elementwise_batch(prim, args, dims),
-        torch_codegen=lambda args, avals: f"{call}({', '.join(args)}{codegen_extra})",
+        batch=lambda args, dims, **params: elementwise_batch(prim, args, dims, **params),
+        torch_codegen=source,
         elementwise=True,
         **declared,
     )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.ad_util import Zero
+from thunderx.ad_util import Zero, is_undefined
 from thunderx.core import get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import unary as U
@@ -44,6 +44,67 @@ def softplus(x, beta: float = 1.0, threshold: float = 20.0):
     if beta != 1:
         soft = B.div(soft, beta)
     return U.select(above, x, soft)
+
+
+def _softplus_backward_decomposition(g, x, *, beta, threshold):
+    """torch's softplus_backward formula: g above the threshold, else (g z) / (z + 1) with
+    z = exp(beta x) (taken at 0 where unselected, so that its derivative stays finite). Its
+    derivative in x is torch's softplus_double_backward, which is 0 at the threshold itself."""
+    from thunderx.primitives.higher_order import stop_gradient
+
+    bx = B.mul(x, beta) if beta != 1 else x
+    above = B.gt(bx, threshold)
+    z = U.exp(U.select(above, 0.0, bx))
+    z = U.select(B.lt(bx, threshold), z, stop_gradient(z))
+    return U.select(above, g, B.div(B.mul(g, z), B.add(z, 1.0)))
+
+
+def _softplus_jvp(primals, tangents, *, beta, threshold):
+    (x,), (t,) = primals, tangents
+    y = softplus_p.bind(x, beta=beta, threshold=threshold)
+    if type(t) is Zero:
+        return y, Zero(get_aval(y))
+    return y, softplus_backward_p.bind(t, x, beta=beta, threshold=threshold)
+
+
+def _softplus_backward_transpose(ct, g, x, *, beta, threshold):
+    if is_undefined(x):
+        raise TypeError("softplus_backward is linear in its gradient only")
+    # a diagonal map: its own transpose
+    done = type(ct) is Zero
+    return [None if done else softplus_backward_p.bind(ct, x, beta=beta, threshold=threshold), None]
+
+
+def _scalars(**params):
+    return f", {params['beta']!r}, {params['threshold']!r}"
+
+
+softplus_p = declare_elementwise_composite(
+    "softplus",
+    decomposition=lambda x, *, beta, threshold: softplus(x, beta, threshold),
+    impl=lambda x, *, beta, threshold: torch.nn.functional.softplus(x, beta, threshold),
+    jvp=_softplus_jvp,
+    call="torch.nn.functional.softplus",
+    codegen_extra=_scalars,
+)
+softplus_backward_p = declare_elementwise_composite(
+    "softplus_backward",
+    # its jvp in x (a Hessian's) comes from the decomposition
+    decomposition=_softplus_backward_decomposition,
+    impl=lambda g, x, *, beta, threshold: torch.ops.aten.softplus_backward(g, x, beta, threshold),
+    call="torch.ops.aten.softplus_backward",
+    codegen_extra=_scalars,
+    linear=True,
+    nonlinear=(1,),
+    differentiate_decomposition=True,
+    transpose=_softplus_backward_transpose,
+)
+
+
+def softplus_kernel(x, beta: float = 1.0, threshold: float = 20.0):
+    """F.softplus as torch's kernel, with torch's softplus_backward as its derivative (the
+    formula in primitives rounds differently: exp and log1p are separate kernels)."""
+    return softplus_p.bind(x, beta=float(beta), threshold=float(threshold))
 
 
 def _mish_derivative(x):

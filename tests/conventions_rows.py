@@ -13,7 +13,6 @@ import thunderx as tx
 
 from .conventions_rows_base import F64, S, T, _close
 from .conventions_rows_numeric import (
-    batched_kernel_rounding_at_ties,
     batched_recurrent_rounding,
     bce_second_derivative_at_the_clamp,
     bce_with_logits_at_minus_infinity,
@@ -491,7 +490,6 @@ BEHAVIOUR = {
         cosine_similarity_rounding,
         bessel_ratio_near_zero,
         rms_norm_eps_cancellation,
-        batched_kernel_rounding_at_ties,
         bce_with_logits_at_minus_infinity,
         bce_second_derivative_at_the_clamp,
     )

@@ -45,6 +45,19 @@ def _(d):
     return Sample([d.tensor(shape), d.tensor(shape), d.tensor(shape)], {})
 
 
+@sample("softplus")
+def _(d):
+    params = {"beta": d.choice([1.0, 2.0, 0.5]), "threshold": d.choice([20.0, 1.0])}
+    return Sample([d.tensor(d.shape())], params)
+
+
+@sample("softplus_backward")
+def _(d):
+    shape = d.shape()
+    params = {"beta": d.choice([1.0, 2.0, 0.5]), "threshold": d.choice([20.0, 1.0])}
+    return Sample([d.tensor(shape), d.tensor(shape)], params)
+
+
 def _probabilities(d, shape):
     # below 0.7: the vmap checks scale batch copies by up to 1.2 (the kernel refuses values
     # outside [0, 1])

@@ -263,6 +263,31 @@ def test_binary_cross_entropy_has_torchs_kernel_and_backward_formulas():
     assert "binary_cross_entropy_backward(" in src, src
 
 
+def test_softplus_is_torchs_kernel_and_its_derivative_softplus_backward():
+    # exp and log1p as separate kernels rounded differently from torch's fused one (a quarter
+    # of the values and gradients in float32)
+    g = torch.Generator().manual_seed(0)
+    for dtype in (F32, F64):
+        x = torch.randn(4096, generator=g, dtype=dtype) * 10
+        for kw in ({}, {"beta": 2.0}, {"beta": 0.5, "threshold": 5.0}):
+            fn = partial(F.softplus, **kw)
+            f = lambda x, fn=fn: (fn(x) * torch.cos(x)).sum()  # noqa: E731
+            assert torch.equal(tx.jit(fn)(x), fn(x)) and torch.equal(tx.vmap(fn)(x), fn(x))
+            leaf = x.clone().requires_grad_()
+            (want,) = torch.autograd.grad(f(leaf), leaf)
+            for got in (tx.grad(f)(x), tx.jit(tx.grad(f))(x), tx.vmap(tx.grad(f))(x[:, None])):
+                assert torch.equal(got.reshape(-1), want)
+    # the second derivative is torch's softplus_double_backward: 0 at the threshold itself
+    pts = torch.tensor([-100.0, 0.0, 10.0, 19.9, 20.0, 20.5, math.inf, -math.inf], dtype=F64)
+    s = lambda x: F.softplus(x).sum()  # noqa: E731
+    ours, theirs = tx.hessian(s)(pts), tf.hessian(s)(pts)
+    # (torch's s (1 - s) cancels near the threshold: 4e-8 relative at 19.9, where z / (z + 1)^2
+    # keeps every digit)
+    torch.testing.assert_close(ours, theirs, rtol=1e-7, atol=0)
+    assert ours[4, 4] == 0  # x == threshold
+    assert "softplus_backward(" in tx.jit(tx.grad(s)).lower(pts).as_text()
+
+
 def test_vmap_of_grad_keeps_the_kernels_with_their_batch_dims():
     w = torch.randn(6, 5)
 
@@ -337,6 +362,7 @@ _FUNCTIONS = {
     "silu": F.silu,
     "mish": F.mish,
     "hardswish": F.hardswish,
+    "softplus": partial(F.softplus, beta=2.0, threshold=1.0),
     "softmax": partial(torch.softmax, dim=1),
     "log_softmax": partial(torch.log_softmax, dim=0),
     "cross_entropy": lambda x: F.cross_entropy(x, torch.tensor([0, 2, 1, 2])),

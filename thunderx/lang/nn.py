@@ -125,7 +125,9 @@ def _prelu(x, weight):
 
 @register(F.softplus)
 def softplus(x, beta=1.0, threshold=20.0):
-    return KA.softplus(x, beta, threshold)
+    if not is_float(dtype(x)):
+        raise TypeError(f"F.softplus: input must be floating (as in torch), got {dtype(x)}")
+    return KA.softplus_kernel(x, beta, threshold)
 
 
 @register(F.mish)

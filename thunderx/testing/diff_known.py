@@ -170,10 +170,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for check in ("jvp", "linearize", "vmap(jvp)")
     },
     **{
-        ("<with max_pool2d>", check, "kink"): "batched-kernel-rounding-at-ties"
-        for check in ("jit(vmap(grad))", "vmap(jvp)")
-    },
-    **{
         ("<with std>", check, "kink"): "variance-of-a-constant-row"
         for check in ("jit(vmap(grad))", "vmap(jvp)")
     },
@@ -359,11 +355,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # sinc of 30 (-1.1e-16) > i1e: its one-sided second derivative there
     ("i1e", "hessian", "kink"): ("big", 660254, "hessian", None, 2),
-    # tan > log10 > softplus > max_pool2d over equal maxima
-    **{
-        ("<with max_pool2d>", check, "kink"): ("tie", 668009, check, None, 4)
-        for check in ("jit(vmap(grad))", "vmap(jvp)")
-    },
     # mish > std over a dim > pad, batched: torch's vectorized mish rounds equal inputs an ulp
     # apart, so a constant column becomes [a, a, a + 1 ulp]
     **{
