@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import thunderx as tx
 
@@ -278,3 +279,29 @@ def test_rsqrt_derivative_is_torchs_formula():
     u = torch.rand(4096, generator=torch.Generator().manual_seed(1)) + 0.01
     assert torch.equal(tx.grad(f)(u), torch.func.grad(f)(u))
     assert torch.equal(tx.jit(tx.grad(f))(u), torch.func.grad(f)(u))
+
+
+def test_elu_family_values_are_torchs_kernel_bit_for_bit():
+    # torch's kernel: expm1(x * input_scale) * (alpha * scale), the coefficient rounded in the
+    # input's precision; selu as scale * elu(x) rounded differently in 15% of the values
+    from functools import partial
+
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(4096, generator=g, dtype=dtype) * 3
+        for fn in (F.elu, partial(F.elu, alpha=0.5), F.selu, F.celu, partial(F.celu, alpha=0.7)):
+            assert torch.equal(tx.jit(fn)(x), fn(x))
+            assert torch.equal(tx.vmap(fn)(x.view(64, 64)), fn(x).view(64, 64))
+            f = lambda v, fn=fn: (fn(v) * torch.cos(v)).sum()  # noqa: E731
+            torch.testing.assert_close(tx.grad(f)(x), torch.func.grad(f)(x))
+    # torch's conventions: at the kink the negative side's slope and a zero second derivative;
+    # at a nan the positive side's slope (torch's scalar loop: a one-element tensor)
+    pts = torch.tensor([-3.0, -0.0, 0.0, 1.0, INF, -INF, -1e-30], dtype=torch.float64)
+    nan = torch.tensor([NAN], dtype=torch.float64)
+    for fn in (F.elu, F.selu, partial(F.celu, alpha=0.7)):
+        s = lambda v, fn=fn: fn(v).sum()  # noqa: E731
+        # (torch's celu backward takes input_scale 1 / float32(alpha): 1 + 1.7e-8 at the kink,
+        # 5.6e-8 relative at -3)
+        torch.testing.assert_close(tx.grad(s)(pts), torch.func.grad(s)(pts), rtol=1e-7, atol=0)
+        torch.testing.assert_close(tx.hessian(s)(pts), torch.func.hessian(s)(pts))
+        assert torch.equal(tx.grad(s)(nan), torch.func.grad(s)(nan))
