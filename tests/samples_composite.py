@@ -45,6 +45,13 @@ def _(d):
     return Sample([d.tensor(shape), d.tensor(shape), d.tensor(shape)], {})
 
 
+@sample("norm2")
+def _(d):
+    shape = d.shape(min_rank=1)
+    # nonzero entries: away from the zero vector, where the norm is not differentiable
+    return Sample([d.tensor(shape, F64, "nonzero")], {"axes": d.subset(len(shape))})
+
+
 @sample("softplus")
 def _(d):
     params = {"beta": d.choice([1.0, 2.0, 0.5]), "threshold": d.choice([20.0, 1.0])}

@@ -50,6 +50,10 @@ DOCUMENTED = {
     ("conv_input_grad", "inf"): ("bilinear-at-infinity", "forward over forward"),
     ("cumprod", "inf"): ("cumprod-at-infinity", "jvp"),
     ("lerp", "inf"): ("bilinear-at-infinity", "forward over forward"),
+    **{
+        ("norm2", case): ("second-derivative-at-the-zero-vector", "reverse over reverse")
+        for case in ("values", "ties")
+    },
 }
 
 

@@ -23,6 +23,7 @@ from thunderx.lang._base import (
 )
 from thunderx.lang.elementwise import _maximum, _minimum
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite_norm2 as KN2
 from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
@@ -317,7 +318,10 @@ def vector_norm(x, ord=2, dim=None, keepdim=False):  # noqa: A002
         x = convert(x, torch.get_default_dtype())
     dims = _dims_arg(dim, ndim(x))
     a = U.abs(x)
-    if ord == 2:
+    if ord == 2 and dims and not dtype(x).is_complex:
+        # torch's kernel (its root is correctly rounded; torch.sqrt's is not always)
+        out = KN2.norm2(x, dims)
+    elif ord == 2:
         out = safe_root(R.reduce_sum(B.mul(x, x), dims), 2)
     elif ord == math.inf:
         out = R.reduce_max(a, dims)

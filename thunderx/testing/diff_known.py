@@ -192,7 +192,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with rms_norm>", "vmap(jvp)", "kink"): "rms-norm-eps-cancellation",
     ("<with norm1>", "hessian", "kink"): "symbolic-zero-derivative",
     ("mm", "hessian", "unresolved"): "bilinear-at-infinity",
-    ("cosine_similarity", "hessian", "unresolved"): "cosine-similarity-rounding",
     ("gru", "vmap", "forward"): "batched-recurrent-rounding",
     ("gru", "vmap_axes", "forward"): "batched-recurrent-rounding",
     # an infinite first derivative (x / 0, an overflowing power) through an op whose own
@@ -411,8 +410,7 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with batch_norm>", "hessian", "kink"): ("tie", 535586, "hessian", None, 4),
     # cumprod past a zero > hypot at (0, 0) > glu: hypot's nan cotangent
     ("<with cumprod>", "autograd", "kink"): ("zero", 573030, "autograd", None, 3),
-    # one-element vectors, one of norm 1.1e-4; a zero vector (the clamp) in a program
-    ("cosine_similarity", "hessian", "unresolved"): ("one", 570118, "hessian"),
+    # a zero vector (the clamp) in a program
     ("cosine_similarity", "hessian", "kink"): ("zero", 344811, "hessian", None, 3),
     # cosh to 5e12 > gru: gate pre-activations of 1.5e14 cancelling to O(1)
     **{

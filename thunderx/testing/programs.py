@@ -115,6 +115,8 @@ REDUCE = {
     "max_at_argmax": lambda x, d, k: _at_index(x, x.argmax(d, keepdim=True), d, k),
     "min_at_argmin": lambda x, d, k: _at_index(x, x.argmin(d, keepdim=True), d, k),
     "mode": lambda x, d, k: torch.round(x).mode(d, keepdim=k)[0],
+    # shifted away from the zero vector, where the 2-norm is not differentiable
+    "vector_norm": lambda x, d, k: torch.linalg.vector_norm(x + 3.0, 2, d, keepdim=k),
 }
 # Shape-preserving scans along a dimension
 SCAN = {
