@@ -145,6 +145,12 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with xlogy>", "hessian", "unresolved"): "symbolic-zero-derivative",
     ("<with normalize>", "hessian", "kink"): "second-derivative-at-the-zero-vector",
     ("maximum", "jacrev", "kink"): "extremum-of-nan",
+    **{
+        ("minimum", check, "kink"): "extremum-of-nan"
+        for check in ("jacrev", "jvp", "linearize", "jacfwd")
+    },
+    ("cosine_similarity", "jacfwd", "unresolved"): "forward-mode-kinks",
+    ("<with take_along_dim>", "*", "kink"): "reduction-over-no-elements",
     ("minimum", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
     **{
         ("<with minimum>", check, "kink"): "forward-mode-unselected-tangent"
@@ -400,6 +406,16 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with normalize>", "hessian", "kink"): ("zero", 1056468, "hessian", None, 3),
     # index_reduce_prod > div_raw by 0 > maximum: maximum(nan, 0.75) under jacrev
     ("maximum", "jacrev", "kink"): ("tie", 550376, "jacrev", None, 3),
+    # group_norm > div_raw by 0 > minimum with a nan operand: the cotangent split as at a tie
+    # (reverse), the tangents averaged (forward); torch: all to each, the second's tangent
+    **{
+        ("minimum", check, "kink"): ("zero", 1190154, check, None, 3)
+        for check in ("jacrev", "jvp", "linearize", "jacfwd")
+    },
+    # sinc > gelu > cosine_similarity of vectors of norm 8e-17 (below eps) > cummin
+    ("cosine_similarity", "jacfwd", "unresolved"): ("big", 1188426, "jacfwd", None, 4),
+    # max over a dim > div_raw by 0 > take_along_dim with an empty index > tanhshrink
+    ("<with take_along_dim>", "*", "kink"): ("zero", 1170465, "hessian", None, 4),
     # lerp > div_raw by 0 > minimum(inf, y) > normalize: the inf operand's nan tangent
     ("minimum", "vmap(jvp)", "kink"): ("zero", 551189, "vmap(jvp)", None, 4),
     **{
