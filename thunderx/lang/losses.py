@@ -198,12 +198,35 @@ def binary_cross_entropy(
             f"binary_cross_entropy: target of shape {shape(target)} does not match the input's "
             f"{shape(input)} (torch requires the same size)"
         )
+    if weight is None and reduction == "mean" and 0 not in shape(a):
+        return _mean_binary_cross_entropy(a, b)
     # torch's kernel and its backward formulas (primitives/composite_bce.py)
     loss = KB.binary_cross_entropy(a, b)
     if weight is not None:
         (loss, w), _ = promote(loss, weight)
         loss = B.mul(loss, w)
     return _reduce(loss, reduction)
+
+
+def _mean_binary_cross_entropy(a, b):
+    """The mean of the elementwise loss, whose derivatives divide by n last, as torch's
+    backward with reduction='mean' does: ((g (x - t)) / max(x (1 - x), 1e-12)) / n and
+    (-logit(x) g) / n. Each tangent is divided by n first: a transpose runs the tangent's
+    operations in reverse order."""
+    from thunderx.transforms.custom import custom_jvp
+
+    n = float(math.prod(shape(a)))
+    axes = tuple(range(ndim(a)))
+
+    @custom_jvp
+    def f(x, t):
+        return _reduce(KB.binary_cross_entropy(x, t), "mean")
+
+    f.defjvps(
+        lambda tx, ans, x, t: R.reduce_sum(KB.bce_backward_p.bind(B.div(tx, n), x, t), axes),
+        lambda tt, ans, x, t: R.reduce_sum(KB._target_derivative(B.div(tt, n), x), axes),
+    )
+    return f(a, b)
 
 
 @register(F.binary_cross_entropy_with_logits)

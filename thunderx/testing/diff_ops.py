@@ -266,7 +266,7 @@ def _table() -> dict[str, Op]:
     # probabilities through a sigmoid: the edges' +-30 and +-inf saturate it to 0 and 1 exactly
     add(
         "binary_cross_entropy",
-        lambda x, y: F.binary_cross_entropy(torch.sigmoid(x), torch.sigmoid(y)),
+        lambda x, y: F.binary_cross_entropy(torch.sigmoid(x), torch.sigmoid(y), reduction="none"),
         lambda rng, b: ([b, b], None, {}),
     )
     add(

@@ -45,7 +45,9 @@ UNARY = {
     "silu": F.silu,
     "mish": F.mish,
     "hardswish": lambda x: F.hardswish(x * 2),
-    "bce": lambda x: F.binary_cross_entropy(torch.sigmoid(x), torch.sigmoid(x * 0.5 + 1)),
+    "bce": lambda x: F.binary_cross_entropy(
+        torch.sigmoid(x), torch.sigmoid(x * 0.5 + 1), reduction="none"
+    ),
     "lerp": lambda x: torch.lerp(x, torch.tanh(x), 0.7),
     "relu": F.relu,
     **{n: (lambda f: lambda x: f(torch.tanh(x) * 3))(getattr(torch.special, n)) for n in _BESSEL},
