@@ -101,11 +101,17 @@ def _elementwise_batch(prim):
 
 
 def declare_elementwise_composite(
-    name, *, decomposition, impl, call: str, codegen_extra: str | Callable = "", **declared
+    name,
+    *,
+    decomposition,
+    impl,
+    call: str | None = None,
+    codegen_extra: str | Callable = "",
+    **declared,
 ):
     """An elementwise composite generated as `call(*operands<codegen_extra>)` (a function of
-    the params for a parametrized one): its abstract eval and batching are the elementwise
-    ones."""
+    the params for a parametrized one; or by a `torch_codegen` rule given instead): its
+    abstract eval and batching are the elementwise ones."""
 
     def source(args, avals, **params):
         extra = codegen_extra(**params) if callable(codegen_extra) else codegen_extra
@@ -117,7 +123,7 @@ def declare_elementwise_composite(
         impl=impl,
         abstract_eval=_elementwise_abstract_eval(name),
         batch=lambda args, dims, **params: elementwise_batch(prim, args, dims, **params),
-        torch_codegen=source,
+        torch_codegen=declared.pop("torch_codegen", source),
         elementwise=True,
         **declared,
     )

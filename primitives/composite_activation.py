@@ -107,6 +107,70 @@ def softplus_kernel(x, beta: float = 1.0, threshold: float = 20.0):
     return softplus_p.bind(x, beta=float(beta), threshold=float(threshold))
 
 
+def _log_sigmoid_decomposition(x):
+    """torch's formula: min(x, 0) - log1p(exp(-|x|)) (a nan x takes the 0)."""
+    return B.sub(U.select(B.lt(x, 0.0), x, 0.0), U.log1p(U.exp(U.neg(U.abs(x)))))
+
+
+def _log_sigmoid_backward_decomposition(g, x):
+    """g * sigmoid(-x) by pieces, each of an exponential at most 1 (as torch's kernel), written
+    so that its derivative in x keeps every digit: 1 / (1 + e^x) for x < 0 and
+    e^-x / (1 + e^-x) elsewhere (the derivative of logistic(-x), s (1 - s), loses 3 digits to
+    cancellation at x = -30; through |x| it would be 0 at x = 0, where it is -1/4)."""
+    neg = B.lt(x, 0.0)
+    # each piece sees 0 where it is unused, so that no exponential overflows there
+    left = U.reciprocal(B.add(U.exp(U.select(neg, x, 0.0)), 1.0))
+    ex = U.exp(U.neg(U.select(neg, 0.0, x)))
+    right = B.div(ex, B.add(ex, 1.0))
+    return B.mul(g, U.select(neg, left, right))
+
+
+def _log_sigmoid_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y = log_sigmoid_p.bind(x)
+    return y, Zero(get_aval(y)) if type(t) is Zero else log_sigmoid_backward_p.bind(t, x)
+
+
+def _log_sigmoid_backward_transpose(ct, g, x):
+    if is_undefined(x):
+        raise TypeError("log_sigmoid_backward is linear in its gradient only")
+    # a diagonal map: its own transpose
+    return [None if type(ct) is Zero else log_sigmoid_backward_p.bind(ct, x), None]
+
+
+def _log_sigmoid_backward_impl(g, x):
+    # the kernel reads the forward's buffer exp(-|x|), computed by the forward kernel itself
+    return torch.ops.aten.log_sigmoid_backward(g, x, torch.ops.aten.log_sigmoid_forward(x)[1])
+
+
+log_sigmoid_p = declare_elementwise_composite(
+    "log_sigmoid",
+    decomposition=_log_sigmoid_decomposition,
+    impl=torch.nn.functional.logsigmoid,
+    jvp=_log_sigmoid_jvp,
+    call="torch.nn.functional.logsigmoid",
+)
+log_sigmoid_backward_p = declare_elementwise_composite(
+    "log_sigmoid_backward",
+    # its jvp in x (a Hessian's) comes from the decomposition
+    decomposition=_log_sigmoid_backward_decomposition,
+    impl=_log_sigmoid_backward_impl,
+    linear=True,
+    nonlinear=(1,),
+    differentiate_decomposition=True,
+    transpose=_log_sigmoid_backward_transpose,
+    torch_codegen=lambda args, avals: (
+        f"torch.ops.aten.log_sigmoid_backward({args[0]}, {args[1]}, "
+        f"torch.ops.aten.log_sigmoid_forward({args[1]})[1])"
+    ),
+)
+
+
+def log_sigmoid(x):
+    """F.logsigmoid as torch's kernel, with torch's log_sigmoid_backward as its derivative."""
+    return log_sigmoid_p.bind(x)
+
+
 def _mish_derivative(x):
     """torch's mish_backward formula without the gradient: t + x * s * (1 - t * t)."""
     t, s = U.tanh(softplus(x)), U.logistic(x)

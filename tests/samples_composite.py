@@ -33,7 +33,7 @@ def _(d):
     return Sample([d.tensor(shape), d.tensor(shape, F64, "nonzero")], {"threshold": 0.0})
 
 
-@sample("silu", "mish", "hardswish")
+@sample("silu", "mish", "hardswish", "log_sigmoid")
 def _(d):
     return Sample([d.tensor(d.shape())], {})
 
@@ -82,7 +82,7 @@ def _(d):
     return Sample([d.tensor(shape), *_probabilities(d, shape)], {})
 
 
-@sample("silu_backward", "mish_backward")
+@sample("silu_backward", "mish_backward", "log_sigmoid_backward")
 def _(d):
     shape = d.shape()
     return Sample([d.tensor(shape), d.tensor(shape)], {})

@@ -164,22 +164,11 @@ def mish(x, inplace=False):
 
 @register(F.logsigmoid)
 def logsigmoid(x):
-    """torch's formula, min(x, 0) - log1p(exp(-|x|)), with torch's derivative sigmoid(-x) (smooth
-    at 0, where the formula's own derivative has sign(x) terms). -softplus(-x) rounded to x
-    below -20 (softplus' threshold): -21.0 where the value is -21.00000000076, a derivative of
-    exactly 1, and -0.0 at +inf."""
-    from thunderx.transforms.custom import custom_jvp
-
-    @custom_jvp
-    def f(x):
-        return B.sub(U.select(B.lt(x, 0.0), x, 0.0), U.log1p(U.exp(U.neg(U.abs(x)))))
-
-    @f.defjvp
-    def f_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        return f(x), B.mul(t, U.logistic(U.neg(x)))
-
-    return f(x)
+    """torch's kernel, min(x, 0) - log1p(exp(-|x|)), and its log_sigmoid_backward as the
+    derivative, sigmoid(-x) by pieces of exp(-|x|) (primitives/composite_activation.py)."""
+    if not is_float(dtype(x)):
+        raise TypeError(f"F.logsigmoid: input must be floating (as in torch), got {dtype(x)}")
+    return KA.log_sigmoid(x)
 
 
 @register(F.hardsigmoid)

@@ -45,6 +45,7 @@ UNARY = {
     "silu": F.silu,
     "mish": F.mish,
     "hardswish": lambda x: F.hardswish(x * 2),
+    "logsigmoid": F.logsigmoid,
     "bce": lambda x: F.binary_cross_entropy(
         torch.sigmoid(x), torch.sigmoid(x * 0.5 + 1), reduction="none"
     ),
