@@ -159,6 +159,10 @@ def logcumsumexp_forward_range():
     _close(tf.jvp(f, (x,), (t,))[1], T(0.0, 1.0, 1.0))
     _, vjp = tf.vjp(f, x)
     _close(vjp(T(1.0, 0.0, 0.0))[0], T(1.0, 0.0, 0.0))  # its reverse mode is exact
+    # a 0-d nan: logcumsumexp of a 0-d value is the value, so its tangent is the incoming one
+    nan, t1 = S(math.nan), S(0.7)
+    assert torch.equal(tx.jvp(f, (nan,), (t1,))[1], t1)
+    assert torch.isnan(tf.jvp(f, (nan,), (t1,))[1]).all()
 
 
 def batched_rule_at_nan():
