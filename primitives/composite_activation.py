@@ -171,6 +171,94 @@ def log_sigmoid(x):
     return log_sigmoid_p.bind(x)
 
 
+def _elu_coefficient(x, alpha, scale):
+    """alpha * scale rounded in x's precision (float for float32), as torch's kernels take it."""
+    dt = get_aval(x).dtype
+    cdt = torch.float64 if dt == torch.float64 else torch.float32
+    return (torch.tensor(alpha, dtype=cdt) * torch.tensor(scale, dtype=cdt)).item()
+
+
+def _elu_safe_inner(x, input_scale):
+    # the exponential sees 0 where the negative piece is unused: exp(x) = inf there would make
+    # the discarded derivative 0 * inf = nan in reverse mode
+    v = U.select(B.le(x, 0.0), x, 0.0)
+    return v if input_scale == 1.0 else B.mul(v, input_scale)
+
+
+def _elu_decomposition(x, *, alpha, scale, input_scale):
+    """torch's elu formula: expm1(x * input_scale) * (alpha * scale) for x <= 0, x * scale
+    elsewhere (a nan takes the latter)."""
+    neg = B.mul(U.expm1(_elu_safe_inner(x, input_scale)), _elu_coefficient(x, alpha, scale))
+    return U.select(B.le(x, 0.0), neg, x if scale == 1.0 else B.mul(x, scale))
+
+
+def _elu_backward_decomposition(g, x, *, alpha, scale, input_scale):
+    """torch's elu_backward formula in its order: ((g * input_scale) * (alpha * scale)) *
+    exp(x * input_scale) for x <= 0 (at the kink the negative side's slope), g * scale
+    elsewhere (a nan x too). Its derivative in x is 0 at the kink (torch's double backward
+    masks x < 0)."""
+    from thunderx.primitives.higher_order import stop_gradient
+
+    e = U.exp(_elu_safe_inner(x, input_scale))
+    e = U.select(B.lt(x, 0.0), e, stop_gradient(e))
+    gi = g if input_scale == 1.0 else B.mul(g, input_scale)
+    neg = B.mul(B.mul(gi, _elu_coefficient(x, alpha, scale)), e)
+    return U.select(B.le(x, 0.0), neg, g if scale == 1.0 else B.mul(g, scale))
+
+
+def _elu_params(**p):
+    return f"{p['alpha']!r}, {p['scale']!r}, {p['input_scale']!r}"
+
+
+def _elu_jvp(primals, tangents, **params):
+    (x,), (t,) = primals, tangents
+    y = elu_p.bind(x, **params)
+    return y, Zero(get_aval(y)) if type(t) is Zero else elu_backward_p.bind(t, x, **params)
+
+
+def _elu_backward_transpose(ct, g, x, **params):
+    if is_undefined(x):
+        raise TypeError("elu_backward is linear in its gradient only")
+    # a diagonal map: its own transpose
+    return [None if type(ct) is Zero else elu_backward_p.bind(ct, x, **params), None]
+
+
+def _elu_backward_impl(g, x, *, alpha, scale, input_scale):
+    # torch's kernel; at a nan x its vectorized path gives nan and its scalar loop g * scale:
+    # g * scale everywhere
+    kernel = torch.ops.aten.elu_backward(g, alpha, scale, input_scale, False, x)
+    return torch.where(x.isnan(), g * scale, kernel)
+
+
+elu_p = declare_elementwise_composite(
+    "elu",
+    decomposition=_elu_decomposition,
+    impl=lambda x, *, alpha, scale, input_scale: torch.ops.aten.elu(x, alpha, scale, input_scale),
+    jvp=_elu_jvp,
+    call="torch.ops.aten.elu",
+    codegen_extra=lambda **p: ", " + _elu_params(**p),
+)
+elu_backward_p = declare_elementwise_composite(
+    "elu_backward",
+    # its jvp in x (a Hessian's) comes from the decomposition
+    decomposition=_elu_backward_decomposition,
+    impl=_elu_backward_impl,
+    linear=True,
+    nonlinear=(1,),
+    differentiate_decomposition=True,
+    transpose=_elu_backward_transpose,
+    torch_codegen=lambda args, avals, **p: (
+        f"torch.where({args[1]}.isnan(), {args[0]} * {p['scale']!r}, "
+        f"torch.ops.aten.elu_backward({args[0]}, {_elu_params(**p)}, False, {args[1]}))"
+    ),
+)
+
+
+def elu(x, alpha: float, scale: float = 1.0, input_scale: float = 1.0):
+    """torch's elu kernel (F.elu, F.selu, F.celu) with elu_backward as its derivative."""
+    return elu_p.bind(x, alpha=float(alpha), scale=float(scale), input_scale=float(input_scale))
+
+
 def _mish_derivative(x):
     """torch's mish_backward formula without the gradient: t + x * s * (1 - t * t)."""
     t, s = U.tanh(softplus(x)), U.logistic(x)

@@ -52,6 +52,27 @@ def _(d):
     return Sample([d.tensor(shape, F64, "nonzero")], {"axes": d.subset(len(shape))})
 
 
+def _elu_params(d):
+    return d.choice(
+        [
+            {"alpha": 1.0, "scale": 1.0, "input_scale": 1.0},
+            {"alpha": 1.6732632423543772, "scale": 1.0507009873554805, "input_scale": 1.0},
+            {"alpha": 0.7, "scale": 1.0, "input_scale": 1 / 0.7},
+        ]
+    )
+
+
+@sample("elu")
+def _(d):
+    return Sample([d.tensor(d.shape(), F64, "nonzero")], _elu_params(d))
+
+
+@sample("elu_backward")
+def _(d):
+    shape = d.shape()
+    return Sample([d.tensor(shape), d.tensor(shape, F64, "nonzero")], _elu_params(d))
+
+
 @sample("softplus")
 def _(d):
     params = {"beta": d.choice([1.0, 2.0, 0.5]), "threshold": d.choice([20.0, 1.0])}

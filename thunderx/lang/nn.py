@@ -83,42 +83,12 @@ def elu(x, alpha=1.0, inplace=False):
 
 
 def _exp_kink(x, alpha, scale_in, scale_out=1.0):
-    """torch's elu kernel: x * scale_out for x > 0 and expm1(x * scale_in) * negcoef for
-    x <= 0, negcoef = alpha * scale_out rounded in x's precision (float for float32), as torch
-    computes it, so the values are torch's bit for bit. The derivative is torch's elu_backward
-    in its order: ((t * scale_in) * negcoef) * exp(x * scale_in) for x <= 0 (at the kink the
-    negative side's), t * scale_out elsewhere; a nan takes the latter (torch's scalar loop's;
-    its vectorized kernel gives nan). The second derivative at the kink is 0 (torch's double
-    backward masks x < 0)."""
-    from thunderx.primitives.higher_order import stop_gradient
-    from thunderx.transforms.custom import custom_jvp
-
+    """torch's elu kernel and elu_backward (primitives/composite_activation.py): at the kink
+    the negative side's slope and a zero second derivative; a nan takes the positive side's
+    slope (torch's scalar loop's; its vectorized kernel gives nan)."""
     if not is_float(dtype(x)):
         raise TypeError(f"elu: input must be floating (as in torch), got {dtype(x)}")
-    cdt = torch.float64 if dtype(x) == torch.float64 else torch.float32
-    negcoef = (torch.tensor(alpha, dtype=cdt) * torch.tensor(scale_out, dtype=cdt)).item()
-
-    def scaled(v, c):
-        return v if c == 1.0 else B.mul(v, c)
-
-    def inner(x):
-        # exp and expm1 see 0 where the negative piece is unused: exp(x) = inf there would make
-        # the discarded derivative 0 * inf = nan in reverse mode
-        return scaled(U.select(B.le(x, 0.0), x, 0.0), scale_in)
-
-    @custom_jvp
-    def f(x):
-        return U.select(B.le(x, 0.0), B.mul(U.expm1(inner(x)), negcoef), scaled(x, scale_out))
-
-    @f.defjvp
-    def f_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        e = U.exp(inner(x))
-        e = U.select(B.lt(x, 0.0), e, stop_gradient(e))
-        neg = B.mul(B.mul(scaled(t, scale_in), negcoef), e)
-        return f(x), U.select(B.le(x, 0.0), neg, scaled(t, scale_out))
-
-    return f(x)
+    return KA.elu(x, alpha, scale_out, scale_in)
 
 
 @register(F.selu, torch.selu)

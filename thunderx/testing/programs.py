@@ -46,6 +46,7 @@ UNARY = {
     "mish": F.mish,
     "hardswish": lambda x: F.hardswish(x * 2),
     "logsigmoid": F.logsigmoid,
+    "selu": F.selu,
     "bce": lambda x: F.binary_cross_entropy(
         torch.sigmoid(x), torch.sigmoid(x * 0.5 + 1), reduction="none"
     ),
