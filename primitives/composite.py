@@ -107,15 +107,22 @@ def declare_elementwise_composite(
     impl,
     call: str | None = None,
     codegen_extra: str | Callable = "",
+    transposes_itself: bool = False,
     **declared,
 ):
     """An elementwise composite generated as `call(*operands<codegen_extra>)` (a function of
     the params for a parametrized one; or by a `torch_codegen` rule given instead): its
-    abstract eval and batching are the elementwise ones."""
+    abstract eval and batching are the elementwise ones. A backward kernel linear in its first
+    operand, a diagonal map of it, `transposes_itself`."""
 
     def source(args, avals, **params):
         extra = codegen_extra(**params) if callable(codegen_extra) else codegen_extra
         return f"{call}({', '.join(args)}{extra})"
+
+    if transposes_itself:
+        declared["transpose"] = lambda ct, *args, **params: _grad_transpose(prim)(
+            ct, *args, **params
+        )
 
     prim = declare_composite(
         name,
@@ -128,6 +135,20 @@ def declare_elementwise_composite(
         **declared,
     )
     return prim
+
+
+def backward_kernel_jvp(get_prim, get_backward):
+    """The jvp of a one-operand composite whose tangent is its backward kernel applied to the
+    incoming tangent (a diagonal or symmetric Jacobian): `get_backward()(t, x, **params)`."""
+
+    def jvp(primals, tangents, **params):
+        (x,), (t,) = primals, tangents
+        y = get_prim().bind(x, **params)
+        if type(t) is Zero:
+            return y, Zero(get_aval(y))
+        return y, get_backward().bind(t, x, **params)
+
+    return jvp
 
 
 def _grad_transpose(prim):

@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.ad_util import Zero, is_undefined
+from thunderx.ad_util import Zero
 from thunderx.core import get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import unary as U
-from thunderx.primitives.composite import (
-    _grad_transpose,
-    declare_elementwise_composite,
-)
+from thunderx.primitives.composite import backward_kernel_jvp, declare_elementwise_composite
 
 
 def softplus(x, beta: float = 1.0, threshold: float = 20.0):
@@ -59,22 +56,6 @@ def _softplus_backward_decomposition(g, x, *, beta, threshold):
     return U.select(above, g, B.div(B.mul(g, z), B.add(z, 1.0)))
 
 
-def _softplus_jvp(primals, tangents, *, beta, threshold):
-    (x,), (t,) = primals, tangents
-    y = softplus_p.bind(x, beta=beta, threshold=threshold)
-    if type(t) is Zero:
-        return y, Zero(get_aval(y))
-    return y, softplus_backward_p.bind(t, x, beta=beta, threshold=threshold)
-
-
-def _softplus_backward_transpose(ct, g, x, *, beta, threshold):
-    if is_undefined(x):
-        raise TypeError("softplus_backward is linear in its gradient only")
-    # a diagonal map: its own transpose
-    done = type(ct) is Zero
-    return [None if done else softplus_backward_p.bind(ct, x, beta=beta, threshold=threshold), None]
-
-
 def _scalars(**params):
     return f", {params['beta']!r}, {params['threshold']!r}"
 
@@ -83,7 +64,7 @@ softplus_p = declare_elementwise_composite(
     "softplus",
     decomposition=lambda x, *, beta, threshold: softplus(x, beta, threshold),
     impl=lambda x, *, beta, threshold: torch.nn.functional.softplus(x, beta, threshold),
-    jvp=_softplus_jvp,
+    jvp=backward_kernel_jvp(lambda: softplus_p, lambda: softplus_backward_p),
     call="torch.nn.functional.softplus",
     codegen_extra=_scalars,
 )
@@ -97,7 +78,7 @@ softplus_backward_p = declare_elementwise_composite(
     linear=True,
     nonlinear=(1,),
     differentiate_decomposition=True,
-    transpose=_softplus_backward_transpose,
+    transposes_itself=True,
 )
 
 
@@ -125,19 +106,6 @@ def _log_sigmoid_backward_decomposition(g, x):
     return B.mul(g, U.select(neg, left, right))
 
 
-def _log_sigmoid_jvp(primals, tangents):
-    (x,), (t,) = primals, tangents
-    y = log_sigmoid_p.bind(x)
-    return y, Zero(get_aval(y)) if type(t) is Zero else log_sigmoid_backward_p.bind(t, x)
-
-
-def _log_sigmoid_backward_transpose(ct, g, x):
-    if is_undefined(x):
-        raise TypeError("log_sigmoid_backward is linear in its gradient only")
-    # a diagonal map: its own transpose
-    return [None if type(ct) is Zero else log_sigmoid_backward_p.bind(ct, x), None]
-
-
 def _log_sigmoid_backward_impl(g, x):
     # the kernel reads the forward's buffer exp(-|x|), computed by the forward kernel itself
     return torch.ops.aten.log_sigmoid_backward(g, x, torch.ops.aten.log_sigmoid_forward(x)[1])
@@ -147,7 +115,7 @@ log_sigmoid_p = declare_elementwise_composite(
     "log_sigmoid",
     decomposition=_log_sigmoid_decomposition,
     impl=torch.nn.functional.logsigmoid,
-    jvp=_log_sigmoid_jvp,
+    jvp=backward_kernel_jvp(lambda: log_sigmoid_p, lambda: log_sigmoid_backward_p),
     call="torch.nn.functional.logsigmoid",
 )
 log_sigmoid_backward_p = declare_elementwise_composite(
@@ -158,7 +126,7 @@ log_sigmoid_backward_p = declare_elementwise_composite(
     linear=True,
     nonlinear=(1,),
     differentiate_decomposition=True,
-    transpose=_log_sigmoid_backward_transpose,
+    transposes_itself=True,
     torch_codegen=lambda args, avals: (
         f"torch.ops.aten.log_sigmoid_backward({args[0]}, {args[1]}, "
         f"torch.ops.aten.log_sigmoid_forward({args[1]})[1])"
@@ -210,19 +178,6 @@ def _elu_params(**p):
     return f"{p['alpha']!r}, {p['scale']!r}, {p['input_scale']!r}"
 
 
-def _elu_jvp(primals, tangents, **params):
-    (x,), (t,) = primals, tangents
-    y = elu_p.bind(x, **params)
-    return y, Zero(get_aval(y)) if type(t) is Zero else elu_backward_p.bind(t, x, **params)
-
-
-def _elu_backward_transpose(ct, g, x, **params):
-    if is_undefined(x):
-        raise TypeError("elu_backward is linear in its gradient only")
-    # a diagonal map: its own transpose
-    return [None if type(ct) is Zero else elu_backward_p.bind(ct, x, **params), None]
-
-
 def _elu_backward_impl(g, x, *, alpha, scale, input_scale):
     # torch's kernel; at a nan x its vectorized path gives nan and its scalar loop g * scale:
     # g * scale everywhere
@@ -234,7 +189,7 @@ elu_p = declare_elementwise_composite(
     "elu",
     decomposition=_elu_decomposition,
     impl=lambda x, *, alpha, scale, input_scale: torch.ops.aten.elu(x, alpha, scale, input_scale),
-    jvp=_elu_jvp,
+    jvp=backward_kernel_jvp(lambda: elu_p, lambda: elu_backward_p),
     call="torch.ops.aten.elu",
     codegen_extra=lambda **p: ", " + _elu_params(**p),
 )
@@ -246,7 +201,7 @@ elu_backward_p = declare_elementwise_composite(
     linear=True,
     nonlinear=(1,),
     differentiate_decomposition=True,
-    transpose=_elu_backward_transpose,
+    transposes_itself=True,
     torch_codegen=lambda args, avals, **p: (
         f"torch.where({args[1]}.isnan(), {args[0]} * {p['scale']!r}, "
         f"torch.ops.aten.elu_backward({args[0]}, {_elu_params(**p)}, False, {args[1]}))"
@@ -278,9 +233,6 @@ def _activation(name, decomposition, kernel, backward_name, backward_decompositi
     if "grad_input" not in getattr(torch.ops.aten, backward_name).overloads():
         out_overload = {}
 
-    def backward(g, x):
-        return backward_p.bind(g, x)
-
     backward_p = declare_elementwise_composite(
         backward_name,
         # its jvp (in x: f'' times g) comes from the decomposition
@@ -290,20 +242,15 @@ def _activation(name, decomposition, kernel, backward_name, backward_decompositi
         linear=True,
         nonlinear=(1,),
         differentiate_decomposition=True,
-        transpose=lambda ct, g, x: _grad_transpose(backward_p)(ct, g, x),
+        transposes_itself=True,
         **out_overload,
     )
-
-    def jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        y = prim.bind(x)
-        return y, Zero(get_aval(y)) if type(t) is Zero else backward(t, x)
 
     prim = declare_elementwise_composite(
         name,
         decomposition=decomposition,
         impl=kernel,
-        jvp=jvp,
+        jvp=backward_kernel_jvp(lambda: prim, lambda: backward_p),
         call=f"torch.nn.functional.{name}",
         inplace_out=f"{name}.out",
     )

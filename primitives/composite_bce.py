@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.ad_util import Zero, instantiate, is_undefined
+from thunderx.ad_util import Zero, instantiate
 from thunderx.core import get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import unary as U
@@ -39,7 +39,7 @@ def _backward_decomposition(g, x, t):
     return B.div(B.mul(g, B.sub(x, t)), B.maximum(B.mul(B.sub(1.0, x), x), _EPS))
 
 
-def _target_derivative(g, x):
+def target_derivative(g, x):
     # torch: -logit(x) * g, where logit(x) = log(x / (1 - x))
     return B.mul(U.neg(U.log(B.div(x, B.sub(1.0, x)))), g)
 
@@ -52,16 +52,9 @@ def _bce_jvp(primals, tangents):
     if type(tx) is not Zero:
         out = bce_backward_p.bind(instantiate(tx), x, t)
     if type(tt) is not Zero:
-        moved = _target_derivative(tt, x)
+        moved = target_derivative(tt, x)
         out = moved if out is None else B.add(out, moved)
     return y, Zero(get_aval(y)) if out is None else out
-
-
-def _backward_transpose(ct, g, x, t):
-    if is_undefined(x) or is_undefined(t):
-        raise TypeError("binary_cross_entropy_backward is linear in its gradient only")
-    # a diagonal map: its own transpose
-    return [None if type(ct) is Zero else bce_backward_p.bind(ct, x, t), None, None]
 
 
 bce_p = declare_elementwise_composite(
@@ -82,5 +75,5 @@ bce_backward_p = declare_elementwise_composite(
     linear=True,
     nonlinear=(1, 2),
     differentiate_decomposition=True,
-    transpose=_backward_transpose,
+    transposes_itself=True,
 )

@@ -14,14 +14,14 @@ import math
 
 import torch
 
-from thunderx.ad_util import Zero, is_undefined
+from thunderx.ad_util import is_undefined
 from thunderx.avals import is_float
 from thunderx.core import declare, get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
-from thunderx.primitives.composite import declare_composite
+from thunderx.primitives.composite import backward_kernel_jvp, declare_composite
 
 
 def batch_norm(x, eps: float):
@@ -202,17 +202,6 @@ def _gn_backward_codegen(args, avals, *, groups, eps):
 # ------------------------------------------------------------------------ derivative rules
 
 
-def _jvp(get_prim, get_backward):
-    def jvp(primals, tangents, **params):
-        (x,), (t,) = primals, tangents
-        y = get_prim().bind(x, **params)
-        if type(t) is Zero:
-            return y, Zero(get_aval(y))
-        return y, get_backward().bind(t, x, **params)
-
-    return jvp
-
-
 def _transpose(get_backward):
     def transpose(ct, g, x, **params):
         if is_undefined(x):
@@ -255,7 +244,7 @@ batch_norm_p = declare_composite(
     decomposition=_bn_decomposition,
     impl=_bn_impl,
     abstract_eval=_checker("batch_norm", False),
-    jvp=_jvp(lambda: batch_norm_p, lambda: batch_norm_backward_p),
+    jvp=backward_kernel_jvp(lambda: batch_norm_p, lambda: batch_norm_backward_p),
     batch=_bn_batch(lambda: batch_norm_p),
     torch_codegen=_bn_codegen,
 )
@@ -276,7 +265,7 @@ group_norm_p = declare_composite(
     decomposition=_gn_decomposition,
     impl=_gn_impl,
     abstract_eval=_checker("group_norm", False),
-    jvp=_jvp(lambda: group_norm_p, lambda: group_norm_backward_p),
+    jvp=backward_kernel_jvp(lambda: group_norm_p, lambda: group_norm_backward_p),
     batch=_gn_batch(lambda: group_norm_p),
     torch_codegen=_gn_codegen,
 )

@@ -64,7 +64,11 @@ def test_jacobians_tutorial_asserts_hold_at_default_tolerance():
     assert torch.allclose(tx.jit(tx.jacrev(predict, argnums=2))(big, bias, x), torch.stack(rows))
 
 
-@pytest.mark.parametrize("act", [torch.tanh, torch.sigmoid, torch.relu, F.gelu, F.silu, F.mish])
+@pytest.mark.parametrize(
+    "act",
+    [torch.tanh, torch.sigmoid, torch.relu, F.gelu, F.silu, F.mish, F.hardswish, F.softplus]
+    + [F.logsigmoid, F.elu, F.selu, F.celu],
+)
 def test_reverse_mode_has_torch_autograds_bits(act):
     torch.manual_seed(1)
     x = torch.randn(64, 32) * 4
@@ -224,6 +228,16 @@ def test_hardswish_is_torchs_kernel_with_torchs_backward_by_piece():
     assert torch.equal(tx.grad(h)(z)[:1], want[:1]) and torch.isnan(tx.grad(h)(z)[1])
 
 
+def _assert_grad_is_autograds(f, x, batched):
+    """thunderx's gradient of the scalar f at x, eager, under jit and under vmap over
+    `batched` (x with a batch dim), equals torch.autograd's bit for bit."""
+    leaf = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(f(leaf), leaf)
+    grad = tx.grad(f)
+    for got in (grad(x), tx.jit(grad)(x), tx.vmap(grad)(batched)):
+        assert torch.equal(got.reshape(want.shape), want)
+
+
 def test_binary_cross_entropy_has_torchs_kernel_and_backward_formulas():
     g = torch.Generator().manual_seed(0)
     # 1000 elements: the mean's 1 / n is not a power of two, so torch's order (dividing last)
@@ -273,10 +287,7 @@ def test_softplus_is_torchs_kernel_and_its_derivative_softplus_backward():
             fn = partial(F.softplus, **kw)
             f = lambda x, fn=fn: (fn(x) * torch.cos(x)).sum()  # noqa: E731
             assert torch.equal(tx.jit(fn)(x), fn(x)) and torch.equal(tx.vmap(fn)(x), fn(x))
-            leaf = x.clone().requires_grad_()
-            (want,) = torch.autograd.grad(f(leaf), leaf)
-            for got in (tx.grad(f)(x), tx.jit(tx.grad(f))(x), tx.vmap(tx.grad(f))(x[:, None])):
-                assert torch.equal(got.reshape(-1), want)
+            _assert_grad_is_autograds(f, x, x[:, None])
     # the second derivative is torch's softplus_double_backward: 0 at the threshold itself
     pts = torch.tensor([-100.0, 0.0, 10.0, 19.9, 20.0, 20.5, math.inf, -math.inf], dtype=F64)
     s = lambda x: F.softplus(x).sum()  # noqa: E731
@@ -294,10 +305,7 @@ def test_logsigmoid_is_torchs_kernel_and_its_derivative_log_sigmoid_backward():
         x = torch.randn(4096, generator=g, dtype=dtype) * 10
         f = lambda x: (F.logsigmoid(x) * torch.cos(x)).sum()  # noqa: E731
         assert torch.equal(tx.jit(F.logsigmoid)(x), F.logsigmoid(x))
-        leaf = x.clone().requires_grad_()
-        (want,) = torch.autograd.grad(f(leaf), leaf)
-        for got in (tx.grad(f)(x), tx.jit(tx.grad(f))(x), tx.vmap(tx.grad(f))(x[:, None])):
-            assert torch.equal(got.reshape(-1), want)
+        _assert_grad_is_autograds(f, x, x[:, None])
     # second derivatives keep their digits where sigmoid saturates (s (1 - s) would lose 3 at
     # -30; torch's double backward loses 5 at 25), -1/4 at 0, 0 at the infinities: against
     # the exact -e^x / (1 + e^x)^2 in 40-digit arithmetic
@@ -326,10 +334,7 @@ def test_the_2_norm_is_torchs_kernel_and_its_gradient_torchs_backward():
                 f(x) * torch.linspace(0.5, 2, f(x).numel(), dtype=dtype).reshape(f(x).shape)
             ).sum()  # noqa: E501, E731
             assert torch.equal(tx.jit(f)(x), f(x)) and torch.equal(tx.vmap(f)(x[None])[0], f(x))
-            leaf = x.clone().requires_grad_()
-            (want,) = torch.autograd.grad(s(leaf), leaf)
-            for got in (tx.grad(s)(x), tx.jit(tx.grad(s))(x), tx.vmap(tx.grad(s))(x[None])[0]):
-                assert torch.equal(got, want)
+            _assert_grad_is_autograds(s, x, x[None])
     a, b = torch.tensor([0.0, 1.0, 1.0], dtype=F64), torch.tensor([0.0, 0.75, 0.75], dtype=F64)
     cos = lambda a, b: torch.ceil(F.cosine_similarity(a, b, dim=0))  # noqa: E731
     assert tx.jit(cos)(a, b) == cos(a, b) == 1.0

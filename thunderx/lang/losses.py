@@ -224,7 +224,7 @@ def _mean_binary_cross_entropy(a, b):
 
     f.defjvps(
         lambda tx, ans, x, t: R.reduce_sum(KB.bce_backward_p.bind(B.div(tx, n), x, t), axes),
-        lambda tt, ans, x, t: R.reduce_sum(KB._target_derivative(B.div(tt, n), x), axes),
+        lambda tt, ans, x, t: R.reduce_sum(KB.target_derivative(B.div(tt, n), x), axes),
     )
     return f(a, b)
 

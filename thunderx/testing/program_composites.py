@@ -1,7 +1,7 @@
 """Composite operations in the random programs (thunderx.testing.programs): steps that reach the
 channel normalizations (shape-preserving, defined for every input shape, with eps = 1 so that
-their derivatives stay well conditioned for finite differences), and the composites no step can
-reach, with the reason."""
+their derivatives stay well conditioned for finite differences) and the elementwise composites,
+and the composites no step can reach, with the reason."""
 
 from __future__ import annotations
 
@@ -28,6 +28,19 @@ def _instance_norm(x):
 
 
 NORM_STEPS = {"group_norm": _group_norm, "batch_norm": _batch_norm, "instance_norm": _instance_norm}
+
+# elementwise composites with torch's kernels (their backward kernels reached through grad)
+ACTIVATION_STEPS = {
+    "silu": F.silu,
+    "mish": F.mish,
+    "hardswish": lambda x: F.hardswish(x * 2),
+    "logsigmoid": F.logsigmoid,
+    "selu": F.selu,
+    "bce": lambda x: F.binary_cross_entropy(
+        torch.sigmoid(x), torch.sigmoid(x * 0.5 + 1), reduction="none"
+    ),
+    "lerp": lambda x: torch.lerp(x, torch.tanh(x), 0.7),
+}
 
 # tangents that appear only in forward mode, which random programs do not stage (grad transposes
 # them away)

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import strategies as st
 
-from thunderx.testing.program_composites import NORM_STEPS
+from thunderx.testing.program_composites import ACTIVATION_STEPS, NORM_STEPS
 from thunderx.testing.programs_not_generated import NOT_GENERATED  # noqa: F401 (re-exported)
 
 _BESSEL = ("i0", "i0e", "i1", "i1e", "erfcx")
@@ -42,15 +42,7 @@ UNARY = {
     "threshold_mul": lambda x: F.threshold(x, 0.0, 0.0) * x,
     "neg": torch.neg,
     "exp_tanh": lambda x: torch.exp(torch.tanh(x)),
-    "silu": F.silu,
-    "mish": F.mish,
-    "hardswish": lambda x: F.hardswish(x * 2),
-    "logsigmoid": F.logsigmoid,
-    "selu": F.selu,
-    "bce": lambda x: F.binary_cross_entropy(
-        torch.sigmoid(x), torch.sigmoid(x * 0.5 + 1), reduction="none"
-    ),
-    "lerp": lambda x: torch.lerp(x, torch.tanh(x), 0.7),
+    **ACTIVATION_STEPS,  # silu, mish, hardswish, logsigmoid, selu, bce, lerp
     "relu": F.relu,
     **{n: (lambda f: lambda x: f(torch.tanh(x) * 3))(getattr(torch.special, n)) for n in _BESSEL},
     "ndtri": lambda x: torch.special.ndtri(torch.sigmoid(x) * 0.98 + 0.01),
