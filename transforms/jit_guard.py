@@ -27,7 +27,6 @@ from thunderx import tree
 MISS = object()
 # the leaf classes the fast path takes (jit.py's general path checks the same)
 LEAF_TYPES = (torch.Tensor, torch.nn.Parameter)
-_serial = itertools.count()
 
 
 class _Writer:
@@ -208,7 +207,9 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
         **{f"_c{i}": c for i, c in enumerate(consts)},
     )
     src = "def call(args):\n" + "\n".join("    " + line for line in body) + "\n"
-    exec(compile(src, f"<thunderx-jit-guard-{next(_serial)}>", "exec"), w.ns)
+    # one filename for every guard: code objects keep their filename interned for the life of
+    # the process, so a numbered one per guard grew memory by ~74 bytes per jit function
+    exec(compile(src, "<thunderx-jit-guard>", "exec"), w.ns)
     call = w.ns["call"]
     call.source = src
     return call
