@@ -9,22 +9,38 @@ torch executor puts each group back together as torch runs it, so that the numbe
 torch's own:
 
 - batch norm without running buffers: `torch.native_batch_norm(x, w, b, None, None, True, 0.0,
-  eps)`, its saved mean and invstd read by the normalization's backward in the same program
-  (batch norm with running buffers: patterns_norm.batch_norm_training);
+  eps)`, its saved mean and invstd read by `native_batch_norm_backward(g, x, w, ...)` for the
+  input's, weight's and bias's cotangents (batch norm with running buffers:
+  patterns_norm.batch_norm_training);
 - instance norm: `torch.instance_norm(x, w, b, None, None, True, 0.0, eps, False)`, the call
-  `F.instance_norm` makes (batch norm of x seen as one sample of N * C channels);
+  `F.instance_norm` makes (batch norm of x seen as one sample of N * C channels); under grad,
+  what that call runs, `native_batch_norm` of the (1, N * C, ...) view with w and b repeated N
+  times, so that its statistics serve the backward (`instance_norm_backward_call`, torch
+  autograd's order: the weight's cotangent summed over N last);
 - group norm: `torch.native_group_norm(x, w, b, N, C, HxW, G, eps)` with its saved statistics for
-  the backward.
+  `native_group_norm_backward(g, x, mean, rstd, w, ...)` (not without a weight: torch's kernel
+  then fails, "tensor does not have a device", and the bias's cotangent stays a sum).
 
+The gradient groups are `patterns_norm.full_backward`'s: the weight's cotangent `sum(y * g)`
+and the bias's `sum(g)` join the backward call, so the gradients are torch.autograd's bit for
+bit, and the normalized value is no longer computed a second time for the weight's cotangent.
 Only a complete group is rewritten: the scaled value read only by the shift, the vectors of x's
 dtype; a broadcast of a vector also read elsewhere stays for those readers. A normalized value
-also read elsewhere (a weight's cotangent under grad) is still computed for those readers: the
-kernel's pass replaces the affine's two. The call is emitted at the group's last equation, where
-every operand exists."""
+read elsewhere is still computed for those readers. The forward call is emitted at the group's
+last equation, where every operand exists."""
 
 from __future__ import annotations
 
-from thunderx.executors.patterns_norm import _channel_vector, _index, _other
+from thunderx.executors.patterns_norm import (
+    _channel_vector,
+    _index,
+    backward_mask,
+    emit_backward,
+    full_backward,
+    norm_affine,
+    vectors,
+    wb_source,
+)
 from thunderx.ir import Jaxpr, Var
 
 
@@ -68,13 +84,44 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
             found = channel_affine(jaxpr, uses, producer, back)
             if found is None:
                 continue
-            out, w, b, group, shared = found
+            out, w, b, group, shared, affine = found
+            where = (src, back, x)  # instance norm's input, normalized value, merged input
+            axes = (0, *range(2, src.aval.ndim))
+            full = full_backward(
+                eqns, uses, producer, e, i, group, affine, batch_norm_backward_p, axes, where
+            )
+            if full is not None:  # y's other readers are the weight's cotangent
+                shared = False
+                group |= full["forward"]
             if not shared:  # else the normalized value stays for its other readers
-                group |= {i, j_back} | ({j_merge} if uses.get(id(x)) == [i] else set())
-            call = f"torch.instance_norm({{0}}, {_wb(w, b)}, None, None, True, 0.0, {eps!r}, False)"
+                readers = set(uses.get(id(x), [])) - set(full["eqns"] if full else ())
+                group |= {i, j_back} | ({j_merge} if readers == {i} else set())
             emit_at = max(group)
-            emit[emit_at] = ([out], call, [src, *_vectors(w, b)])
             skip |= group - {emit_at}
+            if full is None:
+                wb = wb_source(w, b)
+                call = f"torch.instance_norm({{0}}, {wb}, None, None, True, 0.0, {eps!r}, False)"
+                emit[emit_at] = ([out], call, [src, *vectors(w, b)])
+                continue
+            # torch.instance_norm's own computation, its statistics kept for the backward
+            saved, n = f"_in_saved{i}", src.aval.shape[0]
+            wb = (
+                wb_source(w, b)
+                .replace("{1}", f"{{1}}.repeat({n})")
+                .replace("{2}", f"{{2}}.repeat({n})")
+            )
+            call = (
+                f"({saved} := torch.native_batch_norm({{0}}.reshape({tuple(x.aval.shape)}), {wb}, "
+                f"None, None, True, 0.0, {eps!r}))[0].reshape({tuple(src.aval.shape)})"
+            )
+            emit[emit_at] = ([out], call, [src, *vectors(w, b)])
+            weight = "None" if w is None else "{2}"  # the backward's operands: g, x, w
+            mask = backward_mask(full)
+            call = (
+                f"_instance_norm_backward({{0}}, {{1}}, {weight}, {saved}[1], {saved}[2], {eps!r}, "
+                f"{mask})"
+            )
+            emit_backward(emit, skip, full, call, [full["g"], src, *vectors(w, None)])
             continue
         found = channel_affine(jaxpr, uses, producer, e.outputs[0])
         bwd_prim = batch_norm_backward_p if e.prim is batch_norm_p else group_norm_backward_p
@@ -82,34 +129,66 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         if found is None and not bwd:
             continue
         # no affine: the kernel call alone, for the statistics its backward reads
-        out, w, b, group, shared = found or (e.outputs[0], None, None, set(), False)
+        out, w, b, group, shared, affine = found or (e.outputs[0], None, None, set(), False, None)
+        # torch's group norm backward fails without a weight ("tensor does not have a device")
+        no_kernel = e.prim is group_norm_p and (affine is None or affine[0] is None)
+        axes = (0, *range(2, x.aval.ndim))
+        args = (eqns, uses, producer, e, i, group, affine, bwd_prim, axes)
+        full = None if no_kernel else full_backward(*args)
+        if full is not None:  # y's other readers are the weight's cotangent: in the backward
+            shared = False
+            group |= full["forward"]
         saved = f"_cn_saved{i}"
         if e.prim is batch_norm_p:
-            call = f"torch.native_batch_norm({{0}}, {_wb(w, b)}, None, None, True, 0.0, {eps!r})"
+            call = (
+                f"torch.native_batch_norm({{0}}, {wb_source(w, b)}, None, None, True, 0.0, {eps!r})"
+            )
             backward = bn_backward_source("{0}", "{1}", f"{saved}[1]", f"{saved}[2]", eps)
         else:
             sizes = ", ".join(map(str, gn_sizes(x.aval.shape, e.params["groups"])))
-            call = f"torch.native_group_norm({{0}}.contiguous(), {_wb(w, b)}, {sizes}, {eps!r})"
+            call = (
+                f"torch.native_group_norm({{0}}.contiguous(), {wb_source(w, b)}, {sizes}, {eps!r})"
+            )
             g, x_ = "{0}.contiguous()", "{1}.contiguous()"
             backward = gn_backward_source(g, x_, f"{saved}[1]", f"{saved}[2]", sizes)
         group |= set() if shared else {i}  # else the normalized value stays for its readers
         emit_at = max(group)
-        emit[emit_at] = ([out, None, None], f"({saved} := {call})", [x, *_vectors(w, b)])
+        emit[emit_at] = ([out, None, None], f"({saved} := {call})", [x, *vectors(w, b)])
         skip |= group - {emit_at}
+        if full is not None:
+            mask = backward_mask(full)
+            weight = "None" if w is None else "{2}"  # the backward's operands: g, x, w
+            if e.prim is batch_norm_p:
+                call = (
+                    f"torch.ops.aten.native_batch_norm_backward({{0}}, {{1}}, {weight}, None, "
+                    f"None, {saved}[1], {saved}[2], True, {eps!r}, {mask})"
+                )
+            else:
+                call = (
+                    f"torch.ops.aten.native_group_norm_backward({{0}}.contiguous(), "
+                    f"{{1}}.contiguous(), {saved}[1], {saved}[2], {weight}, {sizes}, {mask})"
+                )
+            emit_backward(emit, skip, full, call, [full["g"], x, *vectors(w, None)])
         for j in bwd:
-            if j > emit_at:
+            if j > emit_at and (full is None or j not in full["eqns"]):
                 emit[j] = ([eqns[j].outputs[0]], backward, list(eqns[j].inputs))
     return emit, skip
 
 
-def _wb(w, b) -> str:
-    """The weight and bias arguments: the operands {1} and {2} that exist, else None."""
-    names = iter(("{1}", "{2}"))
-    return ", ".join(next(names) if v is not None else "None" for v in (w, b))
+def instance_norm_backward_call(g, x, w, mean, invstd, eps, mask):
+    """torch.instance_norm's backward as torch's autograd runs it: batch norm's backward of the
+    (1, N * C, ...) view with the weight repeated N times, the repeat's backward a sum over N."""
+    import torch
 
-
-def _vectors(w, b) -> list:
-    return [v for v in (w, b) if v is not None]
+    n, c = x.shape[:2]
+    merged = (1, n * c, *x.shape[2:])
+    w = None if w is None else w.repeat(n)
+    gx, gw, gb = torch.ops.aten.native_batch_norm_backward(
+        g.reshape(merged), x.reshape(merged), w, None, None, mean, invstd, True, eps, mask
+    )
+    gw = None if gw is None else gw.reshape(n, c).sum(0)
+    gx = None if gx is None else gx.reshape(x.shape)
+    return gx, gw, None if gb is None else gb.reshape(n, c).sum(0)
 
 
 def _key(params: dict) -> tuple:
@@ -142,29 +221,5 @@ def _instance(jaxpr, uses, producer, i):
 
 
 def channel_affine(jaxpr, uses, producer, y):
-    """(the affine's output, weight or None, bias or None, the group's equation indices, whether
-    y is read outside the group) for `y * w + b`, `y * w` or `y + b` applied to `y`, with (C,)
-    vectors broadcast along dim 1 and the scaled value read only by the shift; None where y has
-    no such affine."""
-    from thunderx.primitives.binary import add_p, mul_p
-
-    eqns = jaxpr.eqns
-    out, found, group = y, {}, set()
-    for prim in (mul_p, add_p):
-        readers = uses.get(id(out), [])
-        if out is not y and len(readers) != 1:
-            break
-        for r in readers:
-            e = eqns[r] if r < len(eqns) else None
-            other = _other(e, out) if e is not None and e.prim is prim else None
-            vec = _channel_vector(jaxpr, other, producer, out.aval) if other is not None else None
-            if vec is not None:
-                found[prim] = vec[1]
-                # a broadcast also read elsewhere (the weight, by the input's cotangent) stays
-                group |= {r} | ({vec[0]} if uses.get(id(other), []) == [r] else set())
-                out = e.outputs[0]
-                break
-    if not found:
-        return None
-    shared = len(uses.get(id(y), [])) > 1  # y is also read elsewhere (a weight's cotangent)
-    return out, found.get(mul_p), found.get(add_p), group, shared
+    """`patterns_norm.norm_affine` with (C,) vectors broadcast along dim 1."""
+    return norm_affine(uses, jaxpr.eqns, y, lambda v: _channel_vector(jaxpr, v, producer, y.aval))

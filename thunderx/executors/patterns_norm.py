@@ -2,12 +2,16 @@
 b)` as `layer_norm(x) * w + b` (so transforms see an affine map of a normalization), and its
 gradient as `layer_norm_backward(g * w, x)`, `sum(g * y)` and `sum(g)`. The torch executor
 puts the group back together as torch runs it: `native_layer_norm(x, s, w, b)` forward and one
-`native_layer_norm_backward(g, x, s, mean, rstd, w, b, mask)` for the three cotangents. The
+`native_layer_norm_backward(g, x, s, mean, rstd, w, b, mask)` for the cotangents there are
+(also with a weight or a bias alone, and for the weight's cotangent without the input's). The
 numbers are then eager torch's own (its kernels, its rounding).
 
-Only a complete group is rewritten: the normalized value `y` read by nothing but the scale and
+Only a complete group is rewritten: the normalized value `y` read by nothing but the affine and
 the weight's cotangent, each product and broadcast read only inside the group, all operands of
-one dtype. Anything else keeps the primitives' lowering."""
+one dtype, the gradient after the forward. Anything else keeps the primitives' lowering. A
+bias's cotangent alone (no weight, the input not differentiated) is a sum like any other: nothing
+marks it as the norm's. `norm_affine` and `full_backward` find the same groups for the channel
+norms (patterns_channel_norm.py)."""
 
 from __future__ import annotations
 
@@ -76,10 +80,9 @@ def _affine_after(jaxpr, uses, j_mul, y, vector):
 
 def layer_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
     """({equation index: (output vars (None: not wanted), source template of the input vars as
-    {0}, {1}, ..., the input vars)}, indices to skip): forward groups are emitted at their
-    layer_norm, backward groups at their first equation."""
-    from thunderx.primitives.binary import mul_p
-    from thunderx.primitives.composite_norm import layer_norm_p
+    {0}, {1}, ..., the input vars)}, indices to skip): forward groups are emitted at their last
+    equation, backward groups at their first."""
+    from thunderx.primitives.composite_norm import layer_norm_backward_p, layer_norm_p
 
     uses, producer = _index(jaxpr)
     emit: dict = {}
@@ -93,116 +96,230 @@ def layer_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         aval = y.aval
         lead = tuple(range(aval.ndim - k))
         shape = tuple(aval.shape[aval.ndim - k :])
-        # forward: m = y * broadcast(w); o = m + broadcast(b)
-        y_uses = uses.get(id(y), [])
-        n_eqns = len(eqns)  # a use at n_eqns is an output of the program
-        scale = [
-            j
-            for j in y_uses
-            if j < n_eqns and eqns[j].prim is mul_p and _other(eqns[j], y) is not None
-        ]
-        if not scale:
-            continue
-        j_mul = scale[0]
-        found = _affine_after(
-            jaxpr, uses, j_mul, y, lambda v: _broadcast_of(jaxpr, v, producer, aval, k)
-        )
+        # forward: y * broadcast(w) + broadcast(b), y * broadcast(w) or y + broadcast(b)
+        found = norm_affine(uses, eqns, y, lambda v: _broadcast_of(jaxpr, v, producer, aval, k))
         if found is None:
             continue
-        j_add, wb, bb = found
-        bias = eqns[bb[0]].outputs[0]
-        # one tensor as weight and bias: one broadcast feeds the scale and the shift
-        shared = bias is _other(eqns[j_mul], y)
-        if len(uses.get(id(bias), [])) != 1 and not shared:
+        out, w, b, group, shared, affine = found
+        if len({v.aval.dtype for v in (x, w, b) if v is not None}) != 1:
             continue
-        (p_w, w), (p_b, b) = wb, bb
-        o = eqns[j_add].outputs[0]
-        # backward: gx = layer_norm_backward(g * broadcast(w), x); gw = sum(y * g); gb = sum(g)
-        others = [j for j in y_uses if j != j_mul]
-        bwd = _backward(eqns, uses, x, y, wb[0], others, lead, ln.params)
-        if bwd is None and others:
+        # backward: layer_norm_backward(g * broadcast(w), x), sum(y * g) and sum(g)
+        full = full_backward(
+            eqns, uses, producer, ln, i, group, affine, layer_norm_backward_p, lead
+        )
+        if full is not None:
+            shared, group = False, group | full["forward"]
+        if shared:
             continue  # y is read outside the group: keep the primitives
-        wb_var = eqns[p_w].outputs[0]
-        wb_readers = set(uses.get(id(wb_var), []))
-        group_readers = (
-            {j_mul} | ({bwd["scaled"]} if bwd else set()) | ({j_add} if shared else set())
-        )
-        if not wb_readers <= group_readers:
-            continue
-        if len({v.aval.dtype for v in (x, w, b)}) != 1:
-            continue
-        stats = f"_ln_affine{i}"
-        emit[i] = (
-            [o],
-            f"({stats} := torch.native_layer_norm({{0}}, {shape}, {{1}}, {{2}}, {eps!r}))[0]",
-            [x, w, b],
-        )
-        skip |= {p_w, j_mul, p_b, j_add}
-        if bwd is not None and min(bwd["eqns"]) > i:
-            mask = [True, "gw" in bwd, "gb" in bwd]
+        group |= {i}
+        emit_at, stats = max(group), f"_ln_affine{i}"
+        call = f"torch.native_layer_norm({{0}}, {shape}, {wb_source(w, b)}, {eps!r})"
+        emit[emit_at] = ([out], f"({stats} := {call})[0]", [x, *vectors(w, b)])
+        skip |= group - {emit_at}
+        if full is not None:
             call = (
                 f"torch.ops.aten.native_layer_norm_backward({{0}}, {{1}}, {shape}, {stats}[1], "
-                f"{stats}[2], {{2}}, {{3}}, {mask})"
+                f"{stats}[2], {wb_source(w, b, 2)}, {backward_mask(full)})"
             )
-            first = min(bwd["eqns"])
-            emit[first] = ([bwd["gx"], bwd.get("gw"), bwd.get("gb")], call, [bwd["g"], x, w, b])
-            skip |= set(bwd["eqns"]) - {first}
-        elif bwd is not None:
-            del emit[i]  # the gradient comes first: keep the primitives
-            skip -= {p_w, j_mul, p_b, j_add}
+            emit_backward(emit, skip, full, call, [full["g"], x, *vectors(w, b)])
     return emit, skip
 
 
-def _backward(eqns, uses, x, y, p_wb, others, lead, params):
-    """The gradient group reading y (see the module docstring), or None."""
+def wb_source(w, b, first: int = 1) -> str:
+    """The weight and bias arguments of a kernel call: the operands {first} and {first + 1} that
+    exist (in `vectors`' order), else None."""
+    names = iter((f"{{{first}}}", f"{{{first + 1}}}"))
+    return ", ".join(next(names) if v is not None else "None" for v in (w, b))
+
+
+def vectors(w, b) -> list:
+    return [v for v in (w, b) if v is not None]
+
+
+def backward_mask(full: dict) -> list:
+    """The output mask of a norm's backward kernel for the cotangents `full` has."""
+    return [full["gx"] is not None, "gw" in full, "gb" in full]
+
+
+def emit_backward(emit: dict, skip: set, full: dict, call: str, operands: list) -> None:
+    """The backward kernel `call` of `full`'s cotangents, at the group's first equation."""
+    first = min(full["eqns"])
+    emit[first] = ([full["gx"], full.get("gw"), full.get("gb")], call, operands)
+    skip.update(set(full["eqns"]) - {first})
+
+
+def _only_reshape(eqns, uses, v):
+    """The output of the reshape that is v's only reader, or None."""
+    from thunderx.primitives.shape import reshape_p
+
+    readers = uses.get(id(v), [])
+    if len(readers) != 1 or readers[0] >= len(eqns) or eqns[readers[0]].prim is not reshape_p:
+        return None
+    return eqns[readers[0]].outputs[0]
+
+
+def norm_backward(eqns, uses, producer, where, p_wb, others, axes, backward_p, params):
+    """The gradient group of a normalization `where` = (x, y, merged) with the weight broadcast
+    at `p_wb` (None: no weight), or None: `backward_p(g * broadcast(w), x)` (or
+    `backward_p(g, x)`) with the norm's `params` (the input's cotangent), y's `others` readers
+    all `y * g` summed over `axes` (the weight's), and the first sum of g over `axes` (the
+    bias's): {"g", "gx", "gw", "gb", "eqns", "scaled"}, without the cotangents that are not
+    there. With `merged` (instance norm: x reshaped for a batch norm of its channels), the
+    backward reads the cotangent reshaped to merged's shape, and its result is reshaped back."""
     from thunderx.primitives.binary import mul_p
-    from thunderx.primitives.composite_norm import layer_norm_backward_p
+    from thunderx.primitives.shape import reshape_p
+
+    x, y, merged = where
+    # (g, the equations before the backward, the backward's index)
+    candidates = []
+    if p_wb is None:  # the backward's own operand is g (reshaped, for instance norm)
+        for j in uses.get(id(x if merged is None else merged), []):
+            e = eqns[j] if j < len(eqns) else None
+            if e is None or e.prim is not backward_p or not isinstance(e.inputs[0], Var):
+                continue
+            g, chain = e.inputs[0], []
+            if merged is not None:
+                p = producer.get(id(g))
+                if p is None or eqns[p].prim is not reshape_p or uses.get(id(g)) != [j]:
+                    continue
+                g, chain = eqns[p].inputs[0], [p]
+            candidates.append((g, chain, j))
+    else:
+        wb = eqns[p_wb].outputs[0]
+        for j in uses.get(id(wb), []):
+            e = eqns[j] if j < len(eqns) else None
+            if e is None or e.prim is not mul_p or _other(e, wb) is None:
+                continue
+            v, chain = e.outputs[0], [j]
+            if merged is not None:  # instance norm: reshaped to the merged input's shape
+                chain.append(uses.get(id(v), [len(eqns)])[0])
+                v = _only_reshape(eqns, uses, v)
+            readers = uses.get(id(v), []) if v is not None else []
+            if len(readers) == 1 and readers[0] < len(eqns):
+                candidates.append((_other(e, wb), chain, readers[0]))
+    for g, chain, j in candidates:
+        group = _gx(eqns, uses, where, g, chain, j, backward_p, params)
+        if group is not None:
+            group["scaled"] = chain[0] if p_wb is not None else None
+            return _cotangents(eqns, uses, y, g, others, axes, group)
+    if p_wb is not None and others:  # the input's cotangent is not there (or not this norm's)
+        e = eqns[others[0]] if others[0] < len(eqns) else None
+        g = _other(e, y) if e is not None and e.prim is mul_p else None
+        if isinstance(g, Var) and g.aval.dtype == x.aval.dtype:
+            group = {"g": g, "gx": None, "eqns": [], "scaled": None}
+            return _cotangents(eqns, uses, y, g, others, axes, group)
+    return None
+
+
+def _gx(eqns, uses, where, g, chain, j, backward_p, params):
+    """{"g", "gx", "eqns"} for the input's cotangent made by the backward at j, or None."""
+    x, _, merged = where
+    lnb = eqns[j]
+    operand = eqns[chain[-1]].outputs[0] if chain else g
+    if (
+        lnb.prim is not backward_p
+        or lnb.inputs[0] is not operand
+        or lnb.inputs[1] is not (x if merged is None else merged)
+        or lnb.params != params
+    ):
+        return None
+    chain = [*chain, j]
+    gx = lnb.outputs[0]
+    if merged is not None:  # and the input's cotangent reshaped back
+        chain.append(uses.get(id(gx), [len(eqns)])[0])
+        gx = _only_reshape(eqns, uses, gx)
+        if gx is None or gx.aval.shape != x.aval.shape:
+            return None
+    if not isinstance(g, Var) or g.aval.dtype != x.aval.dtype:
+        return None
+    return {"g": g, "gx": gx, "eqns": chain}
+
+
+def _cotangents(eqns, uses, y, g, others, axes, group):
+    """`group` with the weight's cotangent (y's `others` readers: `y * g` summed over axes) and
+    the bias's (the first sum of g over axes), or None where another reader of y is not the
+    weight's cotangent."""
+    from thunderx.primitives.binary import mul_p
     from thunderx.primitives.reductions import reduce_sum_p
 
-    wb = eqns[p_wb].outputs[0]
-    # g * broadcast(w) feeding layer_norm_backward(., x)
-    for j in uses.get(id(wb), []):
-        e = eqns[j] if j < len(eqns) else None
-        if e is None or e.prim is not mul_p or _other(e, wb) is None:
-            continue
-        g, gw_b = _other(e, wb), e.outputs[0]
-        readers = uses.get(id(gw_b), [])
-        if len(readers) != 1 or readers[0] >= len(eqns):
-            continue
-        lnb = eqns[readers[0]]
-        if (
-            lnb.prim is not layer_norm_backward_p
-            or lnb.inputs[0] is not gw_b
-            or lnb.inputs[1] is not x
-            or lnb.params != params
-        ):
-            continue
-        group = {"g": g, "gx": lnb.outputs[0], "eqns": [j, readers[0]], "scaled": j}
-        # y's other reader: y * g, summed over the leading dims (the weight's cotangent)
-        for r in others:
-            e2 = eqns[r] if r < len(eqns) else None
-            if e2 is None or e2.prim is not mul_p or _other(e2, y) is not g:
-                return None
-            prod = e2.outputs[0]
-            sums = uses.get(id(prod), [])
-            if len(sums) != 1 or sums[0] >= len(eqns) or "gw" in group:
-                return None
-            s = eqns[sums[0]]
-            if s.prim is not reduce_sum_p or s.params.get("axes") != lead:
-                return None
-            group["gw"] = s.outputs[0]
-            group["eqns"] += [r, sums[0]]
-        # sum(g) over the leading dims: the bias's cotangent (the first such sum)
-        for r in uses.get(id(g), []):
-            e3 = eqns[r] if r < len(eqns) else None
-            if e3 is not None and e3.prim is reduce_sum_p and e3.params.get("axes") == lead:
-                group["gb"] = e3.outputs[0]
-                group["eqns"].append(r)
-                break
-        if g.aval.dtype != x.aval.dtype or not isinstance(g, Var):
+    for r in others:
+        e2 = eqns[r] if r < len(eqns) else None
+        if e2 is None or e2.prim is not mul_p or _other(e2, y) is not g:
             return None
-        return group
-    return None
+        sums = uses.get(id(e2.outputs[0]), [])
+        if len(sums) != 1 or sums[0] >= len(eqns) or "gw" in group:
+            return None
+        s = eqns[sums[0]]
+        if s.prim is not reduce_sum_p or s.params.get("axes") != axes:
+            return None
+        group["gw"] = s.outputs[0]
+        group["eqns"] += [r, sums[0]]
+    for r in uses.get(id(g), []):
+        e3 = eqns[r] if r < len(eqns) else None
+        if e3 is not None and e3.prim is reduce_sum_p and e3.params.get("axes") == axes:
+            group["gb"] = e3.outputs[0]
+            group["eqns"].append(r)
+            break
+    return group
+
+
+def full_backward(eqns, uses, producer, e, i, group, affine, backward_p, axes, instance=None):
+    """The gradient group of the norm `e` at i (cotangents summed over `axes`) with the affine
+    `affine` = (the weight
+    broadcast's index or None, the index of the affine's equation reading y):
+    `patterns_norm.norm_backward`'s dict, with the indices of the forward the kernel calls then
+    replace ("forward"), or None. Only where every other reader of the normalized value is the
+    weight's cotangent, the broadcast weight is read by the affine and the scaled cotangent
+    alone, and the whole gradient comes after the forward's group (where the saved statistics
+    exist). For instance norm, `instance` is (its input, its normalized value, the merged input
+    the batch norm reads)."""
+    if affine is None:
+        return None
+    p_w, j_first = affine
+    x, y, merged = instance or (e.inputs[0], e.outputs[0], None)
+    others = [r for r in uses.get(id(y), []) if r != j_first]
+    where = (x, y, merged)
+    full = norm_backward(eqns, uses, producer, where, p_w, others, axes, backward_p, e.params)
+    if full is None or min(full["eqns"]) <= max(group | {i}):
+        return None
+    if p_w is not None and not set(uses.get(id(eqns[p_w].outputs[0]), [])) <= {
+        j_first,
+        full["scaled"],
+    }:
+        return None
+    full["forward"] = set() if p_w is None else {p_w}
+    return full
+
+
+def norm_affine(uses, eqns, y, vector):
+    """(the affine's output, weight or None, bias or None, the group's equation indices, whether
+    y is read outside the group, (the weight broadcast's index or None, the index of the
+    affine's equation reading y)) for `y * w + b`, `y * w` or `y + b` applied to `y`, with the
+    scaled value read only by the shift and `vector(v)` the (index, source) of the broadcast
+    parameter vector in v (or None); None where y has no such affine."""
+    from thunderx.primitives.binary import add_p, mul_p
+
+    out, found, group, p_w, first = y, {}, set(), None, None
+    for prim in (mul_p, add_p):
+        readers = uses.get(id(out), [])
+        if out is not y and len(readers) != 1:
+            break
+        for r in readers:
+            e = eqns[r] if r < len(eqns) else None
+            other = _other(e, out) if e is not None and e.prim is prim else None
+            vec = vector(other) if other is not None else None
+            if vec is not None:
+                found[prim] = vec[1]
+                p_w = vec[0] if prim is mul_p else p_w
+                first = r if first is None else first
+                # a broadcast also read elsewhere (the weight, by the input's cotangent) stays
+                group |= {r} | ({vec[0]} if uses.get(id(other), []) == [r] else set())
+                out = e.outputs[0]
+                break
+    if not found:
+        return None
+    shared = len(uses.get(id(y), [])) > 1  # y is also read elsewhere (a weight's cotangent)
+    return out, found.get(mul_p), found.get(add_p), group, shared, (p_w, first)
 
 
 def _channel_vector(jaxpr, v, producer, out_aval):
