@@ -194,3 +194,35 @@ def test_forward_mode_where_the_tangents_backward_comes_before_the_affine(name):
     hvp = tx.jit(lambda x, t: tx.jvp(tx.grad(lambda x: f(x).pow(2).sum()), (x,), (t,))[1])
     want = torch.func.jvp(torch.func.grad(lambda x: f(x).pow(2).sum()), (x,), (t,))[1]
     torch.testing.assert_close(hvp(x, t), want, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("module", [torch.nn.BatchNorm1d, torch.nn.BatchNorm2d])
+def test_a_training_norm_modules_gradients_and_buffers_are_torchs(module, dtype):
+    # nn.BatchNorm in training updates its running buffers (patterns_norm.batch_norm_training):
+    # its parameters' cotangents come from the same backward kernel call
+    x, _, _ = _inputs(dtype)
+    if module is torch.nn.BatchNorm2d:
+        x = x.reshape(3, 4, 5, 1).expand(3, 4, 5, 2).contiguous()
+    m = module(4, affine=True, track_running_stats=True).to(dtype)
+    with torch.no_grad():
+        m.weight.copy_(torch.linspace(-2.0, 30.0, 4))
+        m.bias.copy_(torch.linspace(-30.0, 1.0, 4))
+    params = {k: v.detach().clone() for k, v in m.named_parameters()}
+    buffers = {k: v.detach().clone() for k, v in m.named_buffers()}
+
+    def loss(p, x):
+        return tx.functional_call(m, {**p, **buffers}, (x,)).sin().sum()
+
+    grad = tx.jit(tx.grad(loss, argnums=(0, 1)))
+    code = grad.lower(params, x).as_text().split("# execution program")[1]
+    assert "native_batch_norm_backward" in code and "[True, True, True]" in code, code
+    initial = {k: v.clone() for k, v in buffers.items()}
+    gp, gx = grad(params, x)
+    xs = x.clone().requires_grad_()
+    want = torch.autograd.grad(m(xs).sin().sum(), [m.weight, m.bias, xs])
+    assert torch.equal(gp["weight"], want[0]) and torch.equal(gp["bias"], want[1])
+    assert torch.equal(gx, want[2])
+    for k, v in m.named_buffers():  # the running statistics: updated as torch's module did
+        torch.testing.assert_close(buffers[k], v, rtol=1e-6, atol=1e-7, msg=k)
+    assert not torch.equal(buffers["running_mean"], initial["running_mean"])  # it moved

@@ -62,22 +62,6 @@ def _other(e, v):
     return None
 
 
-def _affine_after(jaxpr, uses, j_mul, y, vector):
-    """`y * v(w)` at j_mul read only by `+ v(b)`: (j_add, (p_w, w), (p_b, b)), or None. `vector(v)`
-    is the (equation index, source) of the parameter vector broadcast into v, or None."""
-    from thunderx.primitives.binary import add_p, mul_p
-
-    eqns = jaxpr.eqns
-    e = eqns[j_mul]
-    scale = _other(e, y) if e.prim is mul_p else None
-    wb = vector(scale) if scale is not None else None
-    adds = uses.get(id(e.outputs[0]), [])
-    if wb is None or len(adds) != 1 or adds[0] >= len(eqns) or eqns[adds[0]].prim is not add_p:
-        return None
-    bb = vector(_other(eqns[adds[0]], e.outputs[0]))
-    return None if bb is None else (adds[0], wb, bb)
-
-
 def layer_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
     """({equation index: (output vars (None: not wanted), source template of the input vars as
     {0}, {1}, ..., the input vars)}, indices to skip): forward groups are emitted at their last
@@ -358,7 +342,6 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
 
     uses, producer = _index(jaxpr)
     eqns = jaxpr.eqns
-    n_eqns = len(eqns)
     # the statistics of x, or of stop_gradient(x) (read by nothing else): x -> (index, skipped)
     stats = {}
     for i, e in enumerate(eqns):
@@ -384,32 +367,36 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
         y, eps = bn.outputs[0], bn.params["eps"]
         mean, var = eqns[j_stats].outputs
         outs, operands, group = [y, mean, var], [x], {i, j_stats} | detached
-        # the affine, when y is read by nothing but y * broadcast(w), read only by + broadcast(b)
-        readers = uses.get(id(y), [])
-        found = None
-        if len(readers) == 1 and readers[0] < n_eqns:
-            j_mul = readers[0]
-            found = _affine_after(
-                jaxpr, uses, j_mul, y, lambda v: _channel_vector(jaxpr, v, producer, y.aval)
-            )
+        # the affine (y read by nothing else, or by the weight's cotangent of its backward),
+        # its vectors defined before the call, which is emitted at the group's first equation
+        w = b = full = None
+        found = norm_affine(uses, eqns, y, lambda v: _channel_vector(jaxpr, v, producer, y.aval))
         if found is not None:
-            j_add, wb, bb = found
-            only = all(
-                uses.get(id(eqns[p].outputs[0]), []) == [r]
-                for p, r in ((wb[0], j_mul), (bb[0], j_add))
-            )
-            if only:
-                outs[0] = eqns[j_add].outputs[0]
-                operands += [wb[1], bb[1]]
-                group |= {wb[0], j_mul, bb[0], j_add}
-        w_b = "{1}, {2}" if len(operands) == 3 else "None, None"
+            out, w, b, affine_group, shared, affine = found
+            axes = (0, *range(2, y.aval.ndim))
+            args = (eqns, uses, producer, bn, i, group | affine_group, affine)
+            full = full_backward(*args, batch_norm_backward_p, axes)
+            defined = all(producer.get(id(v), -1) < min(group) for v in vectors(w, b))
+            if defined and (full is not None or not shared):
+                outs[0] = out
+                operands += vectors(w, b)
+                group |= affine_group | (full["forward"] if full else set())
+            else:
+                w = b = full = None
         first, saved = min(group), f"_bn_train{i}"
-        call = f"({saved} := _batch_norm_train({{0}}, {w_b}, {eps!r}))"
+        call = f"({saved} := _batch_norm_train({{0}}, {wb_source(w, b)}, {eps!r}))"
         emit[first] = (outs + [None, None], call, operands)
         skip |= group - {first}
+        if full is not None:
+            weight = "None" if w is None else "{2}"  # the backward's operands: g, x, w
+            call = (
+                f"torch.ops.aten.native_batch_norm_backward({{0}}, {{1}}, {weight}, None, None, "
+                f"{saved}[3], {saved}[4], True, {eps!r}, {backward_mask(full)})"
+            )
+            emit_backward(emit, skip, full, call, [full["g"], x, *vectors(w, None)])
         # the backward of the normalization reads the saved mean and invstd of this call
         for j in backwards.get((id(x), eps), []):
-            if j > first:
+            if j > first and (full is None or j not in full["eqns"]):
                 template = bn_backward_source("{0}", "{1}", f"{saved}[3]", f"{saved}[4]", eps)
                 emit[j] = ([eqns[j].outputs[0]], template, list(eqns[j].inputs))
     return emit, skip
