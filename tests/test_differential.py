@@ -320,3 +320,24 @@ def test_a_program_without_outputs_does_not_kill_the_run():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0 and "checked" in done.stdout, (done.returncode, done.stderr[-2000:])
+
+
+def test_a_hessians_own_asymmetry_bounds_its_rounding_noise():
+    """Differential seed 1331365: gelu > exp > softmax at a tie of two exp(30) values. The exact
+    Hessian block of the tied pair (40-digit arithmetic) is diag(8.916218e11, -8.916218e11) and
+    0 off the diagonal: torch's is 0 and -5.2e9 off it (its own asymmetry), thunderx's
+    +-1.96e9, both rounding of products of exp(30)^2 that cancel. A difference within torch's
+    asymmetry is not a finding; one beyond it still is."""
+    assert D.reproduce_program(None, "big", 1331365, "hessian", length=3) == set()
+    want = torch.tensor([[8.9162e11, 0.0], [-5.2e9, -8.8640e11]], dtype=torch.float64)
+    assert dc._asymmetry(want.reshape(-1)) == 5.2e9
+    got = torch.tensor([[8.8967e11, 1.96e9], [-1.96e9, -8.8967e11]], dtype=torch.float64)
+    never = lambda: pytest.fail("finite differences are not needed")  # noqa: E731
+    noise = dc._asymmetry(want.reshape(-1))
+    assert dc._derivative("hessian", got.reshape(-1), want.reshape(-1), never, noise) is None
+    far = got.clone()
+    far[0, 1] = 2e10  # four times torch's asymmetry
+    fd = lambda: (want.reshape(-1),) * 3  # noqa: E731
+    assert dc._derivative("hessian", far.reshape(-1), want.reshape(-1), fd, noise) is not None
+    # a kink's asymmetry (more than 1% of the largest entry) is no measure of rounding
+    assert dc._asymmetry(torch.tensor([1.0, 0.0, 0.5, 1.0], dtype=torch.float64)) == 0.0
