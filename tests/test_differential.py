@@ -341,3 +341,14 @@ def test_a_hessians_own_asymmetry_bounds_its_rounding_noise():
     assert dc._derivative("hessian", far.reshape(-1), want.reshape(-1), fd, noise) is not None
     # a kink's asymmetry (more than 1% of the largest entry) is no measure of rounding
     assert dc._asymmetry(torch.tensor([1.0, 0.0, 0.5, 1.0], dtype=torch.float64)) == 0.0
+
+
+def test_a_value_that_cancels_beside_large_terms_is_rounding():
+    """Differential seed 1371236: vmap of expm1 > einsum where expm1(30) * -30 meets
+    expm1(30) * 30: exactly 0 from the float64 inputs, -0.0117 by torch's mm and by thunderx
+    (an ulp of the terms is 0.0625), 0.0 by torch.einsum and torch.func.vmap. A difference
+    of the order of the values is still found."""
+    assert D.reproduce_program(None, "big", 1371236, "vmap_axes", length=2) == set()
+    want = torch.tensor([3.2e14, 0.0], dtype=torch.float64)
+    assert dc._values("vmap", want + torch.tensor([0.0, -0.0117]), want) is None
+    assert dc._values("vmap", want + torch.tensor([0.0, 1e3]), want) is not None

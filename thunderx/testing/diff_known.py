@@ -79,7 +79,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("maximum", "*", "unresolved"): "extremum-of-nan",
     ("minimum", "*", "unresolved"): "extremum-of-nan",
     ("max_all", "*", "unresolved"): "extremum-of-nan",
-    ("<with var>", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("smooth_l1_loss", "*", "unresolved"): "batched-rule-at-nan",
     ("log_softmax", "jacrev", "unresolved"): "batched-rule-at-nan",
     ("log_softmax", "jit(vmap(grad))", "unresolved"): "batched-rule-at-nan",
@@ -124,7 +123,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with fmax>", "*", "kink"): "forward-mode-unselected-tangent",
     ("<with log_softmax>", "jacrev", "unresolved"): "batched-rule-at-nan",
     ("<with log_softmax>", "jit(vmap(grad))", "unresolved"): "batched-rule-at-nan",
-    ("<with std>", "hessian", "unresolved"): "variance-without-degrees-of-freedom",
     ("<with trunc>", "*", "kink"): "symbolic-zero-derivative",
     **{
         ("logcumsumexp", check, "kink"): "logcumsumexp-rounded-output"
@@ -152,8 +150,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for check in _FORWARD_MODE_CHECKS
     },
     ("relu6", "*", "unresolved"): "nan-derivative-by-kernel-path",
-    ("<with std>", "jacrev", "unresolved"): "variance-without-degrees-of-freedom",
-    ("<with std>", "jit(vmap(grad))", "unresolved"): "variance-without-degrees-of-freedom",
     ("<with amin>", "*", "kink"): "symbolic-zero-derivative",
     ("matmul", "hessian", "unresolved"): "bilinear-at-infinity",
     ("<with prod>", "autograd", "thunderx-wrong"): "nan-cotangent-dropped",
@@ -184,6 +180,11 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         ("softmax", check, "unresolved"): "batched-rule-at-nan"
         for check in ("jacrev", "jit(vmap(grad))")
     },
+    **{
+        ("<with softmax>", check, "unresolved"): "batched-rule-at-nan"
+        for check in ("jacrev", "hessian", "jit(vmap(grad))")
+    },
+    ("<with softmax>", "hessian", "kink"): "batched-rule-at-nan",
     ("<with selu>", "hessian", "kink"): "symbolic-zero-derivative",
     ("mv", "hessian", "unresolved"): "bilinear-at-infinity",
     ("elu", "*", "unresolved"): "nan-derivative-by-kernel-path",
@@ -237,7 +238,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("clamp_tensor", "*", "unresolved"): ("scalar", 3159, "jvp", None, 3),
     ("minimum", "*", "unresolved"): ("empty", 999, "grad", None, 3),
     ("max_all", "*", "unresolved"): ("zero", 3, "grad", ("div_raw", "max_all")),
-    ("<with var>", "*", "unresolved"): ("scalar", 1947, "jacrev", None, 4),
     ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
     ("hardswish", "*", "unresolved"): ("empty", 50699, "grad", None, 3),
     ("hardtanh", "*", "kink"): ("zero", 65009, "jacrev", None, 4),
@@ -293,8 +293,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         ("<with log_softmax>", check, "unresolved"): ("one", 415886, check, None, 4)
         for check in ("jacrev", "jit(vmap(grad))")
     },
-    # softmax > log2 > std of a 0-d value > frac: torch's batched rule gives 0
-    ("<with std>", "hessian", "unresolved"): ("scalar", 423953, "hessian", None, 4),
     # div_raw by 0 > trunc: the inf derivative meets trunc's zero
     ("<with trunc>", "*", "kink"): ("tie", 426959, "jacrev", None, 2),
     # instance_norm > minimum: a channel [-30 + 4e-15, -30] normalized, times 30, minus 30
@@ -340,11 +338,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with amin>", "*", "unresolved"): ("tie", 266605, "jit(vmap(grad))", None, 2),
     # div_raw by 0 > relu6 under jit(vmap(grad)): relu6's derivative at the nan 0 / 0 times 1 / 0
     ("relu6", "*", "unresolved"): ("tie", 420524, "jit(vmap(grad))", None, 2),
-    # unsqueeze_squeeze > softmax > sinh > std of one value: torch's batched rule gives 0
-    **{
-        ("<with std>", check, "unresolved"): ("scalar", 503782, check, None, 4)
-        for check in ("jacrev", "jit(vmap(grad))")
-    },
     # erfinv > amin of five zeros and 0.6 > hypot at 0 > l1_loss: hypot's nan cotangent shared
     # among the ties, 0 at the unselected entry
     ("<with amin>", "*", "kink"): ("zero", 490900, "grad", None, 4),
@@ -364,6 +357,13 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         ("<with gru>", check, "forward"): ("tie", 703155, check, None, 4)
         for check in ("vmap", "vmap_axes")
     },
+    # kl_div > softmax of the 0-d loss > 1 / 0 > x ** 0.5 of inf: a nan cotangent into softmax
+    **{
+        ("<with softmax>", check, "unresolved"): ("zero", 1372709, check, None, 4)
+        for check in ("jacrev", "hessian", "jit(vmap(grad))")
+    },
+    # max_dim > nansum > softmax of the 0-d sum > std of one value: std's nan cotangent
+    ("<with softmax>", "hessian", "kink"): ("zero", 1380962, "hessian", None, 4),
     # div_raw by 0 > sort > kl_div to a 0-d nan > softmax of it
     **{
         ("softmax", check, "unresolved"): ("zero", 697569, check, None, 4)
