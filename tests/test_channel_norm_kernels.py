@@ -226,3 +226,46 @@ def test_a_training_norm_modules_gradients_and_buffers_are_torchs(module, dtype)
     for k, v in m.named_buffers():  # the running statistics: updated as torch's module did
         torch.testing.assert_close(buffers[k], v, rtol=1e-6, atol=1e-7, msg=k)
     assert not torch.equal(buffers["running_mean"], initial["running_mean"])  # it moved
+
+
+RMS_DTYPES = [
+    (torch.float32, torch.float32),
+    (torch.float64, torch.float64),
+    (torch.float16, torch.float16),
+    (torch.bfloat16, torch.bfloat16),
+    (torch.float16, torch.float32),
+    (torch.float32, torch.float64),
+]
+
+
+@pytest.mark.parametrize("eps", [None, 1e-6])
+@pytest.mark.parametrize("dtype,weight_dtype", RMS_DTYPES)
+def test_rms_norm_is_torchs_composition(dtype, weight_dtype, eps):
+    # torch's rms_norm on CPU is a composition (pow, mean, rsqrt, two products) computed in
+    # float32 for half inputs, with float32's epsilon by default, and returned in the input's
+    # dtype: values and gradients bit for bit, with and without jit (the square as x * x gave
+    # a derivative one ulp off; half inputs were computed in half, 6.9 off at values near 30)
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 8, 64, generator=g) * 30).to(dtype)
+    w = torch.randn(64, generator=g).to(weight_dtype)
+
+    def f(x, w):
+        return F.rms_norm(x, (64,), w, eps=eps)
+
+    want = f(x, w)
+    for got in (tx.jit(f)(x, w), tx.vmap(f, in_axes=(0, None))(x, w)):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+    def loss(x, w):
+        return f(x, w).float().sin().sum()
+
+    xs = [t.clone().requires_grad_() for t in (x, w)]
+    want = torch.autograd.grad(loss(*xs), xs)
+    for grad in (tx.grad(loss, argnums=(0, 1)), tx.jit(tx.grad(loss, argnums=(0, 1)))):
+        for got, ref in zip(grad(x, w), want):
+            assert got.dtype == ref.dtype and torch.equal(got, ref)
+
+
+def test_rms_norm_checks_the_normalized_shape():
+    with pytest.raises(ValueError, match="rms_norm: normalized_shape"):
+        tx.jit(lambda x: F.rms_norm(x, (3,)))(torch.ones(2, 4))

@@ -264,13 +264,25 @@ def _affine(out, weight, bias):
 
 @register(F.rms_norm)
 def rms_norm(x, normalized_shape, weight=None, eps=None):
+    """torch's own composition (layer_norm.cpp, rms_norm_symint): in float32 for float16 and
+    bfloat16 inputs (eps defaults to the computing type's epsilon), `rsqrt(pow(x, 2).mean(dims,
+    keepdim) + eps)`, times x, times the weight, then in x's dtype. `pow(x, 2)`, not `x * x`:
+    its derivative is one term, `g * (2 * x)`, as torch's, where x * x adds two."""
     dims = _norm_dims(x, normalized_shape)
+    if tuple(shape(x)[d] for d in dims) != tuple(normalized_shape):
+        raise ValueError(
+            f"rms_norm: normalized_shape {tuple(normalized_shape)} does not match the input's "
+            f"trailing dims {shape(x)}"
+        )
+    dt = dtype(x)
+    opmath = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+    up = convert(x, opmath) if opmath != dt else x
     if eps is None:
-        eps = torch.finfo(dtype(x)).eps
+        eps = torch.finfo(opmath).eps
     n = float(math.prod(shape(x)[d] for d in dims))
-    ms = B.div(R.reduce_sum(B.mul(x, x), dims, keepdims=True), n)
-    out = B.mul(x, S.broadcast_to(U.rsqrt(B.add(ms, eps)), shape(x)))
-    return _affine(out, weight, None)
+    ms = B.div(R.reduce_sum(B.pow(up, 2), dims, keepdims=True), n)
+    out = _affine(B.mul(up, S.broadcast_to(U.rsqrt(B.add(ms, eps)), shape(x))), weight, None)
+    return convert(out, dt) if dtype(out) != dt else out
 
 
 @register(F.normalize)

@@ -53,18 +53,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         )
         for category in ("thunderx-wrong", "kink")
     },
-    **{
-        ("<with layer_norm>", check, "unresolved"): (
-            "composites",
-            "transforms apply layer_norm's weight and bias outside torch's kernel (and multiply "
-            "the cotangent by the weight before its backward kernel): the forward rounds "
-            "differently (a tie torch's kernel makes exact can become two values an ulp apart, "
-            "so that a later cummax selects another entry), and over a row whose spread is 5e-5 "
-            "of its mean the backward kernel loses 6-7 digits either way, which a later rms_norm "
-            "amplifies to 2e-4; needs the affine inside the norm primitives",
-        )
-        for check in ("grad", "autograd", "vjp", "jit(grad)")
-    },
 }
 
 _FORWARD_MODE_CHECKS = ("jvp", "linearize", "jacfwd", "vmap(jvp)")
@@ -347,11 +335,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with relu>", "hessian", "kink"): ("big", 422960, "hessian", None, 4),
     # var > div_raw by 0 > l1_loss
     ("<with l1_loss>", "hessian", "kink"): ("tie", 378286, "hessian", None, 3),
-    # pow_scalar > std (outputs 1.9e4 apart by 1) > layer_norm with a weight > rms_norm
-    **{
-        ("<with layer_norm>", check, "unresolved"): ("big", 540158, check, None, 4)
-        for check in ("grad", "autograd", "vjp", "jit(grad)")
-    },
     # batch_norm > sqrt > gru (an output of -5e-17 from torch's kernel, 0 from the cells) > floor
     **{
         ("<with gru>", check, "forward"): ("tie", 703155, check, None, 4)
