@@ -6,6 +6,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     collectives,
     complex,
     composite,
+    composite_addc,
     composite_attention,
     composite_channel_norm,
     composite_losses,

@@ -18,7 +18,6 @@ from .conventions_rows_numeric import (
     bce_with_logits_at_minus_infinity,
     bessel_ratio_near_zero,
     cosine_similarity_rounding,
-    rms_norm_eps_cancellation,
 )
 
 
@@ -493,7 +492,6 @@ BEHAVIOUR = {
         batched_recurrent_rounding,
         cosine_similarity_rounding,
         bessel_ratio_near_zero,
-        rms_norm_eps_cancellation,
         bce_with_logits_at_minus_infinity,
         bce_second_derivative_at_the_clamp,
     )

@@ -45,6 +45,22 @@ def _(d):
     return Sample([d.tensor(shape), d.tensor(shape), d.tensor(shape)], {})
 
 
+@sample("addcmul", "addcdiv")
+def _(d):
+    shape = d.shape()
+    # a divisor away from 0, where addcdiv's quotient and its derivatives blow up
+    value = d.choice([1.0, 0.3, -2.0])
+    return Sample(
+        [d.tensor(shape), d.tensor(shape), d.tensor(shape, F64, "nonzero")], {"value": value}
+    )
+
+
+@sample("add_scaled")
+def _(d):
+    shape = d.shape()
+    return Sample([d.tensor(shape), d.tensor(shape)], {"alpha": d.choice([0.1, -2.0, 3.0])})
+
+
 @sample("norm2")
 def _(d):
     shape = d.shape(min_rank=1)

@@ -487,3 +487,72 @@ def test_nvfuser_fuses_the_decompositions_and_agrees_with_torch():
     assert "fd.ops.tanh(" in low and "fd.ops.exp(" in low, low
     got = tx.jit(tx.grad(loss), executor="nvfuser")(x)
     torch.testing.assert_close(got, tf.grad(loss)(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["addcmul", "addcdiv"])
+def test_addcmul_addcdiv_are_torchs_kernels(name, dtype):
+    # torch's kernels (a fused multiply-add in float32, float32 arithmetic for half types):
+    # values bit for bit (x + value * t1 * t2 as three ops differed in a quarter of the float32
+    # entries), and gradients as torch's derivative formulas give them
+    fn = getattr(torch, name)
+    g = torch.Generator().manual_seed(0)
+    x, a = (torch.randn(64, 3, generator=g).to(dtype) for _ in range(2))
+    b = torch.randn(3, generator=g).to(dtype)  # broadcast
+    for value in (1, 0.3, -2.0):
+        f = lambda x, a, b: fn(x, a, b, value=value)  # noqa: E731
+        want = f(x, a, b)
+        for got in (tx.jit(f)(x, a, b), tx.vmap(f, in_axes=(0, 0, None))(x, a, b)):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+    if dtype in (torch.float16, torch.bfloat16):
+        return
+    loss = lambda x, a, b: fn(x, a, b, value=0.3).sin().sum()  # noqa: E731
+    xs = [t.clone().requires_grad_() for t in (x, a, b)]
+    want = torch.autograd.grad(loss(*xs), xs)
+    for grad in (tx.grad(loss, argnums=(0, 1, 2)), tx.jit(tx.grad(loss, argnums=(0, 1, 2)))):
+        for got, ref in zip(grad(x, a, b), want):
+            assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_are_computed_in_float32_as_torchs_kernels(dtype):
+    # var, std, sinc, logaddexp, addmm, adaptive_avg_pool2d and the attention's math path in
+    # float16/bfloat16: torch computes in float32 and rounds once (lang._base.in_opmath); each
+    # primitive rounding to the half type was up to 20x torch's error (var in bfloat16)
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, 6, 8, generator=g) * 3).to(dtype)
+    m = torch.randn(8, 5, generator=g).to(dtype)
+    cases = [
+        lambda x: torch.var(x, -1, correction=0),
+        lambda x: torch.std_mean(x, -1),
+        torch.sinc,
+        lambda x: torch.logaddexp(x, x.flip(-1)),
+        lambda x: torch.addmm(x[0, :, :5], x[0], m),
+        lambda x: F.adaptive_avg_pool2d(x[None], (2, 4)),
+        lambda x: F.scaled_dot_product_attention(x, x, x, attn_mask=x[..., :6] > 0),
+    ]
+    for f in cases:
+        want, got = f(x), tx.jit(f)(x)
+        for w, o in zip(
+            want if isinstance(want, tuple) else [want], got if isinstance(got, tuple) else [got]
+        ):
+            assert o.dtype == w.dtype and torch.equal(o, w), f
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_an_optimizer_step_is_eager_torchs_bits(dtype):
+    # Adam's and SGD's updates are torch.add/sub with alpha, addcmul_ and addcdiv_: torch's
+    # kernels (one fused multiply-add in float32; float32 arithmetic for half types), where
+    # x + alpha * y as two ops differed in up to a quarter of the entries
+    g = torch.Generator().manual_seed(0)
+    p, m, v, gr = (torch.randn(1000, generator=g).to(dtype) for _ in range(4))
+    v = v.abs()
+
+    def step(p, m, v, gr):
+        m = m.mul(0.9).add_(gr, alpha=0.1)
+        v = v.mul(0.999).addcmul_(gr, gr, value=0.001)
+        p = p.clone().addcdiv_(m, v.sqrt().add_(1e-8), value=-1e-3)
+        return p.sub(gr, alpha=1e-2), torch.rsub(m, v, alpha=0.5), v
+
+    for got, want in zip(tx.jit(step)(p, m, v, gr), step(p, m, v, gr)):
+        assert got.dtype == want.dtype and torch.equal(got, want)

@@ -3,6 +3,7 @@ torch's broadcasting and type promotion made explicit before any primitive is bo
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import torch
@@ -104,6 +105,37 @@ def convert(x, new_dtype: torch.dtype):
     if dtype(x) == new_dtype:
         return x
     return U.convert(x, new_dtype)
+
+
+HALF_FLOATS = (torch.float16, torch.bfloat16)
+
+
+def in_opmath(fn: Callable) -> Callable:
+    """`fn` computed as torch's kernel computes it for float16 and bfloat16 operands: in
+    float32 (their opmath type), rounded once to the operands' dtype at the end. A
+    decomposition into primitives would otherwise round every step to the half type (var in
+    bfloat16 was 20x torch's error, sinc 3x). Where the floating tensor operands are not all
+    of one half dtype, or a `dtype` keyword is given, torch's promotion decides and `fn` runs as
+    it is."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        floats = {dtype(a) for a in args if is_tensor(a) and is_float(dtype(a))}
+        if len(floats) != 1 or not floats <= set(HALF_FLOATS) or kwargs.get("dtype"):
+            return fn(*args, **kwargs)
+        (half,) = floats
+        up = [convert(a, torch.float32) if is_tensor(a) and dtype(a) == half else a for a in args]
+        out = fn(*up, **kwargs)
+
+        def down(v):
+            return convert(v, half) if is_tensor(v) and dtype(v) == torch.float32 else v
+
+        if not isinstance(out, tuple):
+            return down(out)
+        vals = [down(v) for v in out]
+        return type(out)(*vals) if hasattr(out, "_fields") else type(out)(vals)
+
+    return wrapped
 
 
 def broadcast_shapes(*shapes) -> tuple:

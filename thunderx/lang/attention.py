@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from thunderx.lang._base import aval, dtype, ndim, promote, register, shape, where
+from thunderx.lang._base import aval, dtype, in_opmath, ndim, promote, register, shape, where
 from thunderx.lang.linalg import matmul
 from thunderx.lang.nn import softmax
 from thunderx.primitives import binary as B
@@ -37,6 +37,7 @@ def scaled_dot_product_attention(
     return math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 
+@in_opmath
 def math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
     """torch's math path (`_scaled_dot_product_attention_math`) in primitives."""
     lq, lk = shape(q)[-2], shape(k)[-2]

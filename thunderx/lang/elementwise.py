@@ -12,6 +12,8 @@ from thunderx.errors import unsupported
 from thunderx.lang._base import (
     SCALARS,
     binary,
+    broadcast_shapes,
+    broadcast_to,
     compare,
     convert,
     dtype,
@@ -21,9 +23,11 @@ from thunderx.lang._base import (
     isnan,
     promote,
     register,
+    shape,
     where,
 )
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite_addc as KAC
 from thunderx.primitives import composite_lerp as KL
 from thunderx.primitives import unary as U
 
@@ -207,14 +211,35 @@ def _polygamma(n, x):
 # ------------------------------------------------------------------------------------- binary
 
 
+def _addc_operands(*xs):
+    """The operands in their promoted floating dtype and broadcast shape, or None."""
+    if not all(is_tensor(v) for v in xs):
+        return None
+    ops, dt = promote(*xs)
+    if not is_float(dt) or dt.is_complex:
+        return None
+    shp = broadcast_shapes(*(shape(v) for v in ops))
+    return [broadcast_to(v, shp) for v in ops]
+
+
 def _alpha(y, alpha):
     return y if alpha == 1 else binary(B.mul, y, alpha)
+
+
+def _scaled_sum(x, y, alpha, sign, op):
+    """x + alpha y (sign 1) or x - alpha y (sign -1): torch's kernel (composite_addc.py) for
+    floating tensors with alpha != 1, else `op` of x and alpha y."""
+    if alpha != 1 and type(alpha) in (int, float):
+        ops = _addc_operands(x, y)
+        if ops is not None:
+            return KAC.add_scaled(*ops, sign * alpha)
+    return binary(op, x, _alpha(y, alpha))
 
 
 @register(torch.add, torch.Tensor.__add__, torch.Tensor.__radd__, methods=("add",))
 def _add(x, y, *, alpha=1, out=None):
     _no_out("add", out)
-    return binary(B.add, x, _alpha(y, alpha))
+    return _scaled_sum(x, y, alpha, 1, B.add)
 
 
 @register(torch.sub, torch.subtract, torch.Tensor.__sub__, methods=("sub", "subtract"))
@@ -222,12 +247,12 @@ def _sub(x, y, *, alpha=1, out=None):
     _no_out("sub", out)
     if dtype(x) is torch.bool and (type(y) in SCALARS or dtype(y) is torch.bool):
         raise TypeError("subtraction of bool tensors is not supported; use logical_xor")
-    return binary(B.sub, x, _alpha(y, alpha))
+    return _scaled_sum(x, y, alpha, -1, B.sub)
 
 
 @register(torch.Tensor.__rsub__, torch.rsub)
 def _rsub(x, y, *, alpha=1):
-    return binary(B.sub, y, _alpha(x, alpha))
+    return _scaled_sum(y, x, alpha, -1, B.sub)
 
 
 @register(
@@ -427,9 +452,15 @@ def _lerp(start, end, weight):
 
 @register(torch.addcmul, methods=("addcmul",))
 def _addcmul(x, t1, t2, *, value=1):
+    ops = _addc_operands(x, t1, t2)
+    if ops is not None:  # torch's kernel and derivative formulas (composite_addc.py)
+        return KAC.addcmul(*ops, value)
     return binary(B.add, x, binary(B.mul, binary(B.mul, t1, t2), value))
 
 
 @register(torch.addcdiv, methods=("addcdiv",))
 def _addcdiv(x, t1, t2, *, value=1):
+    ops = _addc_operands(x, t1, t2)
+    if ops is not None:
+        return KAC.addcdiv(*ops, value)
     return binary(B.add, x, binary(B.mul, binary(B.div, t1, t2, to_float=True), value))

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from thunderx.lang._base import SCALARS, full_like, promote, register
+from thunderx.lang._base import SCALARS, full_like, in_opmath, promote, register
 from thunderx.primitives import binary as B
 from thunderx.primitives import unary as U
 
@@ -70,6 +70,7 @@ def _x_times_log_tangent(primals, tangents, out):
 
 
 @register(torch.logaddexp, methods=("logaddexp",))
+@in_opmath
 def _logaddexp(x, y):
     (a, b), _ = promote(x, y, to_float=True)
     if type(a) in SCALARS:

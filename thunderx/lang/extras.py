@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from thunderx.errors import unsupported
-from thunderx.lang._base import aval, ndim, register, shape
+from thunderx.lang._base import aval, in_opmath, ndim, register, shape
 
 
 @register(torch.positive, methods=("positive",))
@@ -36,6 +36,7 @@ def _deg2rad(x):
 
 
 @register(torch.logaddexp2, methods=("logaddexp2",))
+@in_opmath
 def _logaddexp2(a, b):
     ln2 = math.log(2.0)
     return torch.logaddexp(a * ln2, b * ln2) / ln2

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from thunderx.lang._base import ndim, register, shape
+from thunderx.lang._base import in_opmath, ndim, register, shape
 from thunderx.lang.vision import upsample
 from thunderx.primitives import binary as B
 from thunderx.primitives import reductions as R
@@ -37,9 +37,9 @@ def _adaptive_avg(k):
     return impl
 
 
-register(F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d)(_adaptive_avg(1))
-register(F.adaptive_avg_pool2d)(_adaptive_avg(2))
-register(F.adaptive_avg_pool3d)(_adaptive_avg(3))
+register(F.adaptive_avg_pool1d, torch.adaptive_avg_pool1d)(in_opmath(_adaptive_avg(1)))
+register(F.adaptive_avg_pool2d)(in_opmath(_adaptive_avg(2)))
+register(F.adaptive_avg_pool3d)(in_opmath(_adaptive_avg(3)))
 
 
 @register(F.upsample)

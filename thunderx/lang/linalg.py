@@ -9,7 +9,15 @@ import torch
 import torch.nn.functional as F
 
 from thunderx.errors import ShapeError
-from thunderx.lang._base import broadcast_shapes, canon_dim, ndim, promote, register, shape
+from thunderx.lang._base import (
+    broadcast_shapes,
+    canon_dim,
+    in_opmath,
+    ndim,
+    promote,
+    register,
+    shape,
+)
 from thunderx.primitives import binary as B
 from thunderx.primitives import linalg as L
 from thunderx.primitives import reductions as R
@@ -117,6 +125,7 @@ def _scaled_add(inp, prod, beta, alpha):
 
 
 @register(torch.addmm, methods=("addmm",))
+@in_opmath
 def _addmm(inp, m1, m2, *, beta=1, alpha=1):
     return _scaled_add(inp, _mm(m1, m2), beta, alpha)
 
@@ -127,6 +136,7 @@ def _addmv(inp, m, v, *, beta=1, alpha=1):
 
 
 @register(torch.baddbmm, methods=("baddbmm",))
+@in_opmath
 def _baddbmm(inp, b1, b2, *, beta=1, alpha=1):
     return _scaled_add(inp, _bmm(b1, b2), beta, alpha)
 

@@ -15,6 +15,7 @@ from thunderx.lang._base import (
     canon_dims,
     convert,
     dtype,
+    in_opmath,
     keepdims,
     ndim,
     register,
@@ -234,12 +235,14 @@ def _unpack_var_args(dim, unbiased):
 
 
 @register(torch.var, methods=("var",))
+@in_opmath
 def _var_fn(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, unbiased = _unpack_var_args(dim, unbiased)
     return _var(x, dim, _correction(unbiased, correction), keepdim)[0]
 
 
 @register(torch.std, methods=("std",))
+@in_opmath
 def _std_fn(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, unbiased = _unpack_var_args(dim, unbiased)
     return safe_root(_var(x, dim, _correction(unbiased, correction), keepdim)[0], 2)
@@ -256,12 +259,14 @@ def safe_root(v, p):
 
 
 @register(torch.var_mean)
+@in_opmath
 def _var_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, unbiased = _unpack_var_args(dim, unbiased)
     return _var(x, dim, _correction(unbiased, correction), keepdim)
 
 
 @register(torch.std_mean)
+@in_opmath
 def _std_mean(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     dim, unbiased = _unpack_var_args(dim, unbiased)
     v, m = _var(x, dim, _correction(unbiased, correction), keepdim)
@@ -342,6 +347,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False):  # noqa: A002
 
 
 @register(torch.linalg.vector_norm)
+@in_opmath
 def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     if dtype is not None:
         x = convert(x, dtype)

@@ -9,7 +9,7 @@ import math
 
 import torch
 
-from thunderx.lang._base import SCALARS, float_operand, full_like, promote, register
+from thunderx.lang._base import SCALARS, float_operand, full_like, in_opmath, promote, register
 from thunderx.lang.elementwise_rules import x_times_log
 from thunderx.primitives import binary as B
 from thunderx.primitives import special as SP
@@ -98,6 +98,7 @@ def _mvlgamma(x, p: int):
 
 
 @register(torch.sinc, torch.special.sinc, methods=("sinc",))
+@in_opmath
 def _sinc(x):
     """sin(pi x) / (pi x), 1 at 0. Its derivative (cos(pi x) - sinc(x)) / x is 0 / 0 where x
     is subnormal (pi x * x underflows) and loses every digit to cancellation below ~1e-6, so

@@ -174,6 +174,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     },
     ("<with softmax>", "hessian", "kink"): "batched-rule-at-nan",
     ("<with selu>", "hessian", "kink"): "symbolic-zero-derivative",
+    ("<with elu>", "hessian", "kink"): "symbolic-zero-derivative",
     ("mv", "hessian", "unresolved"): "bilinear-at-infinity",
     ("elu", "*", "unresolved"): "nan-derivative-by-kernel-path",
     **{
@@ -200,7 +201,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     },
     ("lstm", "vmap", "forward"): "batched-recurrent-rounding",
     ("lstm", "vmap_axes", "forward"): "batched-recurrent-rounding",
-    ("<with rms_norm>", "vmap(jvp)", "kink"): "rms-norm-eps-cancellation",
     ("<with norm1>", "hessian", "kink"): "symbolic-zero-derivative",
     ("mm", "hessian", "unresolved"): "bilinear-at-infinity",
     ("gru", "vmap", "forward"): "batched-recurrent-rounding",
@@ -354,6 +354,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # tril > div_raw by 0 > selu in its linear piece at inf
     ("<with selu>", "hessian", "kink"): ("tie", 704055, "hessian", None, 3),
+    # elu's linear piece > getitem > x / 0 > cosh: elu's second derivative (0) meets inf
+    ("<with elu>", "hessian", "kink"): ("zero", 1418823, "hessian", None, 4),
     # amax > var of one row (nan) > mv > sinh: mv's second derivative in its vector
     ("mv", "hessian", "unresolved"): ("one", 705333, "hessian", None, 4),
     # selu > div_raw by 0 > layer_norm of rows with nan > elu: elu's derivative at nan
@@ -383,8 +385,6 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
             ("hessian", "kink"),
         )
     },
-    # rms_norm of a zero row > addcmul > rms_norm: 2.4e9-scale tangents cancelling to -1.9e-3
-    ("<with rms_norm>", "vmap(jvp)", "kink"): ("zero", 912746, "vmap(jvp)", None, 3),
     # norm1 > div_raw by 0: the mixed (x, y) Hessian block of |x|_1 / y at y = 0
     ("<with norm1>", "hessian", "kink"): ("zero", 907364, "hessian", None, 2),
     # mean over no elements (nan) > silu > mm > floor

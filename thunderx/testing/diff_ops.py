@@ -144,6 +144,7 @@ _B = {  # binary, broadcasting
     "lerp": lambda x, y: torch.lerp(x, y, 0.3),
     "addcmul": lambda x, y: torch.addcmul(x, y, y, value=0.5),
     "addcdiv": lambda x, y: torch.addcdiv(x, y, y * y + 1),
+    "add_alpha": lambda x, y: torch.add(x, y, alpha=0.3),
 }
 _R = {  # reductions over dim (None: all), keepdim
     "sum": torch.sum,
@@ -291,7 +292,7 @@ OPS: dict[str, Op] = _table()
 # is checked alone at every edge, but drawing it into random programs would change every
 # recorded program (a program's ops are drawn from the sorted names by index). Their
 # compositions are covered by thunderx/testing/programs.py.
-SINGLE_ONLY = frozenset({"binary_cross_entropy"})
+SINGLE_ONLY = frozenset({"binary_cross_entropy", "add_alpha"})
 PROGRAM_OPS = sorted(n for n in OPS if n not in SINGLE_ONLY)
 
 # --------------------------------------------------------------------------- the inputs

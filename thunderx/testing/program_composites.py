@@ -40,6 +40,9 @@ ACTIVATION_STEPS = {
         torch.sigmoid(x), torch.sigmoid(x * 0.5 + 1), reduction="none"
     ),
     "lerp": lambda x: torch.lerp(x, torch.tanh(x), 0.7),
+    "addcmul": lambda x: torch.addcmul(x, torch.tanh(x), x, value=0.3),
+    "add_scaled": lambda x: torch.sub(torch.sin(x), x, alpha=0.3),
+    "addcdiv": lambda x: torch.addcdiv(x, torch.sin(x), x * x + 1.0, value=-0.5),
 }
 
 # tangents that appear only in forward mode, which random programs do not stage (grad transposes
