@@ -33,11 +33,15 @@ def def_unary(
     out=_same,
     float_only=True,
     inplace=None,
+    tangent=None,
     **declared,
 ):
     """Declare a unary elementwise primitive from a table row: `nvf_op=None` leaves it to torch
     under nvFuser; `derivative=None` means it has no jvp rule (a bool output); `inplace` names
-    its in-place Tensor method; other keywords go to `declare` (a jvp or transpose of its own)."""
+    its in-place Tensor method; `tangent(t, x, y)`, where given, is the tangent itself in place
+    of `t * derivative(x, y)` (torch's `grad / x` rounds once where `grad * (1 / x)` rounds
+    twice; linear in t, its transpose is torch's backward); other keywords go to `declare` (a
+    jvp or transpose of its own)."""
 
     def abstract_eval(x):
         if float_only and not is_float(x.dtype):
@@ -49,6 +53,8 @@ def def_unary(
         y = prim.bind(x)
         if type(t) is Zero:
             return y, t
+        if tangent is not None:
+            return y, tangent(t, x, y)
         d = derivative(x, y)
         return y, (Zero(get_aval(y)) if d is None else B.mul(t, d))
 
@@ -100,7 +106,19 @@ abs_p = def_unary("abs", torch.abs, "abs", lambda x, y: sign(x), float_only=Fals
 sign_p = def_unary("sign", torch.sign, "sign", _zero, float_only=False, inplace="sign_")
 exp_p = def_unary("exp", torch.exp, "exp", lambda x, y: y, inplace="exp_")
 expm1_p = def_unary("expm1", torch.expm1, "expm1", lambda x, y: add(y, 1.0), inplace="expm1_")
-log_p = def_unary("log", torch.log, "log", lambda x, y: reciprocal(x), "positive", inplace="log_")
+# torch's log10 derivative divides by 2.3025850929940456, one ulp below ln(10) in float64
+_TORCH_LN10 = 2.3025850929940456
+# torch's formulas, derivatives.yaml: grad / self, grad / (self + 1), grad / (self * ln b),
+# grad / (2 * result), grad / (1 - self ** 2)
+log_p = def_unary(
+    "log",
+    torch.log,
+    "log",
+    lambda x, y: reciprocal(x),
+    "positive",
+    inplace="log_",
+    tangent=lambda t, x, y: div(t, x),
+)
 log1p_p = def_unary(
     "log1p",
     torch.log1p,
@@ -108,6 +126,7 @@ log1p_p = def_unary(
     lambda x, y: reciprocal(add(x, 1.0)),
     "positive",
     inplace="log1p_",
+    tangent=lambda t, x, y: div(t, add(x, 1.0)),
 )
 # log2 and log10 as primitives: log(x) * (1 / ln b) is one ulp off torch's (log10(0.1) gives
 # -0.9999999999999998), which a later floor or ceil turns into a different value
@@ -118,17 +137,25 @@ log2_p = def_unary(
     lambda x, y: reciprocal(mul(x, math.log(2.0))),
     "positive",
     inplace="log2_",
+    tangent=lambda t, x, y: div(t, mul(x, math.log(2.0))),
 )
 log10_p = def_unary(
     "log10",
     torch.log10,
     "log10",
-    lambda x, y: reciprocal(mul(x, math.log(10.0))),
+    lambda x, y: reciprocal(mul(x, _TORCH_LN10)),
     "positive",
     inplace="log10_",
+    tangent=lambda t, x, y: div(t, mul(x, _TORCH_LN10)),
 )
 sqrt_p = def_unary(
-    "sqrt", torch.sqrt, "sqrt", lambda x, y: div(0.5, y), "positive", inplace="sqrt_"
+    "sqrt",
+    torch.sqrt,
+    "sqrt",
+    lambda x, y: div(0.5, y),
+    "positive",
+    inplace="sqrt_",
+    tangent=lambda t, x, y: div(t, mul(2.0, y)),
 )
 # torch's formula, -0.5 y^3 (y / x rounds differently, and at -0.0 gives -inf where it is +inf)
 rsqrt_p = def_unary(
@@ -205,6 +232,7 @@ atanh_p = def_unary(
     lambda x, y: reciprocal(sub(1.0, mul(x, x))),
     "unit",
     inplace="atanh_",
+    tangent=lambda t, x, y: div(t, sub(1.0, mul(x, x))),
 )
 logistic_p = def_unary(
     "logistic",
