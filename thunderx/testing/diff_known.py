@@ -67,6 +67,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("maximum", "*", "unresolved"): "extremum-of-nan",
     ("minimum", "*", "unresolved"): "extremum-of-nan",
     ("max_all", "*", "unresolved"): "extremum-of-nan",
+    ("<with var>", "*", "unresolved"): "variance-without-degrees-of-freedom",
     ("smooth_l1_loss", "*", "unresolved"): "batched-rule-at-nan",
     ("log_softmax", "jacrev", "unresolved"): "batched-rule-at-nan",
     ("log_softmax", "jit(vmap(grad))", "unresolved"): "batched-rule-at-nan",
@@ -226,6 +227,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("clamp_tensor", "*", "unresolved"): ("scalar", 3159, "jvp", None, 3),
     ("minimum", "*", "unresolved"): ("empty", 999, "grad", None, 3),
     ("max_all", "*", "unresolved"): ("zero", 3, "grad", ("div_raw", "max_all")),
+    # pow > i1e > var > var of the 0-d variance: torch's batched rule gives 0 where grad gives nan
+    ("<with var>", "*", "unresolved"): ("tie", 1451635, "jit(vmap(grad))", None, 4),
     ("relu6", "*", "kink"): ("zero", 26271, "jvp", None, 2),
     ("hardswish", "*", "unresolved"): ("empty", 50699, "grad", None, 3),
     ("hardtanh", "*", "kink"): ("zero", 65009, "jacrev", None, 4),
