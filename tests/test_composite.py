@@ -556,3 +556,23 @@ def test_an_optimizer_step_is_eager_torchs_bits(dtype):
 
     for got, want in zip(tx.jit(step)(p, m, v, gr), step(p, m, v, gr)):
         assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+def test_bce_with_logits_gradients_are_torchs_bits(reduction, dtype):
+    # torch's backward formulas: (sigmoid(x) - y) g and -x g, divided by n last for the mean
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 5, generator=g, dtype=dtype) * 4
+    y = torch.rand(64, 5, generator=g, dtype=dtype)
+    w = torch.randn(64, 5, generator=g, dtype=dtype) if reduction == "none" else 1.0
+
+    def loss(x, y):
+        return (F.binary_cross_entropy_with_logits(x, y, reduction=reduction) * w).sum()
+
+    xs = [t.clone().requires_grad_() for t in (x, y)]
+    want = torch.autograd.grad(loss(*xs), xs)
+    assert torch.equal(tx.jit(loss)(x, y), loss(x, y))
+    for grad in (tx.grad(loss, argnums=(0, 1)), tx.jit(tx.grad(loss, argnums=(0, 1)))):
+        for got, ref in zip(grad(x, y), want):
+            assert torch.equal(got, ref)
