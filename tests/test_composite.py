@@ -576,3 +576,20 @@ def test_bce_with_logits_gradients_are_torchs_bits(reduction, dtype):
     for grad in (tx.grad(loss, argnums=(0, 1)), tx.jit(tx.grad(loss, argnums=(0, 1)))):
         for got, ref in zip(grad(x, y), want):
             assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_logsumexp_gradient_is_torchs_bits(dtype):
+    # torch's logsumexp_backward, grad * exp(x - result), with infinite and nan rows
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 7, generator=g, dtype=dtype) * 3
+    w = torch.randn(64, generator=g, dtype=dtype)
+    x[0, 0], x[1], x[2, 3] = math.inf, -math.inf, math.nan
+
+    def loss(x):
+        return (torch.logsumexp(x, 1) * w).sum()
+
+    xg = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(loss(xg), xg)
+    for grad in (tx.grad(loss), tx.jit(tx.grad(loss))):
+        assert torch.equal(grad(x).nan_to_num(7.0), want.nan_to_num(7.0))

@@ -288,11 +288,26 @@ def logsumexp(x, dims, keepdim=False):
         )
         return keepdims(B.add(out, R.reduce_sum(x, dims)), dims, keepdim)
 
-    m = R.reduce_max(x, dims)
-    m = stop_gradient(where(U.isfinite(m), m, 0.0))
-    mb = S.broadcast_in_dim(m, shape(x), tuple(i for i in range(ndim(x)) if i not in dims))
-    out = B.add(U.log(R.reduce_sum(U.exp(B.sub(x, mb)), dims)), m)
-    return keepdims(out, dims, keepdim)
+    from thunderx.transforms.custom import custom_jvp
+
+    kept = tuple(i for i in range(ndim(x)) if i not in dims)
+
+    @custom_jvp
+    def f(x):
+        m = R.reduce_max(x, dims)
+        m = stop_gradient(where(U.isfinite(m), m, 0.0))
+        mb = S.broadcast_in_dim(m, shape(x), kept)
+        return B.add(U.log(R.reduce_sum(U.exp(B.sub(x, mb)), dims)), m)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        # torch's logsumexp_backward, grad * exp(x - result), as the tangent's transpose
+        (x,), (t,) = primals, tangents
+        out = f(x)
+        weights = U.exp(B.sub(x, S.broadcast_in_dim(out, shape(x), kept)))
+        return out, R.reduce_sum(B.mul(t, weights), dims)
+
+    return keepdims(f(x), dims, keepdim)
 
 
 @register(torch.logsumexp, methods=("logsumexp",))
