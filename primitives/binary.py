@@ -252,9 +252,10 @@ atan2_p = def_binary(
     _tensor_args(torch.atan2),
     _call("torch.atan2", "atan2"),
     "atan2",
+    # (t * recip) * y: its transpose is torch's atan2_backward, (ct * y) * recip
     partials=(
-        lambda t, x, y, out: mul(t, mul(y, _atan2_recip(x, y))),
-        lambda t, x, y, out: mul(t, mul(neg(x), _atan2_recip(x, y))),
+        lambda t, x, y, out: mul(mul(t, _atan2_recip(x, y)), y),
+        lambda t, x, y, out: mul(mul(t, _atan2_recip(x, y)), neg(x)),
     ),
 )
 rem_p = def_binary(

@@ -335,3 +335,21 @@ def test_derivatives_divide_as_torch_does(name, domain, dtype):
     # forward mode: torch's jvp applies the same formula to the tangent
     _, want_t = torch.func.jvp(fn, (x,), (w,))
     assert torch.equal(tx.jvp(fn, (x,), (w,))[1], want_t)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["atan2"])
+def test_binary_gradients_multiply_in_torchs_order(name, dtype):
+    # torch's backward formula, (grad * other) * recip for atan2: the tangent is written so that
+    # its transpose runs it in that order. (hypot keeps t * (x / out): torch's (grad * x) / out
+    # as a transpose needs the tangent (t / out) * x, which overflows at subnormal values, where
+    # x / out is 1)
+    fn = getattr(torch, name)
+    g = torch.Generator().manual_seed(0)
+    x, y, w = (torch.randn(4096, generator=g, dtype=dtype) for _ in range(3))
+    loss = lambda x, y: (fn(x, y) * w).sum()  # noqa: E731
+    xs = [t.clone().requires_grad_() for t in (x, y)]
+    want = torch.autograd.grad(loss(*xs), xs)
+    for grad in (tx.grad(loss, argnums=(0, 1)), tx.jit(tx.grad(loss, argnums=(0, 1)))):
+        for got, ref in zip(grad(x, y), want):
+            assert torch.equal(got, ref)
