@@ -37,7 +37,7 @@ def scaled_dot_product_attention(
     return math_attention(query, key, value, attn_mask, dropout_p, is_causal, scale)
 
 
-@in_opmath
+@in_opmath(cpu_only=True)
 def math_attention(q, k, v, attn_mask, dropout_p, is_causal, scale):
     """torch's math path (`_scaled_dot_product_attention_math`) in primitives."""
     lq, lk = shape(q)[-2], shape(k)[-2]

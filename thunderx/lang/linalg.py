@@ -125,7 +125,7 @@ def _scaled_add(inp, prod, beta, alpha):
 
 
 @register(torch.addmm, methods=("addmm",))
-@in_opmath
+@in_opmath(cpu_only=True)
 def _addmm(inp, m1, m2, *, beta=1, alpha=1):
     return _scaled_add(inp, _mm(m1, m2), beta, alpha)
 
@@ -136,7 +136,7 @@ def _addmv(inp, m, v, *, beta=1, alpha=1):
 
 
 @register(torch.baddbmm, methods=("baddbmm",))
-@in_opmath
+@in_opmath(cpu_only=True)
 def _baddbmm(inp, b1, b2, *, beta=1, alpha=1):
     return _scaled_add(inp, _bmm(b1, b2), beta, alpha)
 
