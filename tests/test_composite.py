@@ -593,3 +593,23 @@ def test_logsumexp_gradient_is_torchs_bits(dtype):
     (want,) = torch.autograd.grad(loss(xg), xg)
     for grad in (tx.grad(loss), tx.jit(tx.grad(loss))):
         assert torch.equal(grad(x).nan_to_num(7.0), want.nan_to_num(7.0))
+
+
+@pytest.mark.parametrize(
+    "shape,reps",
+    [((3, 4), (2, 1, 3)), ((3, 4), (2, 2)), ((5,), (3, 2, 4)), ((2, 3), (1, 4, 1)), ((), (3,))],
+)
+def test_repeat_gradient_is_torchs_repeat_backward(shape, reps):
+    # torch sums the leading repeats one at a time, then every other repeat (r > 1) at once
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=g)
+    w = torch.randn(x.repeat(*reps).shape, generator=g)
+
+    def loss(x):
+        return (x.repeat(*reps) * w).sum()
+
+    xg = x.clone().requires_grad_()
+    (want,) = torch.autograd.grad(loss(xg), xg)
+    assert torch.equal(tx.jit(lambda x: x.repeat(*reps))(x), x.repeat(*reps))
+    for grad in (tx.grad(loss), tx.jit(tx.grad(loss))):
+        assert torch.equal(grad(x), want)

@@ -185,3 +185,35 @@ def test_view_outputs_do_not_depend_on_torch_func_vmap(monkeypatch):
     out = tx.vmap(torch.diagonal)(x)
     assert out._base is x
     close(out, torch.diagonal(x, dim1=1, dim2=2))
+
+
+@pytest.mark.parametrize(
+    "name,f",
+    [
+        ("clone", lambda x: x.clone()),
+        ("times one", lambda x: x * 1),
+        ("over one", lambda x: x / 1),
+        ("double negation", lambda x: -(-x)),
+        ("two clones", lambda x: (x.clone(), x.clone())),
+        ("clone beside the input", lambda x: (x, x.clone())),
+    ],
+)
+def test_a_jit_output_torch_makes_fresh_is_not_the_callers_tensor(name, f):
+    # the optimizer made these outputs the input itself (x * 1 -> x; clone was the input's own
+    # value): mutating the result then changed the caller's tensor, where torch (and
+    # torch.compile) return a new tensor
+    x = torch.arange(6.0).reshape(2, 3)
+    got = tx.jit(f)(x)
+    want = f(x)
+    outs = got if isinstance(got, tuple) else (got,)
+    wants = want if isinstance(want, tuple) else (want,)
+    for o, w in zip(outs, wants):
+        assert torch.equal(o, w)
+        assert (o.data_ptr() == x.data_ptr()) == (w.data_ptr() == x.data_ptr()), name
+    ptrs = [o.data_ptr() for o in outs]
+    assert len(set(ptrs)) == len({w.data_ptr() for w in wants})  # two clones, two tensors
+    before = x.clone()
+    for o, w in zip(outs, wants):
+        if w.data_ptr() != x.data_ptr():
+            o.add_(1.0)
+    assert torch.equal(x, before)

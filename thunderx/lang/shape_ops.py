@@ -398,16 +398,27 @@ def _repeat(x, *sizes):
     lead = len(sizes) - ndim(x)
     if lead < 0:
         raise ValueError("repeat: number of repeat dims can not be smaller than the tensor's dims")
-    x = S.reshape(x, (1,) * lead + shape(x))
+    # built so that its transpose is torch's repeat_backward: the input's own dims broadcast to
+    # [r, s] pairs (only where r > 1) and merged, whose transpose is one sum over every r; then
+    # each leading dim added in front, whose transposes sum them one at a time, the outermost
+    # first (a single sum over all of them rounds differently)
     shp = shape(x)
-    # broadcast to [r0, s0, r1, s1, ...] then merge pairs
-    target = []
-    dims = []
-    for i, (r, s) in enumerate(zip(sizes, shp)):
-        target += [r, s]
-        dims.append(2 * i + 1)
-    y = S.broadcast_in_dim(x, tuple(target), tuple(dims))
-    return S.reshape(y, tuple(r * s for r, s in zip(sizes, shp)))
+    own = sizes[lead:]
+    target, dims = [], []
+    for r, s in zip(own, shp):
+        if r != 1:
+            target.append(r)
+        dims.append(len(target))
+        target.append(s)
+    if len(target) != len(shp):
+        x = S.reshape(S.broadcast_in_dim(x, tuple(target), tuple(dims)), _prod_pairs(own, shp))
+    for r in reversed(sizes[:lead]):
+        x = S.broadcast_in_dim(x, (r,) + shape(x), tuple(range(1, ndim(x) + 1)))
+    return x
+
+
+def _prod_pairs(repeats, shp):
+    return tuple(r * s for r, s in zip(repeats, shp))
 
 
 @register(torch.tile, methods=("tile",))
