@@ -58,6 +58,31 @@ no_grad_p = declare(
 )
 
 
+def _copy_jvp(primals, tangents):
+    return copy_p.bind(primals[0]), tangents[0]
+
+
+# torch.clone, and a jit output the optimizer made an input (x * 1): a fresh tensor with x's
+# value, so that mutating the result leaves x alone (torch's and torch.compile's semantics). The
+# optimizer removes every copy but those of an input returned as an output (passes.simplify).
+copy_p = declare(
+    "copy",
+    impl=lambda x: x.clone(),
+    abstract_eval=lambda x: x.strip_weak(),
+    jvp=_copy_jvp,
+    linear=True,
+    transpose=lambda ct, x: [ct],
+    batch=lambda args, dims: (copy_p.bind(args[0]), dims[0]),
+    torch_codegen=lambda args, avals: f"{args[0]}.clone()",
+    elementwise=True,
+)
+
+
+def copy(x):
+    """A fresh tensor with x's value (torch.clone)."""
+    return copy_p.bind(x)
+
+
 def stop_gradient(x):
     """Identity whose derivative is zero (`x.detach()` under tracing means the same).
 

@@ -55,6 +55,11 @@ def _(d):
     )
 
 
+@sample("copy")
+def _(d):
+    return Sample([d.tensor(d.shape())], {})
+
+
 @sample("add_scaled")
 def _(d):
     shape = d.shape()

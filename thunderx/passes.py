@@ -135,7 +135,9 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
 
     for e in jaxpr.eqns:
         ins = [get(x) for x in e.inputs]
-        pkey = None if has_effects(e.prim) else _param_key(e.params)
+        # two copies are two tensors (simplify removes every copy that is not an output)
+        fresh = e.prim.name == "copy"
+        pkey = None if has_effects(e.prim) or fresh else _param_key(e.params)
         if pkey is not None:
             akeys = tuple(atom_key(x) for x in ins)
             if len(akeys) == 2 and is_commutative(e.prim):
@@ -174,7 +176,11 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
     stop_gradient stays: torch autograd through a jitted call must not see past it); `x + x`
     becomes `x * 2` (exact, inf and NaN included); `x * 0` stays (NaN and inf times 0 are NaN).
     Chains of layout ops are composed, and a reshape to its operand's own shape vanishes."""
+    from thunderx.primitives.higher_order import copy_p
+
     bool_ = torch.bool
+    returned = {id(v) for v in jaxpr.outvars if isinstance(v, Var)}
+    inputs = {id(v) for v in (*jaxpr.constvars, *jaxpr.invars)}
     subst: dict[int, object] = {}
     producers: dict[int, Eqn] = {}
     eqns = []
@@ -223,6 +229,10 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
             prev = producers.get(id(ins[0]))
             if prev is not None and prev.prim is U.neg_p:
                 repl = prev.inputs[0]
+        elif out is not None and e.prim is copy_p:
+            # a copy matters only where it returns an input (or a constant) as an output
+            if not (id(out) in returned and isinstance(ins[0], Var) and id(ins[0]) in inputs):
+                repl = ins[0]
         elif out is not None and e.prim is U.convert_p:
             if ins[0].aval.dtype == e.params["new_dtype"] and isinstance(ins[0], Var):
                 repl = ins[0]
@@ -310,7 +320,26 @@ def optimize(jaxpr: Jaxpr) -> Jaxpr:
         merge_slice_transposes,
     )
 
+    inputs = {id(v) for v in (*jaxpr.constvars, *jaxpr.invars)}
+    computed = [not (isinstance(v, Var) and id(v) in inputs) for v in jaxpr.outvars]
     jaxpr = fold_constants(simplify(inline_calls(jaxpr)))
     jaxpr = batch_horizontal(cse(merge_slice_transposes(absorb_transposes(jaxpr))))
     # CSE can make `add l m` an `add l l`; simplify then doubles it
-    return dce(simplify(jaxpr))
+    return _fresh_outputs(dce(simplify(jaxpr)), computed)
+
+
+def _fresh_outputs(jaxpr: Jaxpr, computed: list) -> Jaxpr:
+    """A computed output the passes made an input (`x * 1`, `x / 1`, `neg(neg(x))`) copied, so
+    that the caller gets a fresh tensor as from torch, not its own argument back."""
+    from thunderx.primitives.higher_order import copy_p
+
+    inputs = {id(v) for v in (*jaxpr.constvars, *jaxpr.invars)}
+    eqns, outvars = list(jaxpr.eqns), list(jaxpr.outvars)
+    for i, (v, fresh) in enumerate(zip(outvars, computed)):
+        if fresh and isinstance(v, Var) and id(v) in inputs:
+            out = Var(v.aval.strip_weak())
+            eqns.append(Eqn(copy_p, [v], [out], {}))
+            outvars[i] = out
+    if outvars == list(jaxpr.outvars):
+        return jaxpr
+    return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, outvars)

@@ -80,10 +80,9 @@ def _contiguous(x, memory_format=None):
 
 @register(torch.clone, methods=("clone",))
 def _clone(x, memory_format=None):
-    # a new identity with the same value: mutating the clone leaves x (an input, a view) alone
-    from thunderx.lang.views import alias_of
-
-    return alias_of(x) if isinstance(x, Tracer) else x.clone()
+    # a new value equal to x: mutating the clone leaves x (an input, a view) alone, and a clone
+    # returned by jit is not the caller's tensor (the optimizer keeps only such copies)
+    return H.copy(x) if isinstance(x, Tracer) else x.clone()
 
 
 @register(torch.detach, methods=("detach",))

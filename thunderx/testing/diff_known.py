@@ -140,6 +140,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     },
     ("relu6", "*", "unresolved"): "nan-derivative-by-kernel-path",
     ("<with amin>", "*", "kink"): "symbolic-zero-derivative",
+    ("<with amax>", "*", "kink"): "symbolic-zero-derivative",
     ("matmul", "hessian", "unresolved"): "bilinear-at-infinity",
     ("<with prod>", "autograd", "thunderx-wrong"): "nan-cotangent-dropped",
     ("<with prod>", "autograd", "unresolved"): "nan-cotangent-dropped",
@@ -325,6 +326,9 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
             ("hessian", "unresolved"),
         )
     },
+    # amax of a column (-0.96, 0) > hypot at (0, 0): hypot's nan derivative meets the zero one
+    # of the entry amax does not select
+    ("<with amax>", "*", "kink"): ("zero", 1536132, "grad", None, 2),
     # amin > div_raw at ties: the unselected entries' derivative under x / 0's inf and nan
     ("<with amin>", "*", "unresolved"): ("tie", 266605, "jit(vmap(grad))", None, 2),
     # div_raw by 0 > relu6 under jit(vmap(grad)): relu6's derivative at the nan 0 / 0 times 1 / 0

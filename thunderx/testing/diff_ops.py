@@ -126,6 +126,7 @@ _U = {  # unary elementwise on any shape
     "pow_scalar": lambda x: x**3,
     "rpow": lambda x: 2.0**x,
     "float_pow_half": lambda x: _pos(x) ** 0.5,
+    "clone": lambda x: x.clone().mul_(2.0),
 }
 _B = {  # binary, broadcasting
     **{
@@ -292,7 +293,7 @@ OPS: dict[str, Op] = _table()
 # is checked alone at every edge, but drawing it into random programs would change every
 # recorded program (a program's ops are drawn from the sorted names by index). Their
 # compositions are covered by thunderx/testing/programs.py.
-SINGLE_ONLY = frozenset({"binary_cross_entropy", "add_alpha"})
+SINGLE_ONLY = frozenset({"binary_cross_entropy", "add_alpha", "clone"})
 PROGRAM_OPS = sorted(n for n in OPS if n not in SINGLE_ONLY)
 
 # --------------------------------------------------------------------------- the inputs

@@ -42,6 +42,8 @@ ACTIVATION_STEPS = {
     "lerp": lambda x: torch.lerp(x, torch.tanh(x), 0.7),
     "addcmul": lambda x: torch.addcmul(x, torch.tanh(x), x, value=0.3),
     "add_scaled": lambda x: torch.sub(torch.sin(x), x, alpha=0.3),
+    # a clone mutated in place: the copy primitive, the original left alone
+    "clone": lambda x: x.clone().mul_(0.5) + x,
     "addcdiv": lambda x: torch.addcdiv(x, torch.sin(x), x * x + 1.0, value=-0.5),
 }
 

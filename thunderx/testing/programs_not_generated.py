@@ -12,7 +12,6 @@ NOT_GENERATED = {
     "random_uniform": "random: eager and traced runs draw different numbers; see test_properties",
     "random_normal": "random: eager and traced runs draw different numbers; see test_properties",
     "jit_call": "a nested jit is staged by jit composition tests (torch.func cannot run it)",
-    "custom_jvp_call": "user-defined rules: tested by the custom_jvp tests",
     "custom_vjp_call": "user-defined rules: tested by the custom_vjp tests",
     "custom_lin": "exists only in reverse mode of custom_vjp; tested there",
     "torch_call": "the opaque fallback has no derivative or batching rule to fuzz",
