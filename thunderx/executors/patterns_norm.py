@@ -83,6 +83,8 @@ def layer_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         # forward: y * broadcast(w) + broadcast(b), y * broadcast(w) or y + broadcast(b)
         found = norm_affine(uses, eqns, y, lambda v: _broadcast_of(jaxpr, v, producer, aval, k))
         if found is None:
+            vector = lambda v: _broadcast_of(jaxpr, v, producer, aval, k)  # noqa: E731
+            _backward_only(emit, skip, (eqns, uses, producer), ln, i, vector, shape)
             continue
         out, w, b, group, shared, affine = found
         if len({v.aval.dtype for v in (x, w, b) if v is not None}) != 1:
@@ -107,6 +109,47 @@ def layer_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
             )
             emit_backward(emit, skip, full, call, [full["g"], x, *vectors(w, b)])
     return emit, skip
+
+
+def _backward_only(emit, skip, index, ln, i, vector, shape) -> None:
+    """A gradient whose forward value is dead (the loss linear in the norm's output): no affine
+    reads y, but the backward `layer_norm_backward(g * broadcast(w), x)` and the weight's
+    cotangent `sum(y * g)` are there. They become one `native_layer_norm_backward` with the
+    weight (torch's bits, the bias's `sum(g)` included), after the statistics' forward call."""
+    from thunderx.primitives.binary import mul_p
+    from thunderx.primitives.composite_norm import layer_norm_backward_p
+
+    eqns, uses, producer = index
+    x, eps = ln.inputs[0], ln.params["eps"]
+    lead = tuple(range(ln.outputs[0].aval.ndim - len(shape)))
+    for j in uses.get(id(x), []):
+        e = eqns[j] if j < len(eqns) else None
+        if e is None or e.prim is not layer_norm_backward_p or e.params != ln.params:
+            continue
+        p = producer.get(id(e.inputs[0]))
+        if p is None or eqns[p].prim is not mul_p:
+            continue
+        found = next((vector(v) for v in eqns[p].inputs if vector(v) is not None), None)
+        if found is None or found[1].aval.dtype != x.aval.dtype:
+            continue
+        affine = (found[0], None)
+        full = full_backward(
+            eqns, uses, producer, ln, i, set(), affine, layer_norm_backward_p, lead
+        )
+        if full is None:
+            continue
+        stats = f"_ln_affine{i}"
+        call = f"torch.native_layer_norm({{0}}, {shape}, None, None, {eps!r})"
+        emit[i] = ([ln.outputs[0]], f"({stats} := {call})[0]", [x])
+        skip.add(found[0])
+        call = (
+            f"torch.ops.aten.native_layer_norm_backward({{0}}, {{1}}, {shape}, {stats}[1], "
+            # the kernel reads its bias only for the shape of the bias's cotangent: the
+            # weight, of the same shape and dtype, stands in for it
+            f"{stats}[2], {{2}}, {{2}}, {backward_mask(full)})"
+        )
+        emit_backward(emit, skip, full, call, [full["g"], x, found[1]])
+        return
 
 
 def wb_source(w, b, first: int = 1) -> str:

@@ -41,6 +41,19 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         for check in ("jit(vmap(grad))", "vmap(jvp)")
     },
     **{
+        ("layer_norm", check, "unresolved"): (
+            "composites",
+            "transforms without jit apply layer_norm's weight and bias outside torch's kernel: "
+            "over a row of values near 9e13 that differ by 1 (logsumexp of exp(30)s) the "
+            "forward rounds differently and the backward kernel's cancellation (rstd ~ 1) turns "
+            "that into gradients 0.2% apart (-3.3e11 against torch's 3.3e11 beside 9e13), and "
+            "the weight's cotangent 1.7881 against 1.7858; jit(grad) calls torch's kernel "
+            "with the weight and matches (patterns_norm._backward_only); needs the affine "
+            "inside the norm primitives",
+        )
+        for check in ("grad", "autograd", "vjp", "jacfwd")
+    },
+    **{
         ("<with batch_norm>", "jit(vmap(grad))", category): (
             "composites",
             "batch_norm's weight gradient is the cotangent times the normalized value torch's "
@@ -325,6 +338,11 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
             ("jit(vmap(grad))", "kink"),
             ("hessian", "unresolved"),
         )
+    },
+    # exp > logsumexp (values near 9e13, 1 apart) > layer_norm with weight and bias
+    **{
+        ("layer_norm", check, "unresolved"): ("big", 1630628, check, None, 3)
+        for check in ("grad", "autograd", "vjp", "jacfwd")
     },
     # amax of a column (-0.96, 0) > hypot at (0, 0): hypot's nan derivative meets the zero one
     # of the entry amax does not select
