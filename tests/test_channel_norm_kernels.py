@@ -291,3 +291,24 @@ def test_layer_norm_gradient_whose_forward_value_is_dead(dtype):
     want = torch.autograd.grad(loss(*xs), xs)
     for got, ref in zip(grad(x, w, b), want):
         assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["batch_norm", "group_norm"])
+def test_channel_norm_gradient_whose_forward_value_is_dead(name, dtype):
+    # as for layer norm: a loss linear in the norm's output has no affine reading y under grad;
+    # the weight comes from the backward's scaled cotangent (_backward_weight)
+    norm, _ = NORMS[name]
+    x, w, b = _inputs(dtype)
+    ct = torch.randn(x.shape, generator=torch.Generator().manual_seed(1), dtype=dtype)
+
+    def loss(x, w, b):
+        return (norm(x, w, b) * ct).sum()
+
+    grad = tx.jit(tx.grad(loss, argnums=(0, 1, 2)))
+    code = grad.lower(x, w, b).as_text().split("# execution program")[1]
+    assert BACKWARDS[name] in code and "[True, True, True]" in code, code
+    xs = [t.clone().requires_grad_() for t in (x, w, b)]
+    want = torch.autograd.grad(loss(*xs), xs)
+    for got, ref in zip(grad(x, w, b), want):
+        assert torch.equal(got, ref)

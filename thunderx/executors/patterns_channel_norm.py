@@ -130,6 +130,9 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
             continue
         # no affine: the kernel call alone, for the statistics its backward reads
         out, w, b, group, shared, affine = found or (e.outputs[0], None, None, set(), False, None)
+        fw, fb = w, b  # the forward call's weight and bias
+        if found is None:  # a gradient whose forward value is dead: the weight of its backward
+            affine, w = _backward_weight(jaxpr, producer, x, [eqns[j] for j in bwd])
         # torch's group norm backward fails without a weight ("tensor does not have a device")
         no_kernel = e.prim is group_norm_p and (affine is None or affine[0] is None)
         axes = (0, *range(2, x.aval.ndim))
@@ -141,19 +144,21 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         saved = f"_cn_saved{i}"
         if e.prim is batch_norm_p:
             call = (
-                f"torch.native_batch_norm({{0}}, {wb_source(w, b)}, None, None, True, 0.0, {eps!r})"
+                f"torch.native_batch_norm({{0}}, {wb_source(fw, fb)}, None, None, True, 0.0, "
+                f"{eps!r})"
             )
             backward = bn_backward_source("{0}", "{1}", f"{saved}[1]", f"{saved}[2]", eps)
         else:
             sizes = ", ".join(map(str, gn_sizes(x.aval.shape, e.params["groups"])))
             call = (
-                f"torch.native_group_norm({{0}}.contiguous(), {wb_source(w, b)}, {sizes}, {eps!r})"
+                f"torch.native_group_norm({{0}}.contiguous(), {wb_source(fw, fb)}, {sizes}, "
+                f"{eps!r})"
             )
             g, x_ = "{0}.contiguous()", "{1}.contiguous()"
             backward = gn_backward_source(g, x_, f"{saved}[1]", f"{saved}[2]", sizes)
         group |= set() if shared else {i}  # else the normalized value stays for its readers
         emit_at = max(group)
-        emit[emit_at] = ([out, None, None], f"({saved} := {call})", [x, *vectors(w, b)])
+        emit[emit_at] = ([out, None, None], f"({saved} := {call})", [x, *vectors(fw, fb)])
         skip |= group - {emit_at}
         if full is not None:
             mask = backward_mask(full)
@@ -173,6 +178,22 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
             if j > emit_at and (full is None or j not in full["eqns"]):
                 emit[j] = ([eqns[j].outputs[0]], backward, list(eqns[j].inputs))
     return emit, skip
+
+
+def _backward_weight(jaxpr, producer, x, backwards) -> tuple:
+    """((the broadcast's index, None), the weight) for a backward of x's norm whose cotangent is
+    `g * broadcast(w)` of a (C,) vector w, else (None, None)."""
+    from thunderx.primitives.binary import mul_p
+
+    for e in backwards:
+        p = producer.get(id(e.inputs[0]))
+        if p is None or jaxpr.eqns[p].prim is not mul_p:
+            continue
+        for v in jaxpr.eqns[p].inputs:
+            vec = _channel_vector(jaxpr, v, producer, x.aval)
+            if vec is not None:
+                return (vec[0], None), vec[1]
+    return None, None
 
 
 def instance_norm_backward_call(g, x, w, mean, invstd, eps, mask):
