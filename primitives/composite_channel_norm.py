@@ -163,20 +163,27 @@ def _bn_codegen(args, avals, *, eps):
     return f"torch.native_batch_norm({args[0]}, None, None, None, None, True, 0.0, {eps!r})[0]"
 
 
-def bn_backward_source(g: str, x: str, mean: str, invstd: str, eps: float) -> str:
-    """torch source of batch norm's input cotangent from the saved `mean` and `invstd`."""
-    return (
-        f"torch.ops.aten.native_batch_norm_backward({g}, {x}, None, None, None, {mean}, "
-        f"{invstd}, True, {eps!r}, [True, False, False])[0]"
-    )
+def _backward_call(op: str, args: str, mask) -> str:
+    """torch source of a norm's backward kernel: the input's cotangent alone, or with `mask` the
+    kernel's (input, weight, bias) cotangents."""
+    call = f"torch.ops.aten.{op}({args}, {mask or [True, False, False]})"
+    return call if mask else f"{call}[0]"
 
 
-def gn_backward_source(g: str, x: str, mean: str, rstd: str, sizes: str) -> str:
-    """torch source of group norm's input cotangent from the saved `mean` and `rstd`."""
-    return (
-        f"torch.ops.aten.native_group_norm_backward({g}, {x}, {mean}, {rstd}, None, "
-        f"{sizes}, [True, False, False])[0]"
-    )
+def bn_backward_source(
+    g: str, x: str, mean: str, invstd: str, eps: float, weight: str = "None", mask=None
+) -> str:
+    """Batch norm's backward from the saved `mean` and `invstd` (see `_backward_call`)."""
+    args = f"{g}, {x}, {weight}, None, None, {mean}, {invstd}, True, {eps!r}"
+    return _backward_call("native_batch_norm_backward", args, mask)
+
+
+def gn_backward_source(
+    g: str, x: str, mean: str, rstd: str, sizes: str, weight: str = "None", mask=None
+) -> str:
+    """Group norm's backward from the saved `mean` and `rstd` (see `_backward_call`)."""
+    args = f"{g}, {x}, {mean}, {rstd}, {weight}, {sizes}"
+    return _backward_call("native_group_norm_backward", args, mask)
 
 
 def _bn_backward_codegen(args, avals, *, eps):

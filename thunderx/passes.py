@@ -122,6 +122,8 @@ def _param_key(params: dict):
 def cse(jaxpr: Jaxpr) -> Jaxpr:
     """Merge equations with the same primitive, inputs and params; the operands of a
     commutative primitive match in either order (`mul h k` and `mul k h`)."""
+    from thunderx.primitives.higher_order import copy_p
+
     seen: dict = {}
     subst: dict[int, Var] = {}
     eqns = []
@@ -136,7 +138,7 @@ def cse(jaxpr: Jaxpr) -> Jaxpr:
     for e in jaxpr.eqns:
         ins = [get(x) for x in e.inputs]
         # two copies are two tensors (simplify removes every copy that is not an output)
-        fresh = e.prim.name == "copy"
+        fresh = e.prim is copy_p
         pkey = None if has_effects(e.prim) or fresh else _param_key(e.params)
         if pkey is not None:
             akeys = tuple(atom_key(x) for x in ins)
@@ -170,6 +172,10 @@ def _adds_nothing(z, x) -> bool:
     return not (x.aval.dtype.is_floating_point or x.aval.dtype.is_complex) or not _no_sign(z)
 
 
+def _input_ids(jaxpr: Jaxpr) -> set:
+    return {id(v) for v in (*jaxpr.constvars, *jaxpr.invars)}
+
+
 def simplify(jaxpr: Jaxpr) -> Jaxpr:
     """NaN- and sign-safe algebra: `x + (-0.0)`, `x - 0.0` (and integer `x + 0`), `x * 1`,
     `x / 1`, `neg(neg(x))` and no-op converts vanish (`x + 0.0` stays: -0.0 + 0.0 is +0.0;
@@ -180,7 +186,7 @@ def simplify(jaxpr: Jaxpr) -> Jaxpr:
 
     bool_ = torch.bool
     returned = {id(v) for v in jaxpr.outvars if isinstance(v, Var)}
-    inputs = {id(v) for v in (*jaxpr.constvars, *jaxpr.invars)}
+    inputs = _input_ids(jaxpr)
     subst: dict[int, object] = {}
     producers: dict[int, Eqn] = {}
     eqns = []
@@ -320,7 +326,7 @@ def optimize(jaxpr: Jaxpr) -> Jaxpr:
         merge_slice_transposes,
     )
 
-    inputs = {id(v) for v in (*jaxpr.constvars, *jaxpr.invars)}
+    inputs = _input_ids(jaxpr)
     computed = [not (isinstance(v, Var) and id(v) in inputs) for v in jaxpr.outvars]
     jaxpr = fold_constants(simplify(inline_calls(jaxpr)))
     jaxpr = batch_horizontal(cse(merge_slice_transposes(absorb_transposes(jaxpr))))
@@ -333,7 +339,7 @@ def _fresh_outputs(jaxpr: Jaxpr, computed: list) -> Jaxpr:
     that the caller gets a fresh tensor as from torch, not its own argument back."""
     from thunderx.primitives.higher_order import copy_p
 
-    inputs = {id(v) for v in (*jaxpr.constvars, *jaxpr.invars)}
+    inputs = _input_ids(jaxpr)
     eqns, outvars = list(jaxpr.eqns), list(jaxpr.outvars)
     for i, (v, fresh) in enumerate(zip(outvars, computed)):
         if fresh and isinstance(v, Var) and id(v) in inputs:

@@ -163,16 +163,11 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         if full is not None:
             mask = backward_mask(full)
             weight = "None" if w is None else "{2}"  # the backward's operands: g, x, w
+            stats = (f"{saved}[1]", f"{saved}[2]")
             if e.prim is batch_norm_p:
-                call = (
-                    f"torch.ops.aten.native_batch_norm_backward({{0}}, {{1}}, {weight}, None, "
-                    f"None, {saved}[1], {saved}[2], True, {eps!r}, {mask})"
-                )
+                call = bn_backward_source("{0}", "{1}", *stats, eps, weight, mask)
             else:
-                call = (
-                    f"torch.ops.aten.native_group_norm_backward({{0}}.contiguous(), "
-                    f"{{1}}.contiguous(), {saved}[1], {saved}[2], {weight}, {sizes}, {mask})"
-                )
+                call = gn_backward_source(g, x_, *stats, sizes, weight, mask)
             emit_backward(emit, skip, full, call, [full["g"], x, *vectors(w, None)])
         for j in bwd:
             if j > emit_at and (full is None or j not in full["eqns"]):

@@ -432,9 +432,8 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
         skip |= group - {first}
         if full is not None:
             weight = "None" if w is None else "{2}"  # the backward's operands: g, x, w
-            call = (
-                f"torch.ops.aten.native_batch_norm_backward({{0}}, {{1}}, {weight}, None, None, "
-                f"{saved}[3], {saved}[4], True, {eps!r}, {backward_mask(full)})"
+            call = bn_backward_source(
+                "{0}", "{1}", f"{saved}[3]", f"{saved}[4]", eps, weight, backward_mask(full)
             )
             emit_backward(emit, skip, full, call, [full["g"], x, *vectors(w, None)])
         # the backward of the normalization reads the saved mean and invstd of this call

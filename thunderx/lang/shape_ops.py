@@ -411,14 +411,11 @@ def _repeat(x, *sizes):
         dims.append(len(target))
         target.append(s)
     if len(target) != len(shp):
-        x = S.reshape(S.broadcast_in_dim(x, tuple(target), tuple(dims)), _prod_pairs(own, shp))
+        merged = tuple(r * s for r, s in zip(own, shp))
+        x = S.reshape(S.broadcast_in_dim(x, tuple(target), tuple(dims)), merged)
     for r in reversed(sizes[:lead]):
         x = S.broadcast_in_dim(x, (r,) + shape(x), tuple(range(1, ndim(x) + 1)))
     return x
-
-
-def _prod_pairs(repeats, shp):
-    return tuple(r * s for r, s in zip(repeats, shp))
 
 
 @register(torch.tile, methods=("tile",))
