@@ -15,7 +15,6 @@ from hypothesis import given, note, settings
 import thunderx as tx
 from thunderx import core
 from thunderx.executors import cpu_gemm, recycle
-from thunderx.executors.inductor_exec import inductor_unavailable_reason
 from thunderx.executors.torch_codegen import compile_jaxpr
 from thunderx.passes import closure_convert
 from thunderx.testing.programs import random_programs, run_program
@@ -280,46 +279,6 @@ def test_turned_off_no_output_is_recycled():
         assert p is not None
     finally:
         recycle.enabled = old
-
-
-needs_inductor = pytest.mark.skipif(
-    inductor_unavailable_reason() is not None, reason=str(inductor_unavailable_reason())
-)
-
-
-def _per_example(w, x):
-    h = torch.tanh(x @ w)
-    return torch.einsum("bi,bj->bij", x, h), h.sum(0)
-
-
-@needs_inductor
-def test_the_inductor_executor_writes_large_outputs_outside_its_graph(monkeypatch):
-    # eager torch's GEMM in inductor's graph too, so that float32's default tolerance holds
-    # (oneDNN's, which sums in another order, is checked in test_cpu_gemm.py)
-    monkeypatch.setattr(cpu_gemm, "_chosen", False)
-    w, x = torch.randn(256, 160), torch.randn(64, 256)  # a 10 MiB outer product
-    f = tx.jit(_per_example, executor="inductor")
-    low = f.lower(w, x)
-    text = low.program_text()
-    assert "host program" in text and "out=" in text, text
-    names = [e.prim.name for e, r in zip(low.optimized.eqns, low.regions) if r is None]
-    assert names == ["dot_general"], "the outer product leaves inductor's graph"
-    want = _per_example(w, x)
-    got = f(w, x)
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b)
-    p = _ptr(got[0])
-    del got
-    again = f(w, x * 2)
-    assert _ptr(again[0]) == p
-    for a, b in zip(again, _per_example(w, x * 2)):
-        torch.testing.assert_close(a, b)
-    # torch autograd runs the torch executor's program, without recycled buffers
-    wg = w.clone().requires_grad_()
-    f(wg, x)[0].sum().backward()
-    ref = w.clone().requires_grad_()
-    _per_example(ref, x)[0].sum().backward()
-    torch.testing.assert_close(wg.grad, ref.grad)
 
 
 def _chain(x):

@@ -12,10 +12,14 @@ the torch executor's program, and the reason is shown in `as_text()`."""
 
 from __future__ import annotations
 
+import torch
+
 from thunderx.core import split_phase_rules, statement_rules
 from thunderx.executors.inductor_cache import PerLayout
+from thunderx.executors.inductor_tail import REALIZE_NAMESPACE, recycled_outputs, stored_operands
+from thunderx.executors.recycle import OutputPool
 from thunderx.executors.sources import exec_source
-from thunderx.executors.torch_codegen import CompiledProgram, generate_source
+from thunderx.executors.torch_codegen import CompiledProgram, base_namespace, generate_source
 from thunderx.ir import Jaxpr
 from thunderx.passes import has_effects
 
@@ -47,16 +51,38 @@ class WholeProgram(PerLayout):
 
     def __init__(self, jaxpr: Jaxpr, name: str, eager: CompiledProgram):
         super().__init__()
+        self.n_args = len(jaxpr.constvars) + len(jaxpr.invars)
+        # large outputs written into buffers recycled across calls (inductor_tail.py), each
+        # passed in as one more argument; the small values they broadcast stored first
+        positions = recycled_outputs(jaxpr)
+        jaxpr = stored_operands(jaxpr)
         # (large CPU products as oneDNN's, where it beats MKL: inductor calls it as an extern
         # kernel, as for a frozen model)
-        self.source, namespace = generate_source(jaxpr, name, reuse_buffers=False, onednn=True)
-        self.traced = exec_source(self.source, namespace, name)
+        namespace = base_namespace() | REALIZE_NAMESPACE
+        self.source, namespace = generate_source(
+            jaxpr, name, reuse_buffers=False, onednn=True, namespace=namespace
+        )
+        self.pools = [OutputPool(jaxpr.outvars[k].aval) for k in positions]
+        traced = exec_source(self.source, namespace, name)
+        self.traced = _writing_into(traced, self.n_args, positions) if positions else traced
         self.eager = eager
         self.failure: str | None = None
         shares = not any(k.startswith("_param_") for k in namespace)  # params are all literal
         avals = [v.aval for v in jaxpr.constvars + jaxpr.invars]
         desc = tuple((a.shape, a.dtype, str(a.device)) for a in avals)
-        self.key = ("whole", self.source, desc) if shares else (id(self), desc)
+        where = tuple(positions)
+        self.key = ("whole", self.source, desc, where) if shares else (id(self), desc)
+
+    def __call__(self, *args):
+        if not self.pools:
+            return super().__call__(*args)
+        buffers = []
+        for pool in self.pools:
+            b = pool.take()  # None where nothing is recycled (inference mode, a torch mode)
+            if b is None:
+                b = torch.empty(pool.shape, dtype=pool.dtype, device=pool.device)
+            buffers.append(b)
+        return super().__call__(*args, *buffers)
 
     def single(self, *args):
         """The one output itself (jit's fast path for single-output programs)."""
@@ -73,7 +99,8 @@ class WholeProgram(PerLayout):
                 return compile_fx(graph, list(args))
         except Exception as e:  # noqa: BLE001 - reported by as_text; the torch program runs
             self.failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            return self.eager.fn
+            eager, n = self.eager.fn, self.n_args
+            return (lambda *a: eager(*a[:n])) if self.pools else eager
 
     def as_text(self) -> str:
         if self.failure is not None:
@@ -83,4 +110,23 @@ class WholeProgram(PerLayout):
                 "the whole program is one inductor graph, compiled on first call (per input "
                 "layout); torch autograd runs the torch executor's program"
             )
+            if self.pools:
+                how += (
+                    f"; {len(self.pools)} large output(s) stored by the graph's kernels into "
+                    "buffers recycled across calls"
+                )
         return f"# {how}\n{self.source}"
+
+
+def _writing_into(traced, n_args: int, positions: list[int]):
+    """`traced` taking one buffer more per output at `positions`, which it copies that output
+    into and returns in its place (inductor stores the value into the buffer directly)."""
+
+    def run(*args):
+        outs = list(traced(*args[:n_args]))
+        for k, buffer in zip(positions, args[n_args:]):
+            buffer.copy_(outs[k])
+            outs[k] = buffer
+        return tuple(outs)
+
+    return run

@@ -44,6 +44,7 @@ from thunderx.executors.release import release_line, releases
 from thunderx.executors.sources import exec_source
 from thunderx.executors.split_phase import split_phase_plan
 from thunderx.ir import Jaxpr, Literal, Var
+from thunderx.primitives.binary import add_p
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
 from thunderx.primitives.linalg import dot_general_p
 from thunderx.primitives.unary import select_p
@@ -220,6 +221,9 @@ def generate_source(
         keep = lambda i, fused: _large_onednn_product(jaxpr, jaxpr.eqns[i], i, {i: fused})
     linears = gemm_patterns(jaxpr, last_use, keep)
     skipped |= {j for fused in linears.values() for j in fused[2]}
+    # ... and spelled so that inductor's own CPU pattern (add of an mm -> addmm) does not fuse
+    # it back: a broadcast add of the product's unsqueezed rows
+    bias_adds = set(gemm_patterns(jaxpr, {})) - set(linears) if onednn else set()
     starts, waits = split_phase_plan(jaxpr, namer, namespace, _param_src)
     hoisted = read_only_constants(jaxpr) if hoist_constants else set()
     release = releases(jaxpr, last_use, skipped | hoisted, affine)
@@ -275,6 +279,8 @@ def generate_source(
         elif i in linears:
             operands, template, _ = linears[i]
             expr = template.format(*(namer(x) for x in operands))
+        elif i in bias_adds and e.prim is add_p:
+            expr = f"({args[0]}.unsqueeze(0) + {args[1]}.unsqueeze(0)).squeeze(0)"
         elif e.prim is select_p:
             expr = select_with_zero(e, args)
         elif i in waits:
