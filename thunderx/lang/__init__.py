@@ -22,6 +22,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     copies,
     ctc_loss,
     decompositions,
+    diagonals,
     distributions,
     elementwise,
     elementwise_rules,
