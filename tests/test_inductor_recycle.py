@@ -5,10 +5,15 @@ against eager torch and torch.autograd, and the caller's memory is never written
 
 import pytest
 import torch
+import torch.func as tf
+from hypothesis import given, note, settings
 
 import thunderx as tx
 from thunderx.executors import cpu_gemm
 from thunderx.executors.inductor_exec import clear_kernel_cache, inductor_unavailable_reason
+from thunderx.testing.programs import random_programs, run_program
+
+from .test_recycle import every_output_recycled
 
 pytestmark = pytest.mark.skipif(
     inductor_unavailable_reason() is not None,
@@ -126,7 +131,7 @@ def _broadcasts(x, v):
     # input (read as is), one also a program output, one also read by a GEMM
     a = torch.relu(v) * 2
     b = torch.sigmoid(x[0])
-    c = x @ b
+    c = x.abs() @ b  # no cancellation: the GEMM kernels may differ (gemv, gemm)
     return a[:, None] * b[None, :], a, torch.exp(v)[:, None] + x, c[:, None] * x, -b
 
 
@@ -140,7 +145,6 @@ def test_outputs_broadcasting_elementwise_operands_read_stored_buffers(scale):
 
 
 def test_per_example_gradients_of_an_mlp_match_torch_func():
-    import torch.func as tf
     import torch.nn.functional as F
 
     def loss(p, x, y):
@@ -152,3 +156,27 @@ def test_per_example_gradients_of_an_mlp_match_torch_func():
     f = tx.jit(tx.vmap(tx.grad(loss), in_axes=(None, 0, 0)), executor="inductor")
     assert "_impl_realize(" in f.lower(p, x, y).program_text()
     _check(f(p, x, y), tf.vmap(tf.grad(loss), in_dims=(None, 0, 0))(p, x, y))
+
+
+# each example compiles two inductor graphs (a second or two each): a few, with every output
+# recycled and every broadcast operand stored, against eager torch and torch.func
+@settings(max_examples=6, deadline=None)
+@given(random_programs())
+def test_random_programs_through_inductor_with_every_output_recycled(prog):
+    xs = prog.example_inputs()
+    f = lambda *v: run_program(prog, *v)  # noqa: E731
+    scalar = lambda *v: (run_program(prog, *v) ** 2).sum()  # noqa: E731
+    with every_output_recycled():
+        jf = tx.jit(f, executor="inductor")
+        note(jf.lower(*xs).program_text())
+        first = jf(*xs)
+        kept = first.clone()
+        second = jf(*[x * 0.5 + 0.25 for x in xs])  # while `first` is held
+        torch.testing.assert_close(first, kept, rtol=0, atol=0, equal_nan=True)
+        want = f(*[x * 0.5 + 0.25 for x in xs])
+        torch.testing.assert_close(second, want, rtol=1e-8, atol=1e-8, equal_nan=True)
+        bxs = prog.example_inputs(batch=3)
+        g = tx.jit(tx.vmap(tx.grad(scalar, argnums=(0, 1))), executor="inductor")
+        ref = tf.vmap(tf.grad(scalar, argnums=(0, 1)))(*bxs)
+        for a, b in zip(g(*bxs), ref, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-7, equal_nan=True)
