@@ -18,6 +18,8 @@ from .conventions_rows_numeric import (
     bce_with_logits_at_minus_infinity,
     bessel_ratio_near_zero,
     cosine_similarity_rounding,
+    normalized_rounding_noise,
+    product_derivative_at_subnormals,
 )
 
 
@@ -494,5 +496,7 @@ BEHAVIOUR = {
         bessel_ratio_near_zero,
         bce_with_logits_at_minus_infinity,
         bce_second_derivative_at_the_clamp,
+        product_derivative_at_subnormals,
+        normalized_rounding_noise,
     )
 }

@@ -84,3 +84,37 @@ def bce_second_derivative_at_the_clamp():
     # where the clamp is not reached both agree
     y = T(0.3)
     _close(tx.hessian(f)(y), tf.hessian(f)(y))
+
+
+def product_derivative_at_subnormals():
+    # selu after index_reduce('prod'), at a row the index leaves alone holding -4.9e-324: the
+    # chain rule's exact value is selu's slope there, lambda * alpha
+    v = T(0.33, 0.07, -5e-324).reshape(3, 1)
+    src = T(1.1).reshape(1, 1)
+    idx = torch.tensor([0])
+
+    def f(v):
+        return F.selu(v.index_reduce(0, idx, src, "prod"))[2, 0]
+
+    slope = 1.0507009873554804934193349852946 * 1.6732632423543772848170429916717
+    assert tx.grad(f)(v)[2, 0] == slope == tf.grad(F.selu)(torch.tensor(-5e-324, dtype=F64))
+    # torch's backward, (grad * result) / self, rounds the subnormal product first
+    assert tf.grad(f)(v)[2, 0] == 2.0
+
+
+def normalized_rounding_noise():
+    # rms_norm over one element (x / sqrt(x^2 + eps): a derivative of about eps) > sinc at
+    # +-1 (3.9e-17, rounding) > normalize, which divides by that noise's norm
+    x = T(-0.34988720911375065, -0.71726609712228162, -0.13898649748233868).reshape(3, 1)
+    w = torch.linspace(-1, 1, 3, dtype=F64).reshape(3, 1)
+
+    def s(x):
+        y = torch.sinc(F.rms_norm(x, (1,)))
+        return (F.normalize(y, dim=0) * w).sum()
+
+    ours, theirs = tx.grad(s)(x), tf.grad(s)(x)
+    assert torch.equal(tx.jit(s)(x), s(x))  # the same noise forward
+    # gradients quantized by the rounding (multiples of 2^-14 here), equal to noise
+    for g in (ours, theirs):
+        assert torch.equal(g * 2**14, (g * 2**14).round())
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=2**-8)

@@ -138,6 +138,12 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with index_reduce_amax>", "*", "unresolved"): "symbolic-zero-derivative",
     ("<with index_reduce_amax>", "*", "kink"): "symbolic-zero-derivative",
     ("<with norm>", "*", "unresolved"): "symbolic-zero-derivative",
+    ("<with norm>", "*", "kink"): "symbolic-zero-derivative",
+    ("<with index_reduce_prod>", "jacrev", "kink"): "product-derivative-at-subnormals",
+    **{
+        ("<with normalize>", check, "kink"): "normalized-rounding-noise"
+        for check in _REVERSE_MODE_CHECKS
+    },
     ("<with max_all>", "*", "kink"): "symbolic-zero-derivative",
     ("<with sign>", "*", "kink"): "symbolic-zero-derivative",
     ("<with relu6>", "*", "unresolved"): "nan-derivative-by-kernel-path",

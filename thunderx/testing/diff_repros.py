@@ -11,6 +11,15 @@ _REVERSE_MODE_CHECKS = ("grad", "autograd", "vjp", "jit(grad)", "jit(vmap(grad))
 # "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it, or
 # (edge, seed, check, None, length) for a program the long run drew (its `replay` line).
 KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
+    # norm of a zero row > sqrt > 0 / 0 > rpow: the nan cotangent meets the 2-norm's zero vector
+    ("<with norm>", "*", "kink"): ("zero", 1659363, "jacrev", None, 4),
+    # nextafter(0, -y) = -4.9e-324 > index_reduce_prod (an untouched row) > selu
+    ("<with index_reduce_prod>", "jacrev", "kink"): ("zero", 1612025, "jacrev", None, 3),
+    # rms_norm over one element > repeat > sinc at +-1 (rounding noise) > normalize
+    **{
+        ("<with normalize>", check, "kink"): ("one", 1617437, check, None, 4)
+        for check in _REVERSE_MODE_CHECKS
+    },
     ("atan2", "*", "kink"): ("zero", 5, "jvp"),
     ("fmax", "*", "kink"): ("tie", 0, "jvp"),
     ("clamp_tensor", "*", "kink"): ("zero", 5, "jvp"),
