@@ -11,6 +11,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     composite_channel_norm,
     composite_losses,
     composite_norm,
+    composite_norm_affine,
     composite_pool,
     composite_rnn,
     composite_softmax,

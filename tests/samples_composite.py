@@ -190,6 +190,38 @@ def _(d):
     return Sample([d.tensor(shape), d.tensor(shape)], params)
 
 
+def _ln_affine_operands(d):
+    shape = d.shape(min_rank=1, min_side=2)
+    nd = d.int(1, len(shape))
+    params = {"normalized_ndim": nd, "eps": 1e-5}
+    return shape, d.tensor(shape), d.tensor(shape[len(shape) - nd :]), params
+
+
+@sample("layer_norm_affine")
+def _(d):
+    shape, x, w, params = _ln_affine_operands(d)
+    bias = [d.tensor(tuple(w.shape))] if d.bool() else []
+    return Sample([x, w, *bias], {**params, "has_bias": bool(bias)})
+
+
+@sample("layer_norm_affine_tangent")
+def _(d):
+    shape, x, w, params = _ln_affine_operands(d)
+    chosen = d.subset(3)
+    present = tuple(k in chosen for k in range(3))
+    sizes = (shape, tuple(w.shape), tuple(w.shape))
+    ts = [d.tensor(s) for s, p in zip(sizes, present) if p]
+    return Sample([x, w, *ts], {**params, "present": present})
+
+
+@sample("layer_norm_affine_cotangent")
+def _(d):
+    shape, x, w, params = _ln_affine_operands(d)
+    chosen = d.subset(3)
+    mask = tuple(k in chosen for k in range(3))
+    return Sample([x, w, d.tensor(shape)], {**params, "mask": mask})
+
+
 def _upsample_sample(d, backward):
     from thunderx.primitives.composite_vision import KERNELS
 

@@ -93,8 +93,9 @@ def test_registry_size_and_module_budget():
     # (rnn, rnn_jvp, rnn_backward), remainder (its derivative needs the quotient its value
     # used, which fmod's selects cannot give), hypot (sqrt(x*x + y*y) overflows), silu and mish
     # with their backward kernels (4), torch's fused add/addcmul/addcdiv kernels (3), copy (a
-    # fresh jit output where torch returns one): the cap keeps the set a deliberate choice
-    assert 60 <= len(core.primitives) <= 198
+    # fresh jit output where torch returns one), 3 for layer_norm with its affine in torch's
+    # kernel (forward, tangent, backward): the cap keeps the set a deliberate choice
+    assert 60 <= len(core.primitives) <= 201
     import pathlib
 
     root = pathlib.Path(tx.__file__).parent.parent

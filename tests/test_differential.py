@@ -38,6 +38,8 @@ NOT_IN_TABLE = {
     "tests/test_lowering_kernels.py (a Hessian-vector product) and tests/test_composite.py",
     "max_pool_gather": "max_pool's tangent, only in forward mode (the table stages f and grad): "
     "tests/test_composite.py and tests/test_composite_cnn.py",
+    "layer_norm_affine_tangent": "layer_norm's tangent with its affine, only in forward mode (the "
+    "table stages f and grad): tests/test_composite.py and tests/test_layer_norm_affine.py",
     **{
         n: "complex values: derivatives vs torch.func in tests/test_complex.py"
         for n in ("real", "imag", "conj", "complex")

@@ -216,8 +216,21 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
         group_norm_p,
     )
     from thunderx.primitives.composite_norm import layer_norm_backward_p, layer_norm_p
+    from thunderx.primitives.composite_norm_affine import (
+        backward_source,
+        cotangent_p,
+        layer_norm_affine_p,
+    )
 
-    def layer_norm(x, params, stats):
+    def layer_norm_affine(x, params, bparams, stats):
+        shape = tuple(x.shape[x.ndim - params["normalized_ndim"] :])
+        bias = "{2}" if params["has_bias"] else "None"
+        eps = params["eps"]
+        fwd = f"({stats} := torch.native_layer_norm({{0}}, {shape}, {{1}}, {bias}, {eps!r}))[0]"
+        mean, rstd = f"{stats}[1]", f"{stats}[2]"
+        return fwd, backward_source("{0}", "{1}", "{2}", shape, mean, rstd, bparams["mask"])
+
+    def layer_norm(x, params, bparams, stats):
         shape = tuple(x.shape[x.ndim - params["normalized_ndim"] :])
         eps = params["eps"]
         fwd = f"({stats} := torch.native_layer_norm({{0}}, {shape}, None, None, {eps!r}))[0]"
@@ -227,7 +240,7 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
         )
         return fwd, bwd
 
-    def group_norm(x, params, stats):
+    def group_norm(x, params, bparams, stats):
         sizes = ", ".join(map(str, gn_sizes(x.shape, params["groups"])))
         eps = params["eps"]
         fwd = (
@@ -240,11 +253,14 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
         )
         return fwd, bwd
 
+    # primitive -> (tag, forward templates or None for a backward, position of x)
     kinds = {
-        layer_norm_p: ("ln", layer_norm),
-        layer_norm_backward_p: ("ln", None),
-        group_norm_p: ("gn", group_norm),
-        group_norm_backward_p: ("gn", None),
+        layer_norm_p: ("ln", layer_norm, 0),
+        layer_norm_backward_p: ("ln", None, 1),
+        group_norm_p: ("gn", group_norm, 0),
+        group_norm_backward_p: ("gn", None, 1),
+        layer_norm_affine_p: ("lna", layer_norm_affine, 0),
+        cotangent_p: ("lna", None, 0),
     }
     forwards: dict = {}
     out: dict = {}
@@ -252,17 +268,18 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
         kind = kinds.get(e.prim)
         if kind is None:
             continue
-        tag, templates = kind
-        x = e.inputs[0] if templates is not None else e.inputs[1]
+        tag, templates, at = kind
+        x = e.inputs[at]
         if not isinstance(x, Var):
             continue
-        key = (tag, id(x), tuple(sorted(e.params.items())))
+        same = {k: v for k, v in e.params.items() if k in ("normalized_ndim", "eps", "groups")}
+        key = (tag, id(x), tuple(sorted(same.items())))
         if templates is not None:
             if i not in claimed:
-                forwards.setdefault(key, (i, templates))
+                forwards.setdefault(key, (i, templates, e.params))
         elif key in forwards:
-            j, templates = forwards[key]
-            out[j], out[i] = templates(x.aval, e.params, f"_{tag}_stats{j}")
+            j, templates, params = forwards[key]
+            out[j], out[i] = templates(x.aval, params, e.params, f"_{tag}_stats{j}")
     return out
 
 

@@ -15,6 +15,7 @@ from thunderx.lang._base import (
     convert,
     dtype,
     float_operand,
+    is_tensor,
     ndim,
     promote,
     register,
@@ -31,6 +32,7 @@ from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
+from thunderx.primitives.composite_norm_affine import layer_norm_affine
 
 # ------------------------------------------------------------------------------ activations
 
@@ -242,6 +244,10 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
             f"trailing dims {shape(x)}"
         )
     if dims and 0 not in shape(x) and is_float(dtype(x)):
+        if _kernel_affine(x, weight, bias, dims):
+            # the weight and bias inside torch's kernel, its backward as the transpose
+            # (composite_norm_affine.py)
+            return layer_norm_affine(x, weight, bias, len(dims), eps)
         # torch's kernel, with native_layer_norm_backward as its derivative (composite_norm.py)
         return _affine(KN.layer_norm(x, len(dims), eps), weight, bias)
     n = float(math.prod(shape(x)[d] for d in dims))
@@ -250,6 +256,16 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     var = B.div(R.reduce_sum(B.mul(xc, xc), dims, keepdims=True), n)
     out = B.mul(xc, S.broadcast_to(U.rsqrt(B.add(var, eps)), shape(x)))
     return _affine(out, weight, bias)
+
+
+def _kernel_affine(x, weight, bias, dims) -> bool:
+    """Whether torch's kernel takes this weight and bias as they are: a weight, and both (the
+    bias may be absent) tensors of x's dtype and normalized shape."""
+    want = tuple(shape(x)[d] for d in dims)
+    return weight is not None and all(
+        p is None or (is_tensor(p) and tuple(shape(p)) == want and dtype(p) == dtype(x))
+        for p in (weight, bias)
+    )
 
 
 def _affine(out, weight, bias):

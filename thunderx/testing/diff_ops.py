@@ -245,6 +245,7 @@ def _table() -> dict[str, Op]:
         sh.pool,
     )
     add("layer_norm", lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b), sh.layer_norm)
+    add("layer_norm_plain", lambda x: F.layer_norm(x, x.shape[-1:]), sh.lastdim())
     add(
         "batch_norm",
         lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
@@ -293,7 +294,7 @@ OPS: dict[str, Op] = _table()
 # is checked alone at every edge, but drawing it into random programs would change every
 # recorded program (a program's ops are drawn from the sorted names by index). Their
 # compositions are covered by thunderx/testing/programs.py.
-SINGLE_ONLY = frozenset({"binary_cross_entropy", "add_alpha", "clone"})
+SINGLE_ONLY = frozenset({"binary_cross_entropy", "add_alpha", "clone", "layer_norm_plain"})
 PROGRAM_OPS = sorted(n for n in OPS if n not in SINGLE_ONLY)
 
 # --------------------------------------------------------------------------- the inputs

@@ -27,7 +27,20 @@ def _instance_norm(x):
     return F.instance_norm(both, eps=1.0)[0, 1].reshape(x.shape) if x.numel() > 1 else x
 
 
-NORM_STEPS = {"group_norm": _group_norm, "batch_norm": _batch_norm, "instance_norm": _instance_norm}
+def _layer_norm(x):
+    # a weight and bias made from x, so that grad reaches all three cotangents of the kernel
+    if x.ndim == 0 or x.shape[-1] < 2:
+        return x
+    rows = x.reshape(-1, x.shape[-1])
+    return F.layer_norm(x, x.shape[-1:], rows[0].cos() + 1.5, rows[-1] * 0.5, eps=1.0)
+
+
+NORM_STEPS = {
+    "group_norm": _group_norm,
+    "batch_norm": _batch_norm,
+    "instance_norm": _instance_norm,
+    "layer_norm": _layer_norm,
+}
 
 # elementwise composites with torch's kernels (their backward kernels reached through grad)
 ACTIVATION_STEPS = {
@@ -54,4 +67,7 @@ FORWARD_ONLY = {
     "programs do not stage; tests/test_composite.py checks it",
     "max_pool_gather": "max_pool's tangent appears only in forward mode, which random programs "
     "do not stage; tests/test_composite.py and tests/test_composite_cnn.py check it",
+    "layer_norm_affine_tangent": "layer_norm's tangent with its affine appears only in forward "
+    "mode, which random programs do not stage; tests/test_composite.py and "
+    "tests/test_layer_norm_affine.py check it",
 }

@@ -25,7 +25,7 @@ from thunderx.testing.programs_not_generated import NOT_GENERATED  # noqa: F401 
 
 _BESSEL = ("i0", "i0e", "i1", "i1e", "erfcx")
 UNARY = {
-    **NORM_STEPS,  # batch_norm, group_norm, instance_norm
+    **NORM_STEPS,  # batch_norm, group_norm, instance_norm, layer_norm with its affine
     "sin": torch.sin,
     "cos": torch.cos,
     "tanh": torch.tanh,
