@@ -331,3 +331,20 @@ def test_repeat_gradient_is_torchs_repeat_backward(shape, reps):
     assert torch.equal(tx.jit(lambda x: x.repeat(*reps))(x), x.repeat(*reps))
     for grad in (tx.grad(loss), tx.jit(tx.grad(loss))):
         assert torch.equal(grad(x), want)
+
+
+@pytest.mark.parametrize(
+    "fn", [F.relu6, lambda v: F.hardtanh(v, -1.0, 0.0), lambda v: F.hardtanh(v, 0.0, 1.0)]
+)
+def test_hardtanh_keeps_the_input_at_its_bounds_as_torchs_clamp(fn):
+    # relu6(-0.0) is -0.0 in torch (max(x, 0) keeps x); atan2 after it told the two apart
+    x = torch.tensor([-0.0, 0.0, -1.0, 1.0, 6.0, 7.0, math.nan, 0.5], dtype=F64)
+    for ours in (fn, tx.jit(fn), tx.vmap(fn)):
+        got = ours(x)
+        assert torch.equal(got.nan_to_num(), fn(x).nan_to_num())
+        assert torch.equal(got.signbit(), fn(x).signbit())
+    # the derivative stays 0 at the bounds, 1 strictly inside (torch's hardtanh_backward; at
+    # nan see docs/conventions.md, nan-derivative-by-kernel-path)
+    g = lambda v: fn(v).sum()  # noqa: E731
+    finite = ~x.isnan()
+    assert torch.equal(tx.grad(g)(x)[finite], tf.grad(g)(x)[finite])

@@ -60,7 +60,13 @@ def hardtanh(x, min_val=-1.0, max_val=1.0, inplace=False):
         from thunderx.lang.elementwise import _clamp
 
         return _clamp(x, min_val, max_val)
-    return U.select(B.le(x, min_val), min_val, U.select(B.ge(x, max_val), max_val, x))
+    from thunderx.primitives.higher_order import stop_gradient
+
+    # at a bound the value is x itself, as clamp's max(x, min) keeps x: -0.0 stays -0.0 at a
+    # bound of 0 (relu6(-0.0) is -0.0 in torch), with the derivative 0 there
+    at_bound = B.or_p.bind(B.eq(x, min_val), B.eq(x, max_val))
+    inside = U.select(at_bound, stop_gradient(x), x)
+    return U.select(B.lt(x, min_val), min_val, U.select(B.gt(x, max_val), max_val, inside))
 
 
 @register(F.gelu)

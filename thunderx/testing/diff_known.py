@@ -175,7 +175,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("minimum", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
     **{
         ("<with minimum>", check, "kink"): "forward-mode-unselected-tangent"
-        for check in ("jvp", "linearize", "jacfwd")
+        for check in ("jvp", "linearize", "jacfwd", "vmap(jvp)")
     },
     ("<with batch_norm>", "hessian", "kink"): "batch-norm-hessian-weight-block",
     ("<with cumprod>", "autograd", "kink"): "nan-cotangent-dropped",
