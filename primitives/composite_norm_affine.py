@@ -10,6 +10,8 @@ transpose; their derivatives in x and w come from their decompositions (hessians
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from thunderx.ad_util import Zero, is_undefined
@@ -29,8 +31,9 @@ def layer_norm_affine(x, w, b, normalized_ndim: int, eps: float):
     )
 
 
-def _shape(aval, normalized_ndim):
-    return tuple(aval.shape[len(aval.shape) - normalized_ndim :])
+def _shape(a, normalized_ndim):
+    """The normalized (trailing) shape of an aval or a tensor."""
+    return tuple(a.shape[len(a.shape) - normalized_ndim :])
 
 
 def _abstract_eval(x, w, *b, normalized_ndim, eps, has_bias):
@@ -45,6 +48,16 @@ def _lead(x, normalized_ndim):
     return tuple(range(len(S._shape(x)) - normalized_ndim))
 
 
+def _slots(values, present) -> list:
+    """The values given for the present slots (of x, w, b) as three slots, None where absent."""
+    it = iter(values)
+    return [next(it) if p else None for p in present]
+
+
+def _sum(terms):
+    return functools.reduce(B.add, terms)
+
+
 def _decomposition(x, w, *b, normalized_ndim, eps, has_bias):
     xc, rstd, _, _ = _stats(x, normalized_ndim, eps)
     y = B.mul(B.mul(xc, rstd), S.broadcast_to(w, S._shape(x)))
@@ -52,8 +65,7 @@ def _decomposition(x, w, *b, normalized_ndim, eps, has_bias):
 
 
 def _impl(x, w, *b, normalized_ndim, eps, has_bias):
-    shape = x.shape[x.dim() - normalized_ndim :]
-    return torch.native_layer_norm(x, shape, w, b[0] if b else None, eps)[0]
+    return torch.native_layer_norm(x, _shape(x, normalized_ndim), w, b[0] if b else None, eps)[0]
 
 
 def _codegen(args, avals, *, normalized_ndim, eps, has_bias):
@@ -87,8 +99,7 @@ def _batch_forward(args, dims, **params):
 def _tangent_decomposition(x, w, *ts, normalized_ndim, eps, present):
     """w * J t_x + y_hat * t_w + t_b, J the normalization's (symmetric) Jacobian."""
     shp = S._shape(x)
-    it = iter(ts)
-    tx, tw, tb = (next(it) if p else None for p in present)
+    tx, tw, tb = _slots(ts, present)
     out = []
     if tx is not None:
         jt = _backward_decomposition(tx, x, normalized_ndim=normalized_ndim, eps=eps)
@@ -98,20 +109,16 @@ def _tangent_decomposition(x, w, *ts, normalized_ndim, eps, present):
         out.append(B.mul(B.mul(xc, rstd), S.broadcast_to(tw, shp)))
     if tb is not None:
         out.append(S.broadcast_to(tb, shp))
-    total = out[0]
-    for o in out[1:]:
-        total = B.add(total, o)
-    return total
+    return _sum(out)
 
 
 def _tangent_impl(x, w, *ts, normalized_ndim, eps, present):
-    shape = x.shape[x.dim() - normalized_ndim :]
+    shape = _shape(x, normalized_ndim)
     _, mean, rstd = torch.native_layer_norm(x, shape, None, None, eps)
     # the normalized value as the backward kernel forms it, (x - mean) * rstd: the forward
     # kernel's x * rstd - mean * rstd cancels where the row's spread is far below its mean
     y = (x - mean) * rstd
-    it = iter(ts)
-    tx, tw, tb = (next(it) if p else None for p in present)
+    tx, tw, tb = _slots(ts, present)
     total = torch.zeros_like(x)
     if tx is not None:
         mask = [True, False, False]
@@ -132,16 +139,11 @@ def _tangent_abstract_eval(x, w, *ts, normalized_ndim, eps, present):
 def _tangent_transpose(ct, x, w, *ts, normalized_ndim, eps, present):
     if is_undefined(x) or is_undefined(w):
         raise TypeError("layer_norm_affine_tangent is linear in its tangents only")
-    wanted = [is_undefined(t) for t in ts]
-    mask, k = [], 0
-    for p in present:
-        mask.append(p and wanted[k] if p else False)
-        k += p
+    mask = tuple(t is not None and is_undefined(t) for t in _slots(ts, present))
     if type(ct) is Zero or not any(mask):
         return [None] * (2 + len(ts))
-    cts = cotangent_p.bind(x, w, ct, normalized_ndim=normalized_ndim, eps=eps, mask=tuple(mask))
-    it = iter(cts)
-    by_slot = [next(it) if m else None for m in mask]
+    cts = cotangent_p.bind(x, w, ct, normalized_ndim=normalized_ndim, eps=eps, mask=mask)
+    by_slot = _slots(cts, mask)
     return [None, None] + [by_slot[i] for i, p in enumerate(present) if p]
 
 
@@ -158,12 +160,7 @@ def _tangent_batch(args, dims, **params):
     x = _front(x, dims[0], size)
     shp = S._shape(x)
     nd, eps = params["normalized_ndim"], params["eps"]
-    slots, k = {}, 2
-    for slot, p in enumerate(present):
-        if p:
-            slots[slot] = (args[k], dims[k])
-            k += 1
-    terms = []
+    slots = _slots(zip(args[2:], dims[2:]), present)
 
     def one(slot, t):
         only = tuple(i == slot for i in range(3))
@@ -178,15 +175,9 @@ def _tangent_batch(args, dims, **params):
             return t
         return B.mul(one(1, S.broadcast_to(B.add(B.mul(w, 0.0), 1.0), S._shape(w))), t)
 
-    if 0 in slots:
-        terms.append(one(0, _front(*slots[0], size)))
-    for slot in (1, 2):
-        if slot in slots:
-            terms.append(scaled(*slots[slot], slot))
-    total = terms[0]
-    for t in terms[1:]:
-        total = B.add(total, t)
-    return total, 0
+    terms = [one(0, _front(*slots[0], size))] if slots[0] is not None else []
+    terms += [scaled(*slots[k], k) for k in (1, 2) if slots[k] is not None]
+    return _sum(terms), 0
 
 
 def _front(a, d, size):
@@ -212,7 +203,7 @@ def _cotangent_decomposition(x, w, ct, *, normalized_ndim, eps, mask):
 
 
 def _cotangent_impl(x, w, ct, *, normalized_ndim, eps, mask):
-    shape = x.shape[x.dim() - normalized_ndim :]
+    shape = _shape(x, normalized_ndim)
     # the statistics as torch's forward computes them (so the numbers are torch's); the weight
     # stands in for the bias, which the kernel reads only to know that its cotangent is wanted
     _, mean, rstd = torch.native_layer_norm(x, shape, None, None, eps)
@@ -251,9 +242,8 @@ def _cotangent_abstract_eval(x, w, ct, *, normalized_ndim, eps, mask):
 def _cotangent_transpose(cts, x, w, ct, *, normalized_ndim, eps, mask):
     if is_undefined(x) or is_undefined(w):
         raise TypeError("layer_norm_affine_cotangent is linear in its cotangent only")
-    it = iter(cts)
-    by_slot = [next(it) if m else Zero(get_aval(w)) for m in mask]
-    present = tuple(m and type(c) is not Zero for m, c in zip(mask, by_slot))
+    by_slot = _slots(cts, mask)
+    present = tuple(c is not None and type(c) is not Zero for c in by_slot)
     if not any(present):
         return [None, None, None]
     ts = [c for c, p in zip(by_slot, present) if p]

@@ -13,7 +13,7 @@ from thunderx.executors import cpu_gemm
 from thunderx.executors.inductor_exec import clear_kernel_cache, inductor_unavailable_reason
 from thunderx.testing.programs import random_programs, run_program
 
-from .test_recycle import every_output_recycled
+from .test_recycle import _ptr, every_output_recycled
 
 pytestmark = pytest.mark.skipif(
     inductor_unavailable_reason() is not None,
@@ -26,10 +26,6 @@ def eager_gemm(monkeypatch):
     # eager torch's GEMM in inductor's graph too, so that float32's default tolerance holds
     # (oneDNN's, which sums in another order, is checked in test_cpu_gemm.py)
     monkeypatch.setattr(cpu_gemm, "_chosen", False)
-
-
-def _ptr(t):
-    return t.untyped_storage().data_ptr()
 
 
 def _per_example(w, b, x):

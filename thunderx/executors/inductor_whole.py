@@ -70,8 +70,8 @@ class WholeProgram(PerLayout):
         shares = not any(k.startswith("_param_") for k in namespace)  # params are all literal
         avals = [v.aval for v in jaxpr.constvars + jaxpr.invars]
         desc = tuple((a.shape, a.dtype, str(a.device)) for a in avals)
-        where = tuple(positions)
-        self.key = ("whole", self.source, desc, where) if shares else (id(self), desc)
+        key = ("whole", self.source, desc, tuple(positions))
+        self.key = key if shares else (id(self), desc)
 
     def __call__(self, *args):
         if not self.pools:

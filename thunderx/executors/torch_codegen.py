@@ -214,16 +214,21 @@ def generate_source(
     for i, (_, _, operands) in affine.items():
         for x in operands:  # read by the fused call: no equation before it writes them
             last_use[id(x)] = max(last_use.get(id(x), i), i)
-    keep = None
+    keep, bias_adds = None, set()
     if onednn:  # a graph for inductor: a bias add or SGD update after a product below oneDNN's
         # size stays its own equation, which inductor fuses into the next kernel (addmm's bias
-        # costs a strided copy and a beta=1 GEMM: 34 us against mm's 23 at 256x128x128)
-        keep = lambda i, fused: _large_onednn_product(jaxpr, jaxpr.eqns[i], i, {i: fused})
+        # costs a strided copy and a beta=1 GEMM: 34 us against mm's 23 at 256x128x128), spelled
+        # so that inductor's own CPU pattern (add of an mm -> addmm) does not fuse it back: a
+        # broadcast add of the product's unsqueezed rows
+
+        def keep(i, fused):
+            large = _large_onednn_product(jaxpr, jaxpr.eqns[i], i, {i: fused})
+            if not large:
+                bias_adds.add(i)
+            return large
+
     linears = gemm_patterns(jaxpr, last_use, keep)
     skipped |= {j for fused in linears.values() for j in fused[2]}
-    # ... and spelled so that inductor's own CPU pattern (add of an mm -> addmm) does not fuse
-    # it back: a broadcast add of the product's unsqueezed rows
-    bias_adds = set(gemm_patterns(jaxpr, {})) - set(linears) if onednn else set()
     starts, waits = split_phase_plan(jaxpr, namer, namespace, _param_src)
     hoisted = read_only_constants(jaxpr) if hoist_constants else set()
     release = releases(jaxpr, last_use, skipped | hoisted, affine)
