@@ -58,6 +58,49 @@ def _sum(terms):
     return functools.reduce(B.add, terms)
 
 
+def affine_norm_rules(name, get_forward, get_tangent, get_cotangent):
+    """(jvp, tangent's transpose, cotangent's transpose) of a norm with its affine inside the
+    kernel, as three primitives taking (x, w, ...) and the same params: the forward (x, w[, b]),
+    its tangent (x, w, the present tangents of x, w, b) and its cotangent (x, w, ct) giving
+    the cotangents `mask` asks for (layer norm here, batch and group norm in
+    composite_channel_affine.py)."""
+
+    def jvp(primals, tangents, *, has_bias, **params):
+        x, w = primals[:2]
+        y = get_forward().bind(*primals, has_bias=has_bias, **params)
+        present = tuple(type(t) is not Zero for t in tangents) + ((False,) if not has_bias else ())
+        if not any(present):
+            return y, Zero(get_aval(y))
+        ts = [t for t in tangents if type(t) is not Zero]
+        return y, get_tangent().bind(x, w, *ts, present=present, **params)
+
+    def tangent_transpose(ct, x, w, *ts, present, **params):
+        if is_undefined(x) or is_undefined(w):
+            raise TypeError(f"{name}_tangent is linear in its tangents only")
+        mask = tuple(t is not None and is_undefined(t) for t in _slots(ts, present))
+        if type(ct) is Zero or not any(mask):
+            return [None] * (2 + len(ts))
+        by_slot = _slots(get_cotangent().bind(x, w, ct, mask=mask, **params), mask)
+        return [None, None] + [by_slot[i] for i, p in enumerate(present) if p]
+
+    def cotangent_transpose(cts, x, w, ct, *, mask, **params):
+        if is_undefined(x) or is_undefined(w):
+            raise TypeError(f"{name}_cotangent is linear in its cotangent only")
+        by_slot = _slots(cts, mask)
+        present = tuple(c is not None and type(c) is not Zero for c in by_slot)
+        if not any(present):
+            return [None, None, None]
+        ts = [c for c, p in zip(by_slot, present) if p]
+        return [None, None, get_tangent().bind(x, w, *ts, present=present, **params)]
+
+    return jvp, tangent_transpose, cotangent_transpose
+
+
+_jvp, _tangent_transpose, _cotangent_transpose = affine_norm_rules(
+    "layer_norm_affine", lambda: layer_norm_affine_p, lambda: tangent_p, lambda: cotangent_p
+)
+
+
 def _decomposition(x, w, *b, normalized_ndim, eps, has_bias):
     xc, rstd, _, _ = _stats(x, normalized_ndim, eps)
     y = B.mul(B.mul(xc, rstd), S.broadcast_to(w, S._shape(x)))
@@ -72,18 +115,6 @@ def _codegen(args, avals, *, normalized_ndim, eps, has_bias):
     bias = args[2] if has_bias else "None"
     shape = _shape(avals[0], normalized_ndim)
     return f"torch.native_layer_norm({args[0]}, {shape}, {args[1]}, {bias}, {eps!r})[0]"
-
-
-def _jvp(primals, tangents, *, normalized_ndim, eps, has_bias):
-    x, w = primals[:2]
-    y = layer_norm_affine_p.bind(
-        *primals, normalized_ndim=normalized_ndim, eps=eps, has_bias=has_bias
-    )
-    present = tuple(type(t) is not Zero for t in tangents) + ((False,) if not has_bias else ())
-    if not any(present):
-        return y, Zero(get_aval(y))
-    ts = [t for t in tangents if type(t) is not Zero]
-    return y, tangent_p.bind(x, w, *ts, normalized_ndim=normalized_ndim, eps=eps, present=present)
 
 
 def _batch_forward(args, dims, **params):
@@ -134,17 +165,6 @@ def _tangent_impl(x, w, *ts, normalized_ndim, eps, present):
 def _tangent_abstract_eval(x, w, *ts, normalized_ndim, eps, present):
     _check("layer_norm_affine_tangent", x, normalized_ndim)
     return x.strip_weak()
-
-
-def _tangent_transpose(ct, x, w, *ts, normalized_ndim, eps, present):
-    if is_undefined(x) or is_undefined(w):
-        raise TypeError("layer_norm_affine_tangent is linear in its tangents only")
-    mask = tuple(t is not None and is_undefined(t) for t in _slots(ts, present))
-    if type(ct) is Zero or not any(mask):
-        return [None] * (2 + len(ts))
-    cts = cotangent_p.bind(x, w, ct, normalized_ndim=normalized_ndim, eps=eps, mask=mask)
-    by_slot = _slots(cts, mask)
-    return [None, None] + [by_slot[i] for i, p in enumerate(present) if p]
 
 
 def _tangent_batch(args, dims, **params):
@@ -237,21 +257,6 @@ def _cotangent_abstract_eval(x, w, ct, *, normalized_ndim, eps, mask):
     _check("layer_norm_affine_cotangent", x, normalized_ndim)
     outs = [x.strip_weak()] if mask[0] else []
     return outs + [w.strip_weak() for m in mask[1:] if m]
-
-
-def _cotangent_transpose(cts, x, w, ct, *, normalized_ndim, eps, mask):
-    if is_undefined(x) or is_undefined(w):
-        raise TypeError("layer_norm_affine_cotangent is linear in its cotangent only")
-    by_slot = _slots(cts, mask)
-    present = tuple(c is not None and type(c) is not Zero for c in by_slot)
-    if not any(present):
-        return [None, None, None]
-    ts = [c for c, p in zip(by_slot, present) if p]
-    return [
-        None,
-        None,
-        tangent_p.bind(x, w, *ts, normalized_ndim=normalized_ndim, eps=eps, present=present),
-    ]
 
 
 def _cotangent_batch(args, dims, **params):

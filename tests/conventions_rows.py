@@ -13,6 +13,7 @@ import thunderx as tx
 
 from .conventions_rows_base import F64, S, T, _close
 from .conventions_rows_numeric import (
+    batched_norm_weight_cotangent,
     batched_recurrent_rounding,
     bce_second_derivative_at_the_clamp,
     bce_with_logits_at_minus_infinity,
@@ -188,6 +189,17 @@ def batched_rule_at_nan():
     _close(ours, tx.grad(g, (0, 1))(v, b))
     assert torch.isnan(ours[0]).all() and torch.isnan(tf.grad(g, (0, 1))(v, b)[0]).all()
     assert (theirs[0] == 0).all()
+
+    # exp overflowing to inf before linear: the weight/input block of the Hessian
+    def h(x, w):
+        return F.linear(torch.exp(x * 30.0), w).sum()
+
+    x, w = T(0.1, 30.0), T(1.5, -2.0, 3.0, 0.5).reshape(2, 2)
+    ours = tx.hessian(h, argnums=(0, 1))(x, w)[1][0]  # d/dx_k of d/dw_ij: exp'(x_j) at j == k
+    assert torch.isinf(ours[:, 1, 1]).all() and (ours[:, 1, 1] > 0).all()
+    rev_rev = tf.jacrev(tf.jacrev(h, argnums=1), argnums=0)(x, w)
+    assert torch.equal(ours[:, 1, 1], rev_rev[:, 1, 1])
+    assert torch.isnan(tf.hessian(h, argnums=(0, 1))(x, w)[1][0][:, 1, 1]).all()
 
 
 def variance_without_degrees_of_freedom():
@@ -498,5 +510,6 @@ BEHAVIOUR = {
         bce_second_derivative_at_the_clamp,
         product_derivative_at_subnormals,
         normalized_rounding_noise,
+        batched_norm_weight_cotangent,
     )
 }

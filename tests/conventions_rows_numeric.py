@@ -118,3 +118,24 @@ def normalized_rounding_noise():
     for g in (ours, theirs):
         assert torch.equal(g * 2**14, (g * 2**14).round())
     torch.testing.assert_close(ours, theirs, rtol=0, atol=2**-8)
+
+
+def batched_norm_weight_cotangent():
+    # per-example gradients of batch norm's weight with equal cotangents of 7e16 on a channel:
+    # the sum over the channel is cancellation (its exact value is 0 times 7e16)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 2, dtype=F64, generator=g) * 10 + 1000
+    w, b = torch.randn(2, dtype=F64, generator=g), torch.randn(2, dtype=F64, generator=g)
+    ct = torch.full((3, 2), 7e16, dtype=F64)
+
+    def s(x, w):
+        return (F.batch_norm(x, None, None, w, b, training=True) * ct).sum()
+
+    loop = []
+    for i in range(2):  # torch.autograd per example: torch's backward kernel
+        wp = w.clone().requires_grad_()
+        loop.append(torch.autograd.grad(s(x[i], wp), wp)[0])
+    ours = tx.vmap(tx.grad(s, argnums=1), in_axes=(0, None))(x, w)
+    assert torch.equal(ours, torch.stack(loop))
+    theirs = tf.vmap(tf.grad(s, argnums=1), in_dims=(0, None))(x, w)
+    assert (theirs - torch.stack(loop)).abs().max() > 1.0

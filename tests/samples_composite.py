@@ -222,6 +222,39 @@ def _(d):
     return Sample([x, w, d.tensor(shape)], {**params, "mask": mask})
 
 
+def _cn_affine_operands(d):
+    groups = d.choice([0, 1, 2])  # 0: batch norm
+    n = d.int(1, 3) if groups else d.int(2, 3)  # batch norm: more than one value per channel
+    shape = (n, 2 * d.int(1, 2)) + d.shape(min_rank=1, max_rank=2, min_side=2)
+    params = {"groups": groups, "eps": 1e-5}
+    return shape, d.tensor(shape), d.tensor(shape[1:2]), params
+
+
+@sample("channel_norm_affine")
+def _(d):
+    shape, x, w, params = _cn_affine_operands(d)
+    bias = [d.tensor(tuple(w.shape))] if d.bool() else []
+    return Sample([x, w, *bias], {**params, "has_bias": bool(bias)})
+
+
+@sample("channel_norm_affine_tangent")
+def _(d):
+    shape, x, w, params = _cn_affine_operands(d)
+    chosen = d.subset(3)
+    present = tuple(k in chosen for k in range(3))
+    sizes = (shape, tuple(w.shape), tuple(w.shape))
+    ts = [d.tensor(s) for s, p in zip(sizes, present) if p]
+    return Sample([x, w, *ts], {**params, "present": present})
+
+
+@sample("channel_norm_affine_cotangent")
+def _(d):
+    shape, x, w, params = _cn_affine_operands(d)
+    chosen = d.subset(3)
+    mask = tuple(k in chosen for k in range(3))
+    return Sample([x, w, d.tensor(shape)], {**params, "mask": mask})
+
+
 def _upsample_sample(d, backward):
     from thunderx.primitives.composite_vision import KERNELS
 

@@ -40,6 +40,9 @@ NOT_IN_TABLE = {
     "tests/test_composite.py and tests/test_composite_cnn.py",
     "layer_norm_affine_tangent": "layer_norm's tangent with its affine, only in forward mode (the "
     "table stages f and grad): tests/test_composite.py and tests/test_layer_norm_affine.py",
+    "channel_norm_affine_tangent": "batch and group norm's tangent with their affine, only in "
+    "forward mode (the table stages f and grad): tests/test_composite.py and "
+    "tests/test_channel_norm_affine.py",
     **{
         n: "complex values: derivatives vs torch.func in tests/test_complex.py"
         for n in ("real", "imag", "conj", "complex")

@@ -182,7 +182,12 @@ _LINEAR_IN_GRAD = {
 _LINEAR_IN_SECOND = {"triangular_solve", "expm_frechet"}
 # Linear in every operand after the first two (x and the weight: layer_norm's tangent with its
 # affine in the tangents, its transpose in the cotangent).
-_LINEAR_AFTER_TWO = {"layer_norm_affine_tangent", "layer_norm_affine_cotangent"}
+_LINEAR_AFTER_TWO = {
+    "layer_norm_affine_tangent",
+    "layer_norm_affine_cotangent",
+    "channel_norm_affine_tangent",
+    "channel_norm_affine_cotangent",
+}
 # Linear in its first three operands (the tangents of q, k and v).
 _LINEAR_IN_FIRST_THREE = {"sdpa_jvp"}
 # Linear in a leading group whose size depends on the layer: rnn_jvp in the tangents (the first

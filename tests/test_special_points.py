@@ -136,6 +136,13 @@ NOT_RUN = {
     # cannot decide next to an infinity. Finite inputs agree (the other cases here, and
     # tests/test_composite_cnn.py).
     ("batch_norm_backward", "inf"): "open: torch's double backward next to an infinite channel",
+    **{
+        (name, "inf"): "torch's double backward of native_batch_norm_backward next to an "
+        "infinite channel is wrong in the finite channels (the reference here); thunderx's "
+        "equals float64 finite differences of torch's own first derivative there "
+        "(tests/test_channel_norm_affine.py)"
+        for name in ("channel_norm_affine_tangent", "channel_norm_affine_cotangent")
+    },
     ("binary_cross_entropy", "inf"): "torch's kernel refuses values outside [0, 1]",
     ("binary_cross_entropy_backward", "inf"): "an infinite probability is outside the loss's "
     "domain (its forward kernel refuses it): the backward kernel computes a value there, but "

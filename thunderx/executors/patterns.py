@@ -206,10 +206,11 @@ def read_only_constants(jaxpr: Jaxpr) -> set[int]:
 
 
 def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
-    """A layer_norm or group_norm backward that follows the forward of the same input reads the
+    """A layer, batch or group norm backward that follows the forward of the same input reads the
     statistics the forward computed (torch's kernels return mean and rstd) instead of running
     the forward again. Returns {equation index: source template of its arguments as {0}, ...}.
     A forward at an index in `claimed` (emitted otherwise, or not at all) is no such source."""
+    from thunderx.primitives import composite_channel_affine as CA
     from thunderx.primitives.composite_channel_norm import (
         gn_sizes,
         group_norm_backward_p,
@@ -253,6 +254,14 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
         )
         return fwd, bwd
 
+    def channel_affine(x, params, bparams, stats):
+        groups, eps = params["groups"], params["eps"]
+        bias = "{2}" if params["has_bias"] else "None"
+        fwd = f"({stats} := {CA.forward_source('{0}', '{1}', bias, x.shape, groups, eps)})[0]"
+        mean, rstd = f"{stats}[1]", f"{stats}[2]"
+        mask = bparams["mask"]
+        return fwd, CA.backward_source("{2}", "{0}", "{1}", x.shape, mean, rstd, groups, eps, mask)
+
     # primitive -> (tag, forward templates or None for a backward, position of x)
     kinds = {
         layer_norm_p: ("ln", layer_norm, 0),
@@ -261,6 +270,8 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
         group_norm_backward_p: ("gn", None, 1),
         layer_norm_affine_p: ("lna", layer_norm_affine, 0),
         cotangent_p: ("lna", None, 0),
+        CA.channel_affine_p: ("cna", channel_affine, 0),
+        CA.cotangent_p: ("cna", None, 0),
     }
     forwards: dict = {}
     out: dict = {}

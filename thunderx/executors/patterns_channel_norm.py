@@ -1,8 +1,9 @@
-"""Channel normalizations with their affine in torch's kernels. The language layer writes
-`F.batch_norm(x, None, None, w, b, training=True)`, `F.instance_norm(x, weight=w, bias=b)` and
-`F.group_norm(x, G, w, b)` as the normalized value times a broadcast weight plus a broadcast bias
-(so transforms see an affine map of a normalization). Torch's kernels fold the affine into the
-normalization (`x * (w * invstd) + (b - mean * w * invstd)`), which rounds differently: at a
+"""Channel normalizations with their affine in torch's kernels. With a weight the language
+layer already puts the affine inside the kernel (primitives/composite_channel_affine.py); a bias
+alone (torch's group norm backward kernel fails without a weight) and an affine written out,
+`F.batch_norm(x, None, None, training=True) * w + b`, are the normalized value times a broadcast
+weight plus a broadcast bias in the program, which this pass gives back to the kernel. Torch's
+kernels fold the affine into the normalization (`x * (w * invstd) + (b - mean * w * invstd)`), which rounds differently: at a
 constant channel of 30s with weight 30 and bias -30, eager torch gives -30.0000000000073 and the
 product-then-sum -29.99999999997, and a `trunc` after it turns that into -30 against -29. The
 torch executor puts each group back together as torch runs it, so that the numbers are eager
@@ -150,10 +151,9 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
             backward = bn_backward_source("{0}", "{1}", f"{saved}[1]", f"{saved}[2]", eps)
         else:
             sizes = ", ".join(map(str, gn_sizes(x.aval.shape, e.params["groups"])))
-            call = (
-                f"torch.native_group_norm({{0}}.contiguous(), {wb_source(fw, fb)}, {sizes}, "
-                f"{eps!r})"
-            )
+            # torch's group norm kernels read the weight and bias as contiguous
+            wb = wb_source(fw, fb).replace("}", "}.contiguous()")
+            call = f"torch.native_group_norm({{0}}.contiguous(), {wb}, {sizes}, {eps!r})"
             g, x_ = "{0}.contiguous()", "{1}.contiguous()"
             backward = gn_backward_source(g, x_, f"{saved}[1]", f"{saved}[2]", sizes)
         group |= set() if shared else {i}  # else the normalized value stays for its readers
@@ -163,6 +163,8 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         if full is not None:
             mask = backward_mask(full)
             weight = "None" if w is None else "{2}"  # the backward's operands: g, x, w
+            if e.prim is not batch_norm_p and w is not None:
+                weight = "{2}.contiguous()"
             stats = (f"{saved}[1]", f"{saved}[2]")
             if e.prim is batch_norm_p:
                 call = bn_backward_source("{0}", "{1}", *stats, eps, weight, mask)

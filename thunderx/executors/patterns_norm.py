@@ -375,6 +375,7 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
     more). `torch.native_batch_norm(x, w, b, mean, var, True, 1.0, eps)` computes all of them
     in one pass, with eager torch's rounding; returns the same ({index: (outs, template,
     operands)}, skipped indices) as `layer_norm_affine`."""
+    from thunderx.primitives import composite_channel_affine as CA
     from thunderx.primitives.composite_channel_norm import (
         batch_norm_backward_p,
         batch_norm_p,
@@ -397,14 +398,22 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
         else:
             stats[id(v)] = (i, set())
     backwards: dict = {}
+    cotangents: dict = {}  # of a batch norm with its affine (composite_channel_affine.py)
     for j, e in enumerate(eqns):
         if e.prim is batch_norm_backward_p and isinstance(e.inputs[1], Var):
             backwards.setdefault((id(e.inputs[1]), e.params["eps"]), []).append(j)
+        elif e.prim is CA.cotangent_p and e.params["groups"] == 0:
+            key = (id(e.inputs[0]), id(e.inputs[1]), e.params["eps"])
+            cotangents.setdefault(key, []).append(j)
     emit: dict = {}
     skip: set = set()
     for i, bn in enumerate(eqns):
-        x = bn.inputs[0] if bn.prim is batch_norm_p else None
+        x = bn.inputs[0] if bn.prim in (batch_norm_p, CA.channel_affine_p) else None
         if x is None or id(x) not in stats or x.aval.ndim < 2:
+            continue
+        if bn.prim is CA.channel_affine_p:
+            if bn.params["groups"] == 0:
+                _affine_training(emit, skip, eqns, producer, i, stats, cotangents)
             continue
         j_stats, detached = stats.pop(id(x))
         y, eps = bn.outputs[0], bn.params["eps"]
@@ -442,6 +451,36 @@ def batch_norm_training(jaxpr: Jaxpr) -> tuple[dict, set]:
                 template = bn_backward_source("{0}", "{1}", f"{saved}[3]", f"{saved}[4]", eps)
                 emit[j] = ([eqns[j].outputs[0]], template, list(eqns[j].inputs))
     return emit, skip
+
+
+def _affine_training(emit, skip, eqns, producer, i, stats, cotangents) -> None:
+    """`batch_norm_training` of a batch norm with its weight (and bias) inside the kernel
+    (composite_channel_affine.py): the forward, the running statistics' batch statistics and
+    the backward calls on the same x and weight reading the saved mean and invstd."""
+    from thunderx.primitives import composite_channel_affine as CA
+
+    bn = eqns[i]
+    x, vecs, eps = bn.inputs[0], bn.inputs[1:], bn.params["eps"]
+    j_stats, detached = stats[id(x)]
+    group = {i, j_stats} | detached
+    if any(producer.get(id(v), -1) >= min(group) for v in vecs):
+        return  # a weight computed between the statistics and the norm: separate calls
+    del stats[id(x)]
+    first, saved = min(group), f"_bn_train{i}"
+    bias = "{2}" if bn.params["has_bias"] else "None"
+    call = f"({saved} := _batch_norm_train({{0}}, {{1}}, {bias}, {eps!r}))"
+    outs = [bn.outputs[0], *eqns[j_stats].outputs, None, None]
+    emit[first] = (outs, call, [x, *vecs])
+    skip |= group - {first}
+    for j in cotangents.get((id(x), id(vecs[0]), eps), []):
+        if j > first:
+            e = eqns[j]
+            mean, invstd = f"{saved}[3]", f"{saved}[4]"
+            mask = e.params["mask"]
+            template = CA.backward_source(
+                "{2}", "{0}", "{1}", x.aval.shape, mean, invstd, 0, eps, mask
+            )
+            emit[j] = (list(e.outputs), template, list(e.inputs))
 
 
 def batch_norm_train_call(x, w, b, eps):

@@ -1,9 +1,10 @@
 """Channel normalizations: batch_norm, instance_norm, group_norm and their aten spellings
 (native_batch_norm, _native_batch_norm_legit, _batch_norm_with_update, native_group_norm).
 
-Normalizing with batch statistics runs as torch's kernels (composite_channel_norm.py) with
-their fused backward kernels as derivatives; the affine part and normalizing with given running
-statistics are elementwise primitives.
+Normalizing with batch statistics runs as torch's kernels with their fused backward kernels as
+derivatives: with a weight (and bias) of x's dtype the affine is inside the kernel, as torch
+computes it (composite_channel_affine.py), else the plain kernels (composite_channel_norm.py)
+followed by elementwise primitives; normalizing with given running statistics is elementwise.
 
 Running statistics in training mode are torch's in-place update of the caller's buffers:
 `running = momentum * batch_stat + (1 - momentum) * running` (the variance unbiased). Where the
@@ -22,13 +23,14 @@ from thunderx.core import Tracer, current_trace
 from thunderx.lang._base import add, aval, convert, div, dtype, mul, ndim, register, shape, sub
 from thunderx.lang.captured import write_captured
 from thunderx.lang.inplace import mutate
-from thunderx.lang.nn import layer_norm
+from thunderx.lang.nn import _kernel_affine, layer_norm
 from thunderx.primitives import binary as B
 from thunderx.primitives import composite_channel_norm as KC
 from thunderx.primitives import creation as C
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
+from thunderx.primitives.composite_channel_affine import channel_norm_affine
 from thunderx.primitives.higher_order import stop_gradient
 from thunderx.tracing import written_value
 
@@ -107,15 +109,20 @@ def _eval_norm(name, x, running_mean, running_var, eps):
     return B.mul(xc, U.rsqrt(B.add(_per_channel(running_var, x), eps)))
 
 
-def _training_norm(name, x, eps):
+def _training_norm(name, x, eps, weight=None, bias=None):
+    """x normalized with its batch statistics per channel, times the weight plus the bias."""
     if 0 in shape(x):
-        return _empty(x)
+        return _affine(_empty(x), weight, bias)
     if math.prod(shape(x)) // shape(x)[1] < 2:
         raise ValueError(
             f"{name}: expected more than 1 value per channel when training, got input of "
             f"shape {shape(x)}"
         )
-    return KC.batch_norm(x, eps)
+    if _kernel_affine(x, weight, bias, (1,)):
+        # the affine inside torch's kernel, its backward as the transpose
+        # (composite_channel_affine.py)
+        return channel_norm_affine(x, weight, bias, 0, eps)
+    return _affine(KC.batch_norm(x, eps), weight, bias)
 
 
 @register(F.batch_norm)
@@ -128,12 +135,11 @@ def batch_norm(
         "batch_norm", x, ("weight", weight), ("bias", bias), ("running_mean", running_mean)
     )
     if training or running_mean is None:
-        out = _training_norm("batch_norm", x, eps)
+        out = _training_norm("batch_norm", x, eps, weight, bias)
         if training and 0 not in shape(x):
             _running_update("batch_norm", x, running_mean, running_var, momentum)
-    else:
-        out = _eval_norm("batch_norm", x, running_mean, running_var, eps)
-    return _affine(out, weight, bias)
+        return out
+    return _affine(_eval_norm("batch_norm", x, running_mean, running_var, eps), weight, bias)
 
 
 def _native_batch_norm(
@@ -141,7 +147,7 @@ def _native_batch_norm(
 ):
     _check_channels(name, x, ("weight", weight), ("bias", bias), ("running_mean", running_mean))
     if training:
-        out = _affine(_training_norm(name, x, eps), weight, bias)
+        out = _training_norm(name, x, eps, weight, bias)
         _running_update(name, x, running_mean, running_var, momentum)
         mean, invstd = _batch_stats(x, eps)
         return out, mean, invstd
@@ -207,13 +213,21 @@ def instance_norm(
         return _affine(_eval_norm("instance_norm", x, running_mean, running_var, eps), weight, bias)
     if 0 in shape(x):
         return _affine(_empty(x), weight, bias)
-    # torch's instance_norm: batch_norm of the input seen as one sample of N * C channels
+    # torch's instance_norm: batch_norm of the input seen as one sample of N * C channels,
+    # the weight and bias repeated N times
     shp = shape(x)
     merged = S.reshape(x, (1, shp[0] * shp[1]) + shp[2:])
     if running_mean is not None or running_var is not None:
         _instance_running_update(merged, shp, running_mean, running_var, momentum)
-    out = S.reshape(_training_norm("instance_norm", merged, eps), shp)
-    return _affine(out, weight, bias)
+    if _kernel_affine(x, weight, bias, (1,)):
+        w, b = (None if v is None else _repeated(v, shp[0]) for v in (weight, bias))
+        return S.reshape(_training_norm("instance_norm", merged, eps, w, b), shp)
+    return _affine(S.reshape(_training_norm("instance_norm", merged, eps), shp), weight, bias)
+
+
+def _repeated(v, n):
+    """torch's v.repeat(n) of a (C,) vector."""
+    return S.reshape(S.broadcast_in_dim(v, (n, shape(v)[0]), (1,)), (n * shape(v)[0],))
 
 
 def _group_stats(x, groups, eps):
@@ -227,8 +241,12 @@ def _group_norm(name, x, groups, weight, bias, eps):
     _check_channels(name, x, ("weight", weight), ("bias", bias))
     if groups < 1 or shape(x)[1] % groups:
         raise ValueError(f"{name}: {shape(x)[1]} channels are not divisible into {groups} groups")
-    out = _empty(x) if 0 in shape(x) else KC.group_norm(x, groups, eps)
-    return _affine(out, weight, bias)
+    if 0 in shape(x):
+        return _affine(_empty(x), weight, bias)
+    if _kernel_affine(x, weight, bias, (1,)):
+        # the affine inside torch's kernel (composite_channel_affine.py)
+        return channel_norm_affine(x, weight, bias, groups, eps)
+    return _affine(KC.group_norm(x, groups, eps), weight, bias)
 
 
 @register(F.group_norm)

@@ -22,31 +22,6 @@ from thunderx.testing.diff_repros import (  # noqa: F401
 
 # (op, check, category) -> (owner, reason); check "*" stands for every check.
 KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
-    **{
-        (f"<with {op}>", "*", "kink"): (
-            "composites",
-            "transforms without jit compute the norm's affine as a product then a sum; torch's "
-            "kernel folds it into the normalization (x * alpha + beta) and rounds differently "
-            "(1e-11 at a near-constant channel of instance_norm; -4e-15 where group_norm of a "
-            "constant row gives exactly 0), which a later tie (minimum) or kink (the norm of a "
-            "zero vector) turns into another gradient; under jit the generated code calls "
-            "torch's kernel (executors/patterns_channel_norm.py); needs the affine inside the "
-            "norm primitives",
-        )
-        for op in ("instance_norm", "group_norm")
-    },
-    **{
-        ("<with group_norm>", check, "thunderx-wrong"): (
-            "composites",
-            "group_norm of a group whose values are nearly equal (avg_pool2d of a tie after "
-            "rms_norm): its derivative is torch's backward kernel, rstd * (g - mean(g) - "
-            "y mean(g y)), whose cancellation noise is scaled by a large rstd: -9.5e-7 where "
-            "torch gives 0 and finite differences 3.4e-9, and a jvp 1.1e-6 relative off "
-            "(0.6372391 against torch's 0.6372398 and finite differences' 0.6372398); with the "
-            "affine outside the kernel, needs the norm primitives' own derivative formulas",
-        )
-        for check in ("jit(vmap(grad))", "vmap(jvp)")
-    },
     ("layer_norm", "jacfwd", "unresolved"): (
         "composites",
         "forward mode over a row of values near 9e13 that differ by 1 (logsumexp of exp(30)s): "
@@ -56,19 +31,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "block and every reverse-mode check are torch's bits (composite_norm_affine.py); needs "
         "torch's forward-mode formula for the tangent's input term",
     ),
-    **{
-        ("<with batch_norm>", "jit(vmap(grad))", category): (
-            "composites",
-            "batch_norm's weight gradient is the cotangent times the normalized value torch's "
-            "forward kernel returns, which at a constant channel is rounding noise (5.5e-14 from "
-            "its folded x * alpha + beta) where torch's backward kernel recomputes "
-            "(x - mean) * invstd = 0; times a cotangent of 1e12 that is -0.09 against torch's 0 "
-            "(beside entries of 1e25); with equal cotangents of 7e16 on a channel (l1_loss's "
-            "sign) the sum of its normalized values rounds to 32 where torch.func's vmap gives 0 "
-            "and its per-sample loop -18; needs the affine inside the norm primitives",
-        )
-        for category in ("thunderx-wrong", "kink")
-    },
 }
 
 
@@ -89,6 +51,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with log_softmax>", "jacrev", "kink"): "batched-rule-at-nan",
     ("<with log_softmax>", "jit(vmap(grad))", "kink"): "batched-rule-at-nan",
     ("<with log_softmax>", "hessian", "unresolved"): "batched-rule-at-nan",
+    ("linear", "hessian", "unresolved"): "batched-rule-at-nan",
     ("<with amin>", "*", "unresolved"): "symbolic-zero-derivative",
     ("<with layer_norm>", "*", "kink"): "layer-norm-constant-row",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
@@ -96,6 +59,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("instance_norm", "*", "kink"): "layer-norm-constant-row",
     ("batch_norm", "*", "kink"): "layer-norm-constant-row",
     ("group_norm", "*", "kink"): "layer-norm-constant-row",
+    ("group_norm_plain", "*", "kink"): "layer-norm-constant-row",
     ("<with fmin>", "*", "kink"): "forward-mode-unselected-tangent",
     **{
         ("maximum", check, "kink"): "forward-mode-unselected-tangent"
@@ -178,6 +142,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for check in ("jvp", "linearize", "jacfwd", "vmap(jvp)")
     },
     ("<with batch_norm>", "hessian", "kink"): "batch-norm-hessian-weight-block",
+    ("<with batch_norm>", "jit(vmap(grad))", "kink"): "batched-norm-weight-cotangent",
     ("<with cumprod>", "autograd", "kink"): "nan-cotangent-dropped",
     ("<with round>", "*", "kink"): "symbolic-zero-derivative",
     ("i1e", "hessian", "kink"): "bessel-ratio-near-zero",

@@ -253,6 +253,13 @@ def _table() -> dict[str, Op]:
     )
     add("group_norm", lambda x, w, b: F.group_norm(x, 1, w, b), sh.channels)
     add("instance_norm", lambda x, w, b: F.instance_norm(x, weight=w, bias=b), sh.channels)
+    # without weight and bias: the plain kernels (composite_channel_norm.py)
+    add(
+        "batch_norm_plain",
+        lambda x: F.batch_norm(x, None, None, training=True),
+        sh.plain_channels,
+    )
+    add("group_norm_plain", lambda x: F.group_norm(x, 1), sh.plain_channels)
     add("rms_norm", lambda x: F.rms_norm(x, x.shape[-1:]), sh.lastdim())
     add("normalize", lambda x: F.normalize(x, dim=-1), sh.lastdim())
     add(
@@ -294,7 +301,16 @@ OPS: dict[str, Op] = _table()
 # is checked alone at every edge, but drawing it into random programs would change every
 # recorded program (a program's ops are drawn from the sorted names by index). Their
 # compositions are covered by thunderx/testing/programs.py.
-SINGLE_ONLY = frozenset({"binary_cross_entropy", "add_alpha", "clone", "layer_norm_plain"})
+SINGLE_ONLY = frozenset(
+    {
+        "binary_cross_entropy",
+        "add_alpha",
+        "clone",
+        "layer_norm_plain",
+        "batch_norm_plain",
+        "group_norm_plain",
+    }
+)
 PROGRAM_OPS = sorted(n for n in OPS if n not in SINGLE_ONLY)
 
 # --------------------------------------------------------------------------- the inputs

@@ -233,6 +233,12 @@ def channels(rng, base):
     return [base, base[1:2], base[1:2]], None, {}
 
 
+def plain_channels(rng, base):
+    """(N, C, ...) with more than one value per channel, without weight and bias."""
+    found = channels(rng, base)
+    return None if found is None else ([base], None, {})
+
+
 def target(rng, base):
     return [base, base], None, {}
 

@@ -9,17 +9,29 @@ import torch
 import torch.nn.functional as F
 
 
+def _affine(x, n, parity):
+    """A weight and bias for n channels made from x (grad reaches all three cotangents of the
+    kernel) where x's number of values has this parity; None for the others (the plain norm)."""
+    if x.numel() % 2 != parity:
+        return None, None
+    flat = x.reshape(-1)
+    return flat[:n].cos() + 1.5, flat[-n:] * 0.5
+
+
 def _group_norm(x):
-    # the whole tensor as one group of one sample (torch refuses a group of one value)
+    # the whole tensor as one group of one sample (torch refuses a group of one value), with a
+    # weight and bias per value (its channel)
     if x.numel() <= 1:
         return x
-    return F.group_norm(x.reshape(1, 1, -1), 1, eps=1.0).reshape(x.shape)
+    w, b = _affine(x, x.numel(), 1)
+    return F.group_norm(x.reshape(1, -1, 1), 1, w, b, eps=1.0).reshape(x.shape)
 
 
 def _batch_norm(x):
     # x and sin(x) as two samples: each element is a channel with two values
     both = torch.stack([x, x.sin()]).reshape(2, -1)
-    return F.batch_norm(both, None, None, training=True, eps=1.0)[0].reshape(x.shape)
+    w, b = _affine(x, both.shape[1], 0)
+    return F.batch_norm(both, None, None, w, b, training=True, eps=1.0)[0].reshape(x.shape)
 
 
 def _instance_norm(x):
@@ -70,4 +82,7 @@ FORWARD_ONLY = {
     "layer_norm_affine_tangent": "layer_norm's tangent with its affine appears only in forward "
     "mode, which random programs do not stage; tests/test_composite.py and "
     "tests/test_layer_norm_affine.py check it",
+    "channel_norm_affine_tangent": "batch and group norm's tangent with their affine appears "
+    "only in forward mode, which random programs do not stage; tests/test_composite.py and "
+    "tests/test_channel_norm_affine.py check it",
 }
