@@ -13,7 +13,7 @@ import thunderx as tx
 
 from .conventions_rows_base import F64, S, T, _close
 from .conventions_rows_numeric import (
-    batched_norm_weight_cotangent,
+    batched_norm_per_example,
     batched_recurrent_rounding,
     bce_second_derivative_at_the_clamp,
     bce_with_logits_at_minus_infinity,
@@ -510,6 +510,6 @@ BEHAVIOUR = {
         bce_second_derivative_at_the_clamp,
         product_derivative_at_subnormals,
         normalized_rounding_noise,
-        batched_norm_weight_cotangent,
+        batched_norm_per_example,
     )
 }

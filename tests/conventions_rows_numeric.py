@@ -120,7 +120,7 @@ def normalized_rounding_noise():
     torch.testing.assert_close(ours, theirs, rtol=0, atol=2**-8)
 
 
-def batched_norm_weight_cotangent():
+def batched_norm_per_example():
     # per-example gradients of batch norm's weight with equal cotangents of 7e16 on a channel:
     # the sum over the channel is cancellation (its exact value is 0 times 7e16)
     g = torch.Generator().manual_seed(0)
@@ -139,3 +139,30 @@ def batched_norm_weight_cotangent():
     assert torch.equal(ours, torch.stack(loop))
     theirs = tf.vmap(tf.grad(s, argnums=1), in_dims=(0, None))(x, w)
     assert (theirs - torch.stack(loop)).abs().max() > 1.0
+
+    # batched tangents through a constant channel (log_softmax over two equal entries) whose
+    # rounding noise rms_norm scales up: each example's tangent is the unbatched jvp's
+    xs = T(-0.5173532643771082, 0.0, 0.0, 0.0, 1.4109023650617178, 2.0360639816179087)
+    xs = torch.cat([xs, T(0.5707282969743367, -0.04942685962201295)]).reshape(2, 2, 2)
+    ws = T(0.0, 0.45492245088244887, 0.7439185489206678, 0.0).reshape(2, 2)
+    bs = T(0.0, 0.0, 0.0, 0.510179945026353).reshape(2, 2)
+    tx_, tw, tb = (
+        T(-0.74176, -1.82049, 0.66358, 2.23141).reshape(2, 2),
+        T(0.645, 1.314),
+        T(-0.759, 0.251),
+    )
+
+    def f(x, w, b):
+        y = F.batch_norm(torch.log_softmax(x, -2), None, None, w, b, training=True)
+        return torch.cos(F.rms_norm(y, (2,)))
+
+    def ours(*a):
+        return tx.jvp(f, a, (tx_, tw, tb))[1]
+
+    def theirs(*a):
+        return tf.jvp(f, a, (tx_, tw, tb))[1]
+
+    loop = torch.stack([ours(xs[i], ws[i], bs[i]) for i in range(2)])
+    torch.testing.assert_close(loop, torch.stack([theirs(xs[i], ws[i], bs[i]) for i in range(2)]))
+    torch.testing.assert_close(tx.vmap(ours)(xs, ws, bs), loop, rtol=1e-12, atol=1e-12)
+    assert (tf.vmap(theirs)(xs, ws, bs) - loop).abs().max() > 1.0

@@ -52,6 +52,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with log_softmax>", "jit(vmap(grad))", "kink"): "batched-rule-at-nan",
     ("<with log_softmax>", "hessian", "unresolved"): "batched-rule-at-nan",
     ("linear", "hessian", "unresolved"): "batched-rule-at-nan",
+    ("<with exp>", "hessian", "kink"): "batched-rule-at-nan",
     ("<with amin>", "*", "unresolved"): "symbolic-zero-derivative",
     ("<with layer_norm>", "*", "kink"): "layer-norm-constant-row",
     ("var", "*", "unresolved"): "variance-without-degrees-of-freedom",
@@ -134,7 +135,10 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         ("minimum", check, "kink"): "extremum-of-nan"
         for check in ("jacrev", "jvp", "linearize", "jacfwd")
     },
-    ("cosine_similarity", "jacfwd", "unresolved"): "forward-mode-kinks",
+    **{
+        ("cosine_similarity", check, "unresolved"): "forward-mode-kinks"
+        for check in _FORWARD_MODE_CHECKS
+    },
     ("<with take_along_dim>", "*", "kink"): "reduction-over-no-elements",
     ("minimum", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
     **{
@@ -142,7 +146,12 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for check in ("jvp", "linearize", "jacfwd", "vmap(jvp)")
     },
     ("<with batch_norm>", "hessian", "kink"): "batch-norm-hessian-weight-block",
-    ("<with batch_norm>", "jit(vmap(grad))", "kink"): "batched-norm-weight-cotangent",
+    ("<with batch_norm>", "jit(vmap(grad))", "kink"): "batched-norm-per-example",
+    ("<with batch_norm>", "vmap(jvp)", "kink"): "batched-norm-per-example",
+    **{
+        ("<with log_softmax>", check, "thunderx-wrong"): "batched-rule-at-nan"
+        for check in ("jacrev", "jit(vmap(grad))")
+    },
     ("<with cumprod>", "autograd", "kink"): "nan-cotangent-dropped",
     ("<with round>", "*", "kink"): "symbolic-zero-derivative",
     ("i1e", "hessian", "kink"): "bessel-ratio-near-zero",

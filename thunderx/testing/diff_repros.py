@@ -82,6 +82,15 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # pow > exp > linear: exp overflows to inf, the weight/input block of the Hessian
     ("linear", "hessian", "unresolved"): ("big", 1801467, "hessian", None, 3),
+    # sinc > remainder > exp: exp overflows to inf, the divisor's second derivative
+    ("<with exp>", "hessian", "kink"): ("big", 1860659, "hessian", None, 3),
+    # log_softmax > batch_norm (a constant channel) > rms_norm > cos: batched tangents
+    ("<with batch_norm>", "vmap(jvp)", "kink"): ("zero", 1856750, "vmap(jvp)", None, 4),
+    # max_dim > log_softmax of a 0-d value > hypot at 0: its nan cotangent, batched
+    **{
+        ("<with log_softmax>", check, "thunderx-wrong"): ("zero", 1851344, check, None, 4)
+        for check in ("jacrev", "jit(vmap(grad))")
+    },
     # div_raw by 0 > trunc: the inf derivative meets trunc's zero
     ("<with trunc>", "*", "kink"): ("tie", 426959, "jacrev", None, 2),
     # batch_norm > l1_loss > expm1 > silu: equal cotangents of 7e16 on a channel
@@ -218,6 +227,11 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # sinc > gelu > cosine_similarity of vectors of norm 8e-17 (below eps) > cummin
     ("cosine_similarity", "jacfwd", "unresolved"): ("big", 1188426, "jacfwd", None, 4),
+    # mish of -30s (-2.8e-12) > cosine_similarity of a vector of norm 4e-12 > softsign
+    **{
+        ("cosine_similarity", check, "unresolved"): ("big", 1857308, check, None, 3)
+        for check in ("jvp", "linearize", "vmap(jvp)")
+    },
     # max over a dim > div_raw by 0 > take_along_dim with an empty index > tanhshrink
     ("<with take_along_dim>", "*", "kink"): ("zero", 1170465, "hessian", None, 4),
     # lerp > div_raw by 0 > minimum(inf, y) > normalize: the inf operand's nan tangent
