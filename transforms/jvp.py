@@ -155,7 +155,12 @@ def jvp_flat(flat_fun, primals, tangents, reverse: bool = False, write_back: boo
             for p, t in zip(primals, tangents)
         ]
         trace.input_ids.update(id(t) for t in ins)
-        before = [(t.primal, t.tangent) if isinstance(t, JVPTracer) else None for t in ins]
+        # the inputs this level wrapped (an operand without a tangent passes as it is, which may
+        # be a tracer of an enclosing level: not an input here)
+        before = [
+            (t.primal, t.tangent) if isinstance(t, JVPTracer) and t._trace is trace else None
+            for t in ins
+        ]
         with torch.enable_grad():  # only no_grad blocks inside the function stop tangents
             outs = flat_fun(*ins)
         primal_outs, tangent_outs = [], []
