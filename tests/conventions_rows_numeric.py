@@ -166,3 +166,29 @@ def batched_norm_per_example():
     torch.testing.assert_close(loop, torch.stack([theirs(xs[i], ws[i], bs[i]) for i in range(2)]))
     torch.testing.assert_close(tx.vmap(ours)(xs, ws, bs), loop, rtol=1e-12, atol=1e-12)
     assert (tf.vmap(theirs)(xs, ws, bs) - loop).abs().max() > 1.0
+
+
+def batched_tie_by_rounding():
+    # the differential run's program sdpa > maximum at +-30: under vmap each example's
+    # attention output meets maximum's other operand exactly (a tie, the gradient split), as
+    # in the per-example computation; torch.func's batched attention rounds otherwise
+    import random
+
+    from thunderx.testing.diff_checks import Ctx
+    from thunderx.testing.differential import make_program
+
+    prog, _ = make_program(random.Random(1900972), "big", 2, None)
+    c = Ctx(prog, 1900972)
+    n = c.batch[0].shape[0]
+
+    def per_example(grad):
+        outs = [grad(c.s, argnums=c.argnums)(*[b[i] for b in c.batch]) for i in range(n)]
+        return [torch.stack([o[k] for o in outs]) for k in range(len(outs[0]))]
+
+    loop = per_example(tf.grad)
+    ours = tx.jit(tx.vmap(tx.grad(c.s, argnums=c.argnums)))(*c.batch)
+    for got, want, mine in zip(ours, loop, per_example(tx.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(got, mine, rtol=1e-12, atol=1e-12)
+    theirs = tf.vmap(tf.grad(c.s, argnums=c.argnums))(*c.batch)
+    assert max((a - b).abs().max() for a, b in zip(theirs, loop)) > 0.1

@@ -255,6 +255,17 @@ def _(d):
     return Sample([x, w, d.tensor(shape)], {**params, "mask": mask})
 
 
+@sample("batch_norm_eval")
+def _(d):
+    shape = (d.int(1, 3), d.int(1, 3)) + d.shape(max_rank=2)
+    c = shape[1:2]
+    mean, var = d.tensor(c), d.tensor(c).abs() + 0.5
+    present = [d.bool(), d.bool()]
+    vecs = [d.tensor(c) for p in present if p]
+    params = {"eps": 1e-5, "has_weight": present[0], "has_bias": present[1]}
+    return Sample([d.tensor(shape), mean, var, *vecs], params)
+
+
 def _upsample_sample(d, backward):
     from thunderx.primitives.composite_vision import KERNELS
 

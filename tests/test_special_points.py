@@ -143,6 +143,12 @@ NOT_RUN = {
         "(tests/test_channel_norm_affine.py)"
         for name in ("channel_norm_affine_tangent", "channel_norm_affine_cotangent")
     },
+    **{
+        ("batch_norm_eval", case): "torch does not differentiate its evaluation-mode kernel "
+        "with respect to the running statistics (operands of this primitive); "
+        "tests/test_batch_norm_eval.py checks those derivatives against finite differences"
+        for case in CASES
+    },
     ("binary_cross_entropy", "inf"): "torch's kernel refuses values outside [0, 1]",
     ("binary_cross_entropy_backward", "inf"): "an infinite probability is outside the loss's "
     "domain (its forward kernel refuses it): the backward kernel computes a value there, but "

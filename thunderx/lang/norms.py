@@ -20,7 +20,19 @@ import torch
 import torch.nn.functional as F
 
 from thunderx.core import Tracer, current_trace
-from thunderx.lang._base import add, aval, convert, div, dtype, mul, ndim, register, shape, sub
+from thunderx.lang._base import (
+    add,
+    aval,
+    convert,
+    div,
+    dtype,
+    is_tensor,
+    mul,
+    ndim,
+    register,
+    shape,
+    sub,
+)
 from thunderx.lang.captured import write_captured
 from thunderx.lang.inplace import mutate
 from thunderx.lang.nn import _kernel_affine, layer_norm
@@ -30,6 +42,7 @@ from thunderx.primitives import creation as C
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
+from thunderx.primitives.composite_batch_norm_eval import batch_norm_eval
 from thunderx.primitives.composite_channel_affine import channel_norm_affine
 from thunderx.primitives.higher_order import stop_gradient
 from thunderx.tracing import written_value
@@ -109,6 +122,23 @@ def _eval_norm(name, x, running_mean, running_var, eps):
     return B.mul(xc, U.rsqrt(B.add(_per_channel(running_var, x), eps)))
 
 
+def _evaluation(name, x, running_mean, running_var, weight, bias, eps):
+    """x normalized with the running statistics, times the weight plus the bias: torch's
+    kernel (composite_batch_norm_eval.py) where it takes the vectors as they are."""
+    vectors = (running_mean, running_var, weight, bias)
+    if (
+        0 not in shape(x)
+        and all(
+            v is None or (is_tensor(v) and shape(v) == (shape(x)[1],) and dtype(v) == dtype(x))
+            for v in vectors
+        )
+        and is_tensor(running_mean)
+        and is_tensor(running_var)
+    ):
+        return batch_norm_eval(x, *vectors, eps)
+    return _affine(_eval_norm(name, x, running_mean, running_var, eps), weight, bias)
+
+
 def _training_norm(name, x, eps, weight=None, bias=None):
     """x normalized with its batch statistics per channel, times the weight plus the bias."""
     if 0 in shape(x):
@@ -139,7 +169,7 @@ def batch_norm(
         if training and 0 not in shape(x):
             _running_update("batch_norm", x, running_mean, running_var, momentum)
         return out
-    return _affine(_eval_norm("batch_norm", x, running_mean, running_var, eps), weight, bias)
+    return _evaluation("batch_norm", x, running_mean, running_var, weight, bias, eps)
 
 
 def _native_batch_norm(
@@ -151,7 +181,7 @@ def _native_batch_norm(
         _running_update(name, x, running_mean, running_var, momentum)
         mean, invstd = _batch_stats(x, eps)
         return out, mean, invstd
-    out = _affine(_eval_norm(name, x, running_mean, running_var, eps), weight, bias)
+    out = _evaluation(name, x, running_mean, running_var, weight, bias, eps)
     # torch saves no statistics in evaluation mode
     nothing = C.full((0,), 0.0, dtype(x), aval(x).device)
     return out, nothing, nothing

@@ -149,6 +149,10 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with batch_norm>", "jit(vmap(grad))", "kink"): "batched-norm-per-example",
     ("<with batch_norm>", "vmap(jvp)", "kink"): "batched-norm-per-example",
     **{
+        ("<with sdpa>", check, "kink"): "batched-tie-by-rounding"
+        for check in ("jit(vmap(grad))", "vmap(jvp)")
+    },
+    **{
         ("<with log_softmax>", check, "thunderx-wrong"): "batched-rule-at-nan"
         for check in ("jacrev", "jit(vmap(grad))")
     },

@@ -260,6 +260,15 @@ def _table() -> dict[str, Op]:
         sh.plain_channels,
     )
     add("group_norm_plain", lambda x: F.group_norm(x, 1), sh.plain_channels)
+    # evaluation mode: running statistics made from the weight and bias, not differentiated
+    # (torch does not differentiate its kernel with respect to them)
+    add(
+        "batch_norm_eval",
+        lambda x, w, b: F.batch_norm(
+            x, (w * 0.3).detach(), (b * b + 0.5).detach(), w, b, training=False
+        ),
+        sh.channels,
+    )
     add("rms_norm", lambda x: F.rms_norm(x, x.shape[-1:]), sh.lastdim())
     add("normalize", lambda x: F.normalize(x, dim=-1), sh.lastdim())
     add(
@@ -309,6 +318,7 @@ SINGLE_ONLY = frozenset(
         "layer_norm_plain",
         "batch_norm_plain",
         "group_norm_plain",
+        "batch_norm_eval",
     }
 )
 PROGRAM_OPS = sorted(n for n in OPS if n not in SINGLE_ONLY)
