@@ -81,6 +81,11 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for op in ("ceil", "floor", "round", "trunc", "sign")
     },
     ("<with atan2>", "*", "kink"): "forward-mode-kinks",
+    **{
+        ("<with hypot>", check, "thunderx-wrong"): "forward-mode-kinks"
+        for check in _FORWARD_MODE_CHECKS
+    },
+    ("<with group_norm>", "hessian", "kink"): "layer-norm-constant-row",
     ("<with floor>", "*", "kink"): "symbolic-zero-derivative",
     ("<with ceil>", "*", "kink"): "symbolic-zero-derivative",
     ("<with take_along_dim>", "*", "unresolved"): "reduction-over-no-elements",

@@ -96,6 +96,13 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         ("<with sdpa>", check, "kink"): ("big", 1900972, check, None, 2)
         for check in ("jit(vmap(grad))", "vmap(jvp)")
     },
+    # atanh > hypot at (0, 0) (a nan tangent) > pow at exponent 0, forward mode
+    **{
+        ("<with hypot>", check, "thunderx-wrong"): ("zero", 1953873, check, None, 3)
+        for check in _FORWARD_MODE_CHECKS
+    },
+    # group_norm of rows of 30s > linear: the Hessian at a constant row
+    ("<with group_norm>", "hessian", "kink"): ("big", 1951053, "hessian", None, 2),
     # div_raw by 0 > trunc: the inf derivative meets trunc's zero
     ("<with trunc>", "*", "kink"): ("tie", 426959, "jacrev", None, 2),
     # batch_norm > l1_loss > expm1 > silu: equal cotangents of 7e16 on a channel
