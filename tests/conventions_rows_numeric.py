@@ -167,18 +167,20 @@ def batched_norm_per_example():
     torch.testing.assert_close(tx.vmap(ours)(xs, ws, bs), loop, rtol=1e-12, atol=1e-12)
     assert (tf.vmap(theirs)(xs, ws, bs) - loop).abs().max() > 1.0
 
+    # group norm: the differential run's lgamma > group_norm > abs at ties (a constant group)
+    _per_example_against_torch_func(2011403, "tie", 3)
 
-def batched_tie_by_rounding():
-    # the differential run's program sdpa > maximum at +-30: under vmap each example's
-    # attention output meets maximum's other operand exactly (a tie, the gradient split), as
-    # in the per-example computation; torch.func's batched attention rounds otherwise
+
+def _per_example_against_torch_func(seed, edge, length):
+    """The differential run's program at (seed, edge): thunderx's jit(vmap(grad)) equals the
+    per-example gradients (its own and torch.autograd's loop), torch.func's vmap does not."""
     import random
 
     from thunderx.testing.diff_checks import Ctx
     from thunderx.testing.differential import make_program
 
-    prog, _ = make_program(random.Random(1900972), "big", 2, None)
-    c = Ctx(prog, 1900972)
+    prog, _ = make_program(random.Random(seed), edge, length, None)
+    c = Ctx(prog, seed)
     n = c.batch[0].shape[0]
 
     def per_example(grad):
@@ -192,3 +194,10 @@ def batched_tie_by_rounding():
         torch.testing.assert_close(got, mine, rtol=1e-12, atol=1e-12)
     theirs = tf.vmap(tf.grad(c.s, argnums=c.argnums))(*c.batch)
     assert max((a - b).abs().max() for a, b in zip(theirs, loop)) > 0.1
+
+
+def batched_tie_by_rounding():
+    # the differential run's program sdpa > maximum at +-30: under vmap each example's
+    # attention output meets maximum's other operand exactly (a tie, the gradient split), as
+    # in the per-example computation; torch.func's batched attention rounds otherwise
+    _per_example_against_torch_func(1900972, "big", 2)

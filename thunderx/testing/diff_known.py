@@ -154,6 +154,10 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with batch_norm>", "jit(vmap(grad))", "kink"): "batched-norm-per-example",
     ("<with batch_norm>", "vmap(jvp)", "kink"): "batched-norm-per-example",
     **{
+        ("<with group_norm>", check, "kink"): "batched-norm-per-example"
+        for check in ("jit(vmap(grad))", "vmap(jvp)")
+    },
+    **{
         ("<with sdpa>", check, "kink"): "batched-tie-by-rounding"
         for check in ("jit(vmap(grad))", "vmap(jvp)")
     },

@@ -103,6 +103,11 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # group_norm of rows of 30s > linear: the Hessian at a constant row
     ("<with group_norm>", "hessian", "kink"): ("big", 1951053, "hessian", None, 2),
+    # lgamma of ties > group_norm of a constant group (weight and bias) > abs at 0, batched
+    **{
+        ("<with group_norm>", check, "kink"): ("tie", 2011403, check, None, 3)
+        for check in ("jit(vmap(grad))", "vmap(jvp)")
+    },
     # div_raw by 0 > trunc: the inf derivative meets trunc's zero
     ("<with trunc>", "*", "kink"): ("tie", 426959, "jacrev", None, 2),
     # batch_norm > l1_loss > expm1 > silu: equal cotangents of 7e16 on a channel
