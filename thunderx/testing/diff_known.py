@@ -22,6 +22,14 @@ from thunderx.testing.diff_repros import (  # noqa: F401
 
 # (op, check, category) -> (owner, reason); check "*" stands for every check.
 KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
+    ("sdpa", "hessian", "kink"): (
+        "composites",
+        "pow > var > sdpa at +-30: scores of 1e162 whose softmax's derivatives cancel, so the "
+        "first derivatives are rounding noise beside entries of 3e177 (7.4e66 against torch's "
+        "-1.8e67, both noise) and the Hessian's overflowing entries take that noise's sign "
+        "(inf against -inf); no answer is right at that scale; needs a check that treats "
+        "derivatives below the rounding of their largest terms as noise",
+    ),
     ("layer_norm", "jacfwd", "unresolved"): (
         "composites",
         "forward mode over a row of values near 9e13 that differ by 1 (logsumexp of exp(30)s): "
@@ -134,6 +142,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with prod>", "autograd", "thunderx-wrong"): "nan-cotangent-dropped",
     ("<with prod>", "autograd", "unresolved"): "nan-cotangent-dropped",
     ("<with xlogy>", "hessian", "unresolved"): "symbolic-zero-derivative",
+    ("<with xlogy>", "hessian", "kink"): "symbolic-zero-derivative",
     ("<with normalize>", "hessian", "kink"): "second-derivative-at-the-zero-vector",
     ("maximum", "jacrev", "kink"): "extremum-of-nan",
     **{

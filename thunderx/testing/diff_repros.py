@@ -232,6 +232,10 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with prod>", "autograd", "unresolved"): ("big", 1017779, "autograd", None, 4),
     # softsign > div_raw by 0 > xlogy: xlogy's zero second derivative in x meets (x')^2 = inf
     ("<with xlogy>", "hessian", "unresolved"): ("tie", 1010297, "hessian", None, 3),
+    # div_raw by 0 > xlogy > min_dim at a tie: the (y, y) entry of xlogy(x / y, z) at y = 0
+    ("<with xlogy>", "hessian", "kink"): ("tie", 2003108, "hessian", None, 3),
+    # pow > var > sdpa at +-30: cancellation among scores of 1e162
+    ("sdpa", "hessian", "kink"): ("big", 2002919, "hessian", None, 3),
     # atan > normalize of a zero pair (x / eps) > softmax: torch's 6.1e7 in one row only
     ("<with normalize>", "hessian", "kink"): ("zero", 1056468, "hessian", None, 3),
     # index_reduce_prod > div_raw by 0 > maximum: maximum(nan, 0.75) under jacrev
