@@ -155,6 +155,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     },
     ("<with take_along_dim>", "*", "kink"): "reduction-over-no-elements",
     ("minimum", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
+    ("<with maximum>", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
     **{
         ("<with minimum>", check, "kink"): "forward-mode-unselected-tangent"
         for check in ("jvp", "linearize", "jacfwd", "vmap(jvp)")

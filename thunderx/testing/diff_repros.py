@@ -263,6 +263,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # x / 0 (nan at 0 / 0) > minimum at a tie: the unselected operand's nan tangent, batched
     ("<with minimum>", "vmap(jvp)", "kink"): ("tie", 1725267, "vmap(jvp)", None, 2),
+    # hypot at (0, 0) (nan tangents) > interpolate > gelu_tanh > maximum not selecting them
+    ("<with maximum>", "vmap(jvp)", "kink"): ("tie", 2159849, "vmap(jvp)", None, 4),
     # pad > tanhshrink > batch_norm (an output exactly 0) > leaky_relu at its kink
     ("<with batch_norm>", "hessian", "kink"): ("tie", 535586, "hessian", None, 4),
     # cumprod past a zero > hypot at (0, 0) > glu: hypot's nan cotangent
