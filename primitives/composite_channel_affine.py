@@ -33,6 +33,9 @@ from thunderx.primitives.composite_channel_norm import (
     _check,
     _gn_backward_decomposition,
     _gn_decomposition,
+    bn_backward_source,
+    forward_source,
+    gn_backward_source,
     gn_sizes,
 )
 from thunderx.primitives.composite_norm_affine import _slots, _sum, affine_norm_rules
@@ -171,35 +174,16 @@ def _cotangent_impl(x, w, ct, *, groups, eps, mask):
     return [o for o, m in zip(outs, mask) if m]
 
 
-def forward_source(x: str, w: str, b: str, shape, groups: int, eps: float) -> str:
-    """torch source of the forward kernel's call (its (out, mean, rstd))."""
-    if groups:
-        sizes = ", ".join(map(str, gn_sizes(shape, groups)))
-        w, b = (_contiguous(a) for a in (w, b))
-        return f"torch.native_group_norm({x}.contiguous(), {w}, {b}, {sizes}, {eps!r})"
-    return f"torch.native_batch_norm({x}, {w}, {b}, None, None, True, 0.0, {eps!r})"
-
-
 def backward_source(ct, x, w, shape, mean, rstd, groups: int, eps: float, mask) -> str:
     """torch source of the backward kernel reading the statistics `mean` and `rstd`, as the
     list of the wanted cotangents."""
     if groups:
         sizes = ", ".join(map(str, gn_sizes(shape, groups)))
-        call = (
-            f"torch.ops.aten.native_group_norm_backward({ct}.contiguous(), {x}.contiguous(), "
-            f"{mean}, {rstd}, {_contiguous(w)}, {sizes}, {list(mask)})"
-        )
+        call = gn_backward_source(ct, x, mean, rstd, sizes, w, list(mask))
     else:
-        call = (
-            f"torch.ops.aten.native_batch_norm_backward({ct}, {x}, {w}, None, None, {mean}, "
-            f"{rstd}, True, {eps!r}, {list(mask)})"
-        )
+        call = bn_backward_source(ct, x, mean, rstd, eps, w, list(mask))
     picked = ", ".join(f"_o[{i}]" for i, m in enumerate(mask) if m)
     return f"(lambda _o: [{picked}])({call})"
-
-
-def _contiguous(source: str) -> str:
-    return source if source == "None" else f"{source}.contiguous()"
 
 
 def _codegen(args, avals, *, groups, eps, has_bias):

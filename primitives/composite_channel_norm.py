@@ -160,7 +160,7 @@ def _gn_backward_impl(g, x, *, groups, eps):
 # generated names never start with an underscore: the statistics are named by an assignment
 # expression so that they are computed once
 def _bn_codegen(args, avals, *, eps):
-    return f"torch.native_batch_norm({args[0]}, None, None, None, None, True, 0.0, {eps!r})[0]"
+    return forward_source(args[0], "None", "None", avals[0].shape, 0, eps) + "[0]"
 
 
 def _backward_call(op: str, args: str, mask) -> str:
@@ -181,28 +181,42 @@ def bn_backward_source(
 def gn_backward_source(
     g: str, x: str, mean: str, rstd: str, sizes: str, weight: str = "None", mask=None
 ) -> str:
-    """Group norm's backward from the saved `mean` and `rstd` (see `_backward_call`)."""
+    """Group norm's backward from the saved `mean` and `rstd` (see `_backward_call`); its
+    operands made contiguous (torch's group norm kernels read them as if they were: a strided
+    weight gave other values)."""
+    g, x, weight = (contiguous_source(a) for a in (g, x, weight))
     args = f"{g}, {x}, {mean}, {rstd}, {weight}, {sizes}"
     return _backward_call("native_group_norm_backward", args, mask)
 
 
+def contiguous_source(source: str) -> str:
+    return source if source == "None" else f"{source}.contiguous()"
+
+
+def forward_source(x: str, w: str, b: str, shape, groups: int, eps: float) -> str:
+    """torch source of a channel norm's forward kernel with training statistics, its (out, mean,
+    rstd): batch norm for `groups` 0, else group norm (its operands made contiguous)."""
+    if groups:
+        sizes = ", ".join(map(str, gn_sizes(shape, groups)))
+        x, w, b = (contiguous_source(a) for a in (x, w, b))
+        return f"torch.native_group_norm({x}, {w}, {b}, {sizes}, {eps!r})"
+    return f"torch.native_batch_norm({x}, {w}, {b}, None, None, True, 0.0, {eps!r})"
+
+
 def _bn_backward_codegen(args, avals, *, eps):
     g, x = args
-    stats = (
-        f"(_bn_stats := torch.native_batch_norm({x}, None, None, None, None, True, 0.0, {eps!r}))"
-    )
+    stats = f"(_bn_stats := {forward_source(x, 'None', 'None', avals[1].shape, 0, eps)})"
     return bn_backward_source(g, x, f"{stats}[1]", "_bn_stats[2]", eps)
 
 
 def _gn_codegen(args, avals, *, groups, eps):
-    sizes = ", ".join(map(str, gn_sizes(avals[0].shape, groups)))
-    return f"torch.native_group_norm({args[0]}.contiguous(), None, None, {sizes}, {eps!r})[0]"
+    return forward_source(args[0], "None", "None", avals[0].shape, groups, eps) + "[0]"
 
 
 def _gn_backward_codegen(args, avals, *, groups, eps):
-    g, x = (f"{a}.contiguous()" for a in args)
+    g, x = args
     sizes = ", ".join(map(str, gn_sizes(avals[1].shape, groups)))
-    stats = f"(_gn_stats := torch.native_group_norm({x}, None, None, {sizes}, {eps!r}))"
+    stats = f"(_gn_stats := {forward_source(x, 'None', 'None', avals[1].shape, groups, eps)})"
     return gn_backward_source(g, x, f"{stats}[1]", "_gn_stats[2]", sizes)
 
 

@@ -212,6 +212,7 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
     A forward at an index in `claimed` (emitted otherwise, or not at all) is no such source."""
     from thunderx.primitives import composite_channel_affine as CA
     from thunderx.primitives.composite_channel_norm import (
+        gn_backward_source,
         gn_sizes,
         group_norm_backward_p,
         group_norm_p,
@@ -242,17 +243,10 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
         return fwd, bwd
 
     def group_norm(x, params, bparams, stats):
-        sizes = ", ".join(map(str, gn_sizes(x.shape, params["groups"])))
-        eps = params["eps"]
-        fwd = (
-            f"({stats} := torch.native_group_norm({{0}}.contiguous(), None, None, {sizes}, "
-            f"{eps!r}))[0]"
-        )
-        bwd = (
-            f"torch.ops.aten.native_group_norm_backward({{0}}.contiguous(), {{1}}.contiguous(), "
-            f"{stats}[1], {stats}[2], None, {sizes}, [True, False, False])[0]"
-        )
-        return fwd, bwd
+        groups, eps = params["groups"], params["eps"]
+        fwd = f"({stats} := {CA.forward_source('{0}', 'None', 'None', x.shape, groups, eps)})[0]"
+        sizes = ", ".join(map(str, gn_sizes(x.shape, groups)))
+        return fwd, gn_backward_source("{0}", "{1}", f"{stats}[1]", f"{stats}[2]", sizes)
 
     def channel_affine(x, params, bparams, stats):
         groups, eps = params["groups"], params["eps"]

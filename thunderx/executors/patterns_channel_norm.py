@@ -3,8 +3,9 @@ layer already puts the affine inside the kernel (primitives/composite_channel_af
 alone (torch's group norm backward kernel fails without a weight) and an affine written out,
 `F.batch_norm(x, None, None, training=True) * w + b`, are the normalized value times a broadcast
 weight plus a broadcast bias in the program, which this pass gives back to the kernel. Torch's
-kernels fold the affine into the normalization (`x * (w * invstd) + (b - mean * w * invstd)`), which rounds differently: at a
-constant channel of 30s with weight 30 and bias -30, eager torch gives -30.0000000000073 and the
+kernels fold the affine into the normalization (`x * (w * invstd) + (b - mean * w * invstd)`),
+which rounds differently: at a constant channel of 30s with weight 30 and bias -30, eager torch
+gives -30.0000000000073 and the
 product-then-sum -29.99999999997, and a `trunc` after it turns that into -30 against -29. The
 torch executor puts each group back together as torch runs it, so that the numbers are eager
 torch's own:
@@ -54,6 +55,7 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         batch_norm_p,
         batch_norm_stats_p,
         bn_backward_source,
+        forward_source,
         gn_backward_source,
         gn_sizes,
         group_norm_backward_p,
@@ -143,19 +145,13 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
             shared = False
             group |= full["forward"]
         saved = f"_cn_saved{i}"
+        groups = e.params.get("groups", 0)
+        call = forward_source("{0}", *wb_source(fw, fb).split(", "), x.aval.shape, groups, eps)
         if e.prim is batch_norm_p:
-            call = (
-                f"torch.native_batch_norm({{0}}, {wb_source(fw, fb)}, None, None, True, 0.0, "
-                f"{eps!r})"
-            )
             backward = bn_backward_source("{0}", "{1}", f"{saved}[1]", f"{saved}[2]", eps)
         else:
-            sizes = ", ".join(map(str, gn_sizes(x.aval.shape, e.params["groups"])))
-            # torch's group norm kernels read the weight and bias as contiguous
-            wb = wb_source(fw, fb).replace("}", "}.contiguous()")
-            call = f"torch.native_group_norm({{0}}.contiguous(), {wb}, {sizes}, {eps!r})"
-            g, x_ = "{0}.contiguous()", "{1}.contiguous()"
-            backward = gn_backward_source(g, x_, f"{saved}[1]", f"{saved}[2]", sizes)
+            sizes = ", ".join(map(str, gn_sizes(x.aval.shape, groups)))
+            backward = gn_backward_source("{0}", "{1}", f"{saved}[1]", f"{saved}[2]", sizes)
         group |= set() if shared else {i}  # else the normalized value stays for its readers
         emit_at = max(group)
         emit[emit_at] = ([out, None, None], f"({saved} := {call})", [x, *vectors(fw, fb)])
@@ -163,13 +159,11 @@ def channel_norm_affine(jaxpr: Jaxpr) -> tuple[dict, set]:
         if full is not None:
             mask = backward_mask(full)
             weight = "None" if w is None else "{2}"  # the backward's operands: g, x, w
-            if e.prim is not batch_norm_p and w is not None:
-                weight = "{2}.contiguous()"
             stats = (f"{saved}[1]", f"{saved}[2]")
             if e.prim is batch_norm_p:
                 call = bn_backward_source("{0}", "{1}", *stats, eps, weight, mask)
             else:
-                call = gn_backward_source(g, x_, *stats, sizes, weight, mask)
+                call = gn_backward_source("{0}", "{1}", *stats, sizes, weight, mask)
             emit_backward(emit, skip, full, call, [full["g"], x, *vectors(w, None)])
         for j in bwd:
             if j > emit_at and (full is None or j not in full["eqns"]):
