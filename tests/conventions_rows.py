@@ -19,7 +19,10 @@ from .conventions_rows_numeric import (
     bce_second_derivative_at_the_clamp,
     bce_with_logits_at_minus_infinity,
     bessel_ratio_near_zero,
+    bilinear_at_infinity,
     cosine_similarity_rounding,
+    cumprod_at_infinity,
+    logcumsumexp_rounded_output,
     normalized_rounding_noise,
     product_derivative_at_subnormals,
 )
@@ -410,48 +413,6 @@ def second_derivative_at_the_zero_vector():
     assert theirs[0, 1].abs() > 1e7 and theirs[1, 0] == 0
 
 
-def bilinear_at_infinity():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(1, 2, 4, dtype=F64, generator=g)
-    x[0, 0, 1] = math.inf
-    w, wt = (
-        torch.randn(3, 2, 2, dtype=F64, generator=g),
-        torch.randn(1, 3, 3, dtype=F64, generator=g),
-    )
-    dx, dw = (
-        torch.randn(x.shape, dtype=F64, generator=g),
-        torch.randn(w.shape, dtype=F64, generator=g),
-    )
-
-    def s(x, w):
-        return (F.conv1d(x, w) * wt).sum()
-
-    def second(jvp):
-        return jvp(lambda x, w: jvp(s, (x, w), (dx, dw))[1], (x, w), (dx, dw))[1]
-
-    _close(second(tx.jvp), 2 * (F.conv1d(dx, dw) * wt).sum())  # the closed form
-    assert torch.isnan(second(tf.jvp))
-    # matmul: the Hessian block of its right operand is 0, its mixed block the weights
-    a = T(0.0, 1.0, 1.0, math.inf).reshape(2, 2)
-    b, wm = T(-0.75, 0.75).reshape(2, 1), T(0.3, -0.5).reshape(2, 1)
-    m = lambda a, b: (wm * (a @ b)).sum()  # noqa: E731
-    (_, hab), (_, hbb) = tx.hessian(m, argnums=(0, 1))(a, b)
-    assert torch.equal(hbb, torch.zeros(2, 1, 2, 1, dtype=F64))
-    assert torch.equal(hab, torch.einsum("ik,jl->ijlk", wm, torch.eye(2, dtype=F64)))
-    assert torch.isnan(tf.hessian(m, argnums=(0, 1))(a, b)[1][1]).any()
-    # mv with a nan entry: the vector's Hessian block is 0, free of the matrix
-    mv = lambda a, v: (torch.mv(a, v) * T(1.0, -2.0)).sum()  # noqa: E731
-    an, vn = T(math.nan, 1.0, 0.5, 2.0).reshape(2, 2), T(0.3, -0.2)
-    vv = lambda hess: hess(mv, argnums=(0, 1))(an, vn)[1][1]  # noqa: E731
-    assert torch.equal(vv(tx.hessian), torch.zeros(2, 2, dtype=F64))
-    assert torch.isnan(vv(tf.hessian)).any()
-    # mm with a nan row: the right operand's Hessian block is 0
-    mm = lambda a, v: (torch.mm(a, v) * T(1.0, -2.0).reshape(2, 1)).sum()  # noqa: E731
-    vm = lambda hess: hess(mm, argnums=(0, 1))(an, vn.reshape(2, 1))[1][1]  # noqa: E731
-    assert torch.equal(vm(tx.hessian), torch.zeros(2, 1, 2, 1, dtype=F64))
-    assert torch.isnan(vm(tf.hessian)).any()
-
-
 def batch_norm_hessian_weight_block():
     g = torch.Generator().manual_seed(0)
     x, w, b = (torch.randn(*sh, dtype=F64, generator=g) for sh in ((2, 3, 4), (3,), (3,)))
@@ -469,24 +430,6 @@ def batch_norm_hessian_weight_block():
     (_, txw), (twx, _) = tf.hessian(s, argnums=(0, 1))(x, w)
     torch.testing.assert_close(txw.movedim(-1, 0), fd, rtol=1e-6, atol=1e-8)
     assert (twx - fd).abs().max() > 0.1
-
-
-def logcumsumexp_rounded_output():
-    big = 4.2532690029e88
-    x, ct = T(big, big, big), T(0.0, 0.0, 1.0)
-    f = lambda v: torch.logcumsumexp(v, 0)  # noqa: E731
-    assert f(x)[2] == big  # x_2 + log 3, rounded
-    _close(tx.vjp(f, x)[1](ct)[0], T(1 / 3, 1 / 3, 1 / 3))
-    assert torch.equal(tf.vjp(f, x)[1](ct)[0], T(1.0, 1.0, 1.0))  # its weights sum to 3
-    # at an ordinary magnitude the two agree
-    small = T(0.5, 0.5, 0.5)
-    _close(tx.vjp(f, small)[1](ct)[0], tf.vjp(f, small)[1](ct)[0])
-
-
-def cumprod_at_infinity():
-    x, t = T(math.inf, 2.0, 3.0), T(1.0, 0.0, 0.0)
-    assert tx.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0] == 1.0
-    assert torch.isnan(tf.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0])
 
 
 BEHAVIOUR = {

@@ -201,3 +201,63 @@ def batched_tie_by_rounding():
     # attention output meets maximum's other operand exactly (a tie, the gradient split), as
     # in the per-example computation; torch.func's batched attention rounds otherwise
     _per_example_against_torch_func(1900972, "big", 2)
+
+
+def logcumsumexp_rounded_output():
+    big = 4.2532690029e88
+    x, ct = T(big, big, big), T(0.0, 0.0, 1.0)
+    f = lambda v: torch.logcumsumexp(v, 0)  # noqa: E731
+    assert f(x)[2] == big  # x_2 + log 3, rounded
+    _close(tx.vjp(f, x)[1](ct)[0], T(1 / 3, 1 / 3, 1 / 3))
+    assert torch.equal(tf.vjp(f, x)[1](ct)[0], T(1.0, 1.0, 1.0))  # its weights sum to 3
+    # at an ordinary magnitude the two agree
+    small = T(0.5, 0.5, 0.5)
+    _close(tx.vjp(f, small)[1](ct)[0], tf.vjp(f, small)[1](ct)[0])
+
+
+def cumprod_at_infinity():
+    x, t = T(math.inf, 2.0, 3.0), T(1.0, 0.0, 0.0)
+    assert tx.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0] == 1.0
+    assert torch.isnan(tf.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0])
+
+
+def bilinear_at_infinity():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 2, 4, dtype=F64, generator=g)
+    x[0, 0, 1] = math.inf
+    w, wt = (
+        torch.randn(3, 2, 2, dtype=F64, generator=g),
+        torch.randn(1, 3, 3, dtype=F64, generator=g),
+    )
+    dx, dw = (
+        torch.randn(x.shape, dtype=F64, generator=g),
+        torch.randn(w.shape, dtype=F64, generator=g),
+    )
+
+    def s(x, w):
+        return (F.conv1d(x, w) * wt).sum()
+
+    def second(jvp):
+        return jvp(lambda x, w: jvp(s, (x, w), (dx, dw))[1], (x, w), (dx, dw))[1]
+
+    _close(second(tx.jvp), 2 * (F.conv1d(dx, dw) * wt).sum())  # the closed form
+    assert torch.isnan(second(tf.jvp))
+    # matmul: the Hessian block of its right operand is 0, its mixed block the weights
+    a = T(0.0, 1.0, 1.0, math.inf).reshape(2, 2)
+    b, wm = T(-0.75, 0.75).reshape(2, 1), T(0.3, -0.5).reshape(2, 1)
+    m = lambda a, b: (wm * (a @ b)).sum()  # noqa: E731
+    (_, hab), (_, hbb) = tx.hessian(m, argnums=(0, 1))(a, b)
+    assert torch.equal(hbb, torch.zeros(2, 1, 2, 1, dtype=F64))
+    assert torch.equal(hab, torch.einsum("ik,jl->ijlk", wm, torch.eye(2, dtype=F64)))
+    assert torch.isnan(tf.hessian(m, argnums=(0, 1))(a, b)[1][1]).any()
+    # mv with a nan entry: the vector's Hessian block is 0, free of the matrix
+    mv = lambda a, v: (torch.mv(a, v) * T(1.0, -2.0)).sum()  # noqa: E731
+    an, vn = T(math.nan, 1.0, 0.5, 2.0).reshape(2, 2), T(0.3, -0.2)
+    vv = lambda hess: hess(mv, argnums=(0, 1))(an, vn)[1][1]  # noqa: E731
+    assert torch.equal(vv(tx.hessian), torch.zeros(2, 2, dtype=F64))
+    assert torch.isnan(vv(tf.hessian)).any()
+    # mm with a nan row: the right operand's Hessian block is 0
+    mm = lambda a, v: (torch.mm(a, v) * T(1.0, -2.0).reshape(2, 1)).sum()  # noqa: E731
+    vm = lambda hess: hess(mm, argnums=(0, 1))(an, vn.reshape(2, 1))[1][1]  # noqa: E731
+    assert torch.equal(vm(tx.hessian), torch.zeros(2, 1, 2, 1, dtype=F64))
+    assert torch.isnan(vm(tf.hessian)).any()
