@@ -14,11 +14,11 @@ from __future__ import annotations
 import torch
 
 from thunderx.avals import is_float
-from thunderx.core import get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
 from thunderx.primitives.composite import declare_composite
+from thunderx.primitives.composite_channel_norm import ChannelMerge
 
 
 def batch_norm_eval(x, running_mean, running_var, weight, bias, eps: float):
@@ -71,20 +71,10 @@ def _codegen(args, avals, *, eps, has_weight, has_bias):
 
 
 def _batch(args, dims, **params):
-    size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
-    x = S.broadcast_batch(args[0], size, 1) if dims[0] is None else S.moveaxis(args[0], dims[0], 1)
-    shp = S._shape(x)  # (N, B, C, ...)
-    merged = S.reshape(x, (shp[0], shp[1] * shp[2]) + shp[3:])
-
-    def vector(v, d):  # (B, C) -> (B * C,), an unbatched one repeated B times
-        if d is None:
-            v = S.broadcast_in_dim(v, (size, shp[2]), (1,))
-        else:
-            v = S.moveaxis(v, d, 0)
-        return S.reshape(v, (size * shp[2],))
-
-    vecs = [vector(v, d) for v, d in zip(args[1:], dims[1:])]
-    return S.reshape(batch_norm_eval_p.bind(merged, *vecs, **params), shp), 1
+    m = ChannelMerge(args, dims)
+    x = m.operand(args[0], dims[0])
+    vecs = [m.vector(v, d) for v, d in zip(args[1:], dims[1:])]
+    return m.unmerge(batch_norm_eval_p.bind(x, *vecs, **params))
 
 
 batch_norm_eval_p = declare_composite(

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.core import get_aval
 from thunderx.primitives import binary as B
 from thunderx.primitives import reductions as R
 from thunderx.primitives import shape as S
 from thunderx.primitives.composite import declare_composite
 from thunderx.primitives.composite_channel_norm import (
+    ChannelMerge,
     _bn_backward_decomposition,
     _bn_decomposition,
     _check,
@@ -211,62 +211,33 @@ _jvp, _tangent_transpose, _cotangent_transpose = affine_norm_rules(
 # ------------------------------------------------------------------------------- batching
 
 
-class _Merged:
-    """The batch dim (of `size`) joined with the kernel's channels: an x-shaped operand
-    (N, B, C, ...) -> (N, B * C, ...), a per-channel vector (B, C) -> (B * C,) (an unbatched one
-    repeated B times), and group norm's groups times B (each example's channels are B
-    consecutive blocks of its own groups). Each merged channel is one example's channel, so
-    the kernel's weight and bias cotangents are the per-example ones."""
-
-    def __init__(self, x, d, size, params):
-        self.size = size
-        self.params = dict(params, groups=params["groups"] * size)
-        self.x = self.operand(x, d)
-
-    def operand(self, a, d):
-        a = S.broadcast_batch(a, self.size, 1) if d is None else S.moveaxis(a, d, 1)
-        self.shape = S._shape(a)  # (N, B, C, ...)
-        merged = (self.shape[0], self.shape[1] * self.shape[2]) + self.shape[3:]
-        return S.reshape(a, merged)
-
-    def vector(self, v, d):
-        if d is None:
-            c = S._shape(v)[0]
-            return S.reshape(S.broadcast_in_dim(v, (self.size, c), (1,)), (self.size * c,))
-        v = S.moveaxis(v, d, 0)
-        return S.reshape(v, (self.size * S._shape(v)[1],))
-
-    def per_example(self, v):
-        """A merged per-channel result (B * C,) as (B, C), batched at 0."""
-        return S.reshape(v, (self.size, S._shape(v)[0] // self.size)), 0
-
-    def unmerge(self, out):
-        return S.reshape(out, self.shape), 1
-
-
-def _size(args, dims):
-    return next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
+def _merged(args, dims, params):
+    """The batch dim joined with the kernel's channels (ChannelMerge), and group norm's groups
+    times the batch size: each example's channels are B consecutive blocks of its own groups."""
+    m = ChannelMerge(args, dims)
+    m.x = m.operand(args[0], dims[0])
+    return m, dict(params, groups=params["groups"] * m.size)
 
 
 def _forward_batch(args, dims, **params):
-    m = _Merged(args[0], dims[0], _size(args, dims), params)
+    m, params = _merged(args, dims, params)
     vectors = [m.vector(v, d) for v, d in zip(args[1:], dims[1:])]
-    return m.unmerge(channel_affine_p.bind(m.x, *vectors, **m.params))
+    return m.unmerge(channel_affine_p.bind(m.x, *vectors, **params))
 
 
 def _tangent_batch(args, dims, **params):
-    m = _Merged(args[0], dims[0], _size(args, dims), params)
+    m, merged = _merged(args, dims, params)
     slots = _slots(zip(args[2:], dims[2:]), params["present"])
     ts = [m.operand(*slots[0])] if slots[0] else []
     ts += [m.vector(*s) for s in slots[1:] if s]
     w = m.vector(args[1], dims[1])
-    return m.unmerge(tangent_p.bind(m.x, w, *ts, **m.params))
+    return m.unmerge(tangent_p.bind(m.x, w, *ts, **merged))
 
 
 def _cotangent_batch(args, dims, **params):
-    m = _Merged(args[0], dims[0], _size(args, dims), params)
+    m, merged = _merged(args, dims, params)
     ct = m.operand(args[2], dims[2])
-    outs = cotangent_p.bind(m.x, m.vector(args[1], dims[1]), ct, **m.params)
+    outs = cotangent_p.bind(m.x, m.vector(args[1], dims[1]), ct, **merged)
     by_slot = _slots(outs, params["mask"])
     results = [m.unmerge(by_slot[0])] if by_slot[0] is not None else []
     results += [m.per_example(v) for v in by_slot[1:] if v is not None]

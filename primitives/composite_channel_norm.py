@@ -232,18 +232,43 @@ def _transpose(get_backward):
     return transpose
 
 
+class ChannelMerge:
+    """A vmapped batch dim joined with a channel kernel's channels: each example's channel
+    becomes one more channel of the kernel, with its own statistics, weight and bias. An
+    x-shaped operand (N, B, C, ...) -> (N, B * C, ...), a per-channel vector (B, C) ->
+    (B * C,) (an unbatched one repeated B times); `per_example` and `unmerge` undo it.
+    Shared by batch_norm, its affine composites and evaluation-mode batch norm."""
+
+    def __init__(self, args, dims):
+        self.size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
+        self.shape = None
+
+    def operand(self, a, d):
+        a = S.broadcast_batch(a, self.size, 1) if d is None else S.moveaxis(a, d, 1)
+        self.shape = S._shape(a)  # (N, B, C, ...)
+        merged = (self.shape[0], self.shape[1] * self.shape[2]) + self.shape[3:]
+        return S.reshape(a, merged)
+
+    def vector(self, v, d):
+        if d is None:
+            c = S._shape(v)[0]
+            return S.reshape(S.broadcast_in_dim(v, (self.size, c), (1,)), (self.size * c,))
+        v = S.moveaxis(v, d, 0)
+        return S.reshape(v, (self.size * S._shape(v)[1],))
+
+    def per_example(self, v):
+        """A merged per-channel result (B * C,) as (B, C), batched at 0."""
+        return S.reshape(v, (self.size, S._shape(v)[0] // self.size)), 0
+
+    def unmerge(self, out):
+        return S.reshape(out, self.shape), 1
+
+
 def _bn_batch(get_prim):
     # each vmapped example has its own statistics per channel: the batch dim joins the channels
     def batch(args, dims, **params):
-        size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
-        moved = [
-            S.broadcast_batch(a, size, 1) if d is None else S.moveaxis(a, d, 1)
-            for a, d in zip(args, dims)
-        ]
-        shp = S._shape(moved[-1])  # (N, B, C, ...)
-        merged = (shp[0], shp[1] * shp[2]) + tuple(shp[3:])
-        out = get_prim().bind(*[S.reshape(a, merged) for a in moved], **params)
-        return S.reshape(out, shp), 1
+        m = ChannelMerge(args, dims)
+        return m.unmerge(get_prim().bind(*[m.operand(a, d) for a, d in zip(args, dims)], **params))
 
     return batch
 
