@@ -8,7 +8,12 @@ from typing import Any, Callable
 import torch
 
 from thunderx import tree, validate
-from thunderx.errors import ArgumentTypeError, ArgumentValueError, user_frame
+from thunderx.errors import (
+    ArgumentTypeError,
+    ArgumentValueError,
+    TransformArgumentValueError,
+    user_frame,
+)
 from thunderx.ir import ClosedJaxpr
 from thunderx.passes import dce
 from thunderx.shapes import ShapeDtypeStruct, aval_of_argument
@@ -82,10 +87,23 @@ def _used_vars(jaxpr):
     yield from jaxpr.outvars
 
 
-def functional_call(module: torch.nn.Module, params_and_buffers, args, kwargs=None):
+def functional_call(
+    module: torch.nn.Module,
+    params_and_buffers,
+    args: Any = None,
+    kwargs: dict | None = None,
+    *,
+    tie_weights: bool = True,
+    strict: bool = False,
+) -> Any:
     """Call `module` with its parameters and buffers replaced by `params_and_buffers` (a dict of
     tensors or traced values, or a tuple of such dicts), like `torch.func.functional_call`; the
     module is restored afterwards.
+
+    With `tie_weights` (the default, as torch's) a value given for one name of a tied tensor
+    (a weight shared by two layers, which `named_parameters()` lists once) replaces it under all
+    its names; two different values for one tied tensor are an error. With `strict`, every
+    parameter and buffer must be given, and no other name.
 
     >>> model = torch.nn.Linear(3, 1)
     >>> params = {k: v.detach() for k, v in model.named_parameters()}
@@ -99,12 +117,18 @@ def functional_call(module: torch.nn.Module, params_and_buffers, args, kwargs=No
             f"(at {user_frame()})"
         )
     replacements = _merge_replacements(params_and_buffers)
+    if tie_weights:
+        replacements = _untied(module, replacements)
+    if strict:
+        _check_keys(module, replacements)
     if kwargs is not None and not isinstance(kwargs, dict):
         raise ArgumentTypeError(
             f"functional_call: kwargs must be a dict or None, got {type(kwargs).__name__} "
             f"(at {user_frame()})"
         )
-    if not isinstance(args, tuple):
+    if args is None:
+        args = ()
+    elif not isinstance(args, tuple):
         args = (args,)
     saved = []
     try:
@@ -125,6 +149,46 @@ def functional_call(module: torch.nn.Module, params_and_buffers, args, kwargs=No
     finally:
         for owner, table, attr, old in reversed(saved):
             getattr(owner, table)[attr] = old
+
+
+def _named_tensors(module) -> dict:
+    """Every name of every parameter and buffer, tied ones under each of their names."""
+    named = dict(module.named_parameters(remove_duplicate=False))
+    named.update(module.named_buffers(remove_duplicate=False))
+    return named
+
+
+def _untied(module, replacements: dict) -> dict:
+    """`replacements` with a tied tensor's value under all its names (torch's tie_weights)."""
+    by_tensor: dict = {}
+    for name, t in _named_tensors(module).items():
+        by_tensor.setdefault(id(t), []).append(name)
+    out = dict(replacements)
+    for names in by_tensor.values():
+        given = [n for n in names if n in replacements]
+        if len(names) < 2 or not given:
+            continue
+        if len({id(replacements[n]) for n in given}) > 1:
+            raise ArgumentValueError(
+                f"functional_call got multiple values for keys {sorted(names)}, which are tied. "
+                f"Consider using tie_weights=False (at {user_frame()})"
+            )
+        for n in names:
+            out[n] = replacements[given[0]]
+    return out
+
+
+def _check_keys(module, replacements: dict) -> None:
+    valid = set(_named_tensors(module))
+    missing, unexpected = sorted(valid - set(replacements)), sorted(set(replacements) - valid)
+    msgs = [f"Unexpected key(s): {', '.join(map(repr, unexpected))}."] if unexpected else []
+    msgs += [f"Missing key(s): {', '.join(map(repr, missing))}."] if missing else []
+    if msgs:  # a RuntimeError, as torch raises
+        raise TransformArgumentValueError(
+            f"Error(s) in reparametrizing for {module._get_name()}:\n\t"
+            + "\n\t".join(msgs)
+            + f"\n(at {user_frame()})"
+        )
 
 
 def _merge_replacements(params_and_buffers) -> dict:

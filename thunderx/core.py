@@ -14,7 +14,7 @@ import torch
 
 from thunderx.ad_util import Zero, instantiate
 from thunderx.avals import ShapedArray, aval_of_concrete
-from thunderx.errors import MissingRuleError, UnexpectedTracerError, user_frame
+from thunderx.errors import MissingRuleError, UnexpectedTracerError, note_torch_func, user_frame
 from thunderx.properties import ALL_OPERANDS, UNDECLARED, Properties, check_declaration  # noqa: F401
 
 
@@ -387,6 +387,8 @@ class new_trace:
         if type(self.prev) is EvalTrace:
             for _, leave in outermost_hooks:
                 leave()
+            if exc[1] is not None:
+                note_torch_func(exc[1])
         return False
 
 

@@ -17,9 +17,7 @@ def _internal(filename: str) -> bool:
         _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
     f = os.path.abspath(filename)
     return (
-        f.startswith(os.path.join(_PKG_DIR, "thunderx") + os.sep)
-        or f.startswith(os.path.join(_PKG_DIR, "primitives") + os.sep)
-        or f.startswith(os.path.join(_PKG_DIR, "transforms") + os.sep)
+        any(f.startswith(os.path.join(_PKG_DIR, d) + os.sep) for d in _PACKAGES)
         or f.startswith(_TORCH_DIR + os.sep)
         or "optree" in f
         or f.startswith("<frozen")
@@ -36,6 +34,46 @@ def user_frame() -> str:
             return f"{code.co_filename}:{frame.f_lineno}"
         frame = frame.f_back
     return "<unknown>"
+
+
+def note_torch_func(exc: BaseException) -> None:
+    """Where an exception leaving a thunderx transform was raised inside one of torch.func's own
+    transforms (one thunderx does not run in its place, e.g. `torch.func.linearize`), say so and
+    what to use: torch.func's transforms refuse thunderx's traced values, and their own message
+    ("argument of type: ...Tracer") names neither. Adds a note; the exception is unchanged."""
+    import torch
+
+    functorch = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "_functorch")
+    tb, caller = exc.__traceback__, None
+    while tb is not None:
+        f = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if f.startswith(functorch + os.sep):
+            if caller is None or _ours_below(tb):  # thunderx ran it (lang/torch_func.py)
+                return
+            name = tb.tb_frame.f_code.co_name
+            exc.add_note(
+                f"thunderx: torch.func's own transform ({name}) was called at {caller} on values "
+                f"traced by a thunderx transform, which torch.func cannot see. Inside thunderx "
+                f"transforms use thunderx.func (torch.func's API run by thunderx), e.g. "
+                f"thunderx.func.{name if name in _FUNC_NAMES else 'linearize'}."
+            )
+            return
+        if not _internal(f):
+            caller = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+
+
+def _ours_below(tb) -> bool:
+    while tb is not None:
+        f = os.path.abspath(tb.tb_frame.f_code.co_filename)
+        if any(f.startswith(os.path.join(_PKG_DIR, d) + os.sep) for d in _PACKAGES):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+_PACKAGES = ("thunderx", "primitives", "transforms")
+_FUNC_NAMES = ("linearize", "vmap", "grad", "vjp", "jvp", "jacrev", "jacfwd", "hessian")
 
 
 class ThunderxError(Exception):

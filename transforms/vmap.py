@@ -396,12 +396,11 @@ def _caller_view(o, ins, flat_args, norm_axes, oax, val, bdim):
     if ax is None or isinstance(x, Tracer) or not isinstance(x, torch.Tensor):
         return None
     try:
-        # torch's own batching (not `torch.func.vmap`, which a user may have rebound to ours)
-        from torch._functorch.apis import vmap as torch_vmap
+        # torch's own batching: not `torch.func.vmap`, which a user may have rebound to ours
+        # and which runs ours inside a transform (lang/torch_func.py)
+        from torch._functorch.vmap import vmap_impl
 
-        view = torch_vmap(lambda e: read_chain(e, chain, concrete=True), in_dims=ax, out_dims=oax)(
-            x
-        )
+        view = vmap_impl(lambda e: read_chain(e, chain, concrete=True), ax, oax, "error", None, x)
     except Exception:  # a view torch cannot batch: the computed value stands
         return None
     want = get_aval(val)

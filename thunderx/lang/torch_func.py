@@ -1,0 +1,150 @@
+"""torch.func's transforms called inside thunderx's: run as thunderx's own (`thunderx.func`, which
+keeps torch.func's contract), so code that uses torch.func internally (a loss built on
+`torch.func.jacrev`, per-example gradients written with `torch.func.vmap(torch.func.grad(...))`)
+can itself be transformed, staged by `jit` and lowered.
+
+torch.func's transforms run on functorch's wrapped tensors and refuse anything else ("Thing
+passed to transform API must be Tensor"), so a traced value reaching one raised deep inside
+torch. The public functions (`torch.func.grad`, `vmap`, `vjp`, `jvp`, `jacrev`, `jacfwd`,
+`hessian`, `grad_and_value`) are bound by the user's imports, so they cannot be replaced; what
+they call when they run can: their implementations look up `grad_and_value_impl`,
+`_vjp_with_argnums`, `_jvp_with_argnums` (torch._functorch.eager_transforms) and `vmap_impl`
+(torch._functorch.apis) as module globals at call time, as `torch.func.functional_call` does
+`torch.nn.utils.stateless._functional_call`. Those five are replaced while a thunderx
+transform runs (`patch_during_transforms`) and, in a thread inside one, run thunderx's transform;
+`jacrev`, `jacfwd` and `hessian` are torch's own compositions of vjp / jvp and vmap, so they follow.
+Elsewhere (another thread, or no thunderx transform on this one) torch's own runs unchanged.
+
+`functional_call` runs as `thunderx.functional_call` (torch's swap of module attributes refuses
+traced values). `torch.func.linearize` has no such entry point (it traces with make_fx and
+forward-mode dual tensors): inside a thunderx transform use `thunderx.func.linearize`."""
+
+from __future__ import annotations
+
+import functools
+
+from thunderx.core import is_top_level
+from thunderx.lang.patching import patch_during_transforms
+
+
+def _index(argnums, n: int) -> tuple[int, ...]:
+    idx = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    return tuple(i % n if -n <= i < n else i for i in idx)
+
+
+def _with(primals: tuple, idx: tuple, values) -> list:
+    args = list(primals)
+    for i, v in zip(idx, values):
+        args[i] = v
+    return args
+
+
+def _grad_and_value_impl(torch_impl):
+    def impl(func, argnums, has_aux, args, kwargs):
+        if is_top_level():
+            return torch_impl(func, argnums, has_aux, args, kwargs)
+        from thunderx import func as txf
+
+        return txf.grad_and_value(func, argnums, has_aux)(*args, **kwargs)
+
+    return impl
+
+
+def _vmap_impl(torch_impl):
+    def impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
+        if is_top_level():
+            return torch_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs)
+        from thunderx import func as txf
+
+        mapped = txf.vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
+        return mapped(*args, **kwargs)
+
+    return impl
+
+
+def _vjp_with_argnums(torch_impl):
+    def impl(func, *primals, argnums=None, has_aux=False):
+        if is_top_level():
+            return torch_impl(func, *primals, argnums=argnums, has_aux=has_aux)
+        from thunderx import func as txf
+
+        if argnums is None:  # torch.func.vjp
+            return txf.vjp(func, *primals, has_aux=has_aux)
+        # jacrev: the cotangents of the argnums inputs only, one value for an int argnums
+        idx = _index(argnums, len(primals))
+        res = txf.vjp(
+            lambda *d: func(*_with(primals, idx, d)),
+            *[primals[i] for i in idx],
+            has_aux=has_aux,
+        )
+
+        @functools.wraps(res[1])
+        def vjp_fn(cotangents, *rest, **kw):
+            cts = res[1](cotangents, *rest, **kw)
+            return cts[0] if isinstance(argnums, int) else cts
+
+        return (res[0], vjp_fn, *res[2:])
+
+    return impl
+
+
+def _jvp_with_argnums(torch_impl):
+    def impl(func, primals, tangents, argnums, *, strict=False, has_aux):
+        if is_top_level():
+            return torch_impl(func, primals, tangents, argnums, strict=strict, has_aux=has_aux)
+        from thunderx import func as txf
+
+        if argnums is None or not isinstance(primals, tuple):  # torch.func.jvp (or its error)
+            return txf.jvp(func, primals, tangents, strict=strict, has_aux=has_aux)
+        # jacfwd: tangents for the argnums inputs, as a tuple
+        idx = _index(argnums, len(primals))
+        return txf.jvp(
+            lambda *d: func(*_with(primals, idx, d)),
+            tuple(primals[i] for i in idx),
+            tangents,
+            strict=strict,
+            has_aux=has_aux,
+        )
+
+    return impl
+
+
+def _functional_call(torch_impl):
+    def impl(
+        module, parameters_and_buffers, args=None, kwargs=None, *, tie_weights=True, strict=False
+    ):
+        if is_top_level():
+            return torch_impl(
+                module, parameters_and_buffers, args, kwargs, tie_weights=tie_weights, strict=strict
+            )
+        from thunderx.api import functional_call
+
+        return functional_call(
+            module, parameters_and_buffers, args, kwargs, tie_weights=tie_weights, strict=strict
+        )
+
+    return impl
+
+
+def install() -> None:
+    """Patch torch.func's call-time entry points, where this torch has them (private names:
+    a torch without one keeps its own behaviour for that transform)."""
+    try:
+        from torch._functorch import apis, eager_transforms
+        from torch.nn.utils import stateless
+    except ImportError:  # pragma: no cover - every supported torch has them
+        return
+    wanted = [
+        (eager_transforms, "grad_and_value_impl", _grad_and_value_impl),
+        (eager_transforms, "_vjp_with_argnums", _vjp_with_argnums),
+        (eager_transforms, "_jvp_with_argnums", _jvp_with_argnums),
+        (apis, "vmap_impl", _vmap_impl),
+        (stateless, "_functional_call", _functional_call),
+    ]
+    patch_during_transforms(
+        [
+            (owner, name, make(vars(owner)[name]))
+            for owner, name, make in wanted
+            if name in vars(owner)
+        ]
+    )
