@@ -15,6 +15,7 @@ from .conventions_rows_base import F64, S, T, _close
 from .conventions_rows_numeric import (
     batched_norm_per_example,
     batched_recurrent_rounding,
+    batched_reduction_layout,
     batched_tie_by_rounding,
     bce_second_derivative_at_the_clamp,
     bce_with_logits_at_minus_infinity,
@@ -462,5 +463,6 @@ BEHAVIOUR = {
         normalized_rounding_noise,
         batched_norm_per_example,
         batched_tie_by_rounding,
+        batched_reduction_layout,
     )
 }

@@ -203,6 +203,37 @@ def batched_tie_by_rounding():
     _per_example_against_torch_func(1900972, "big", 2)
 
 
+def batched_reduction_layout():
+    # the differential run's program batch_norm > nansum > where (x > 0 ? x : -30) at +-30:
+    # each example's normalized values sum to 0 by cancellation (terms of 60), and the batched
+    # sum reads them where vmap laid them out (batch norm's examples merged into its channels,
+    # so each example is strided), which rounds that sum another way than the per-example loop's
+    import random
+
+    from thunderx.testing.diff_checks import Ctx
+    from thunderx.testing.differential import make_program
+
+    prog, _ = make_program(random.Random(2216092), "big", 3, None)
+    c = Ctx(prog, 2216092)
+    x, w, b = c.batch[:3]
+
+    def norm(x, w, b):
+        return F.batch_norm(x, None, None, w, b, training=True)
+
+    loop = torch.stack([norm(x[i], w[i], b[i]) for i in range(2)])
+    batched = tx.vmap(norm)(x, w, b)
+    assert torch.equal(batched, loop)  # the normalized values: torch's kernel per example
+    # torch's own sum of those values depends on their layout: contiguous vs as vmap keeps them
+    merged = batched.movedim(0, 1).contiguous().movedim(1, 0)  # examples strided, as batched
+    contiguous = [loop[i].sum() for i in range(2)]
+    strided = [merged[i].sum() for i in range(2)]
+    assert contiguous[0] > 0 and strided[0] == 0  # 8.9e-16 against 0
+    ours, theirs = tx.vmap(c.f)(*c.batch), tf.vmap(c.f)(*c.batch)
+    loop = torch.stack([c.f(*[a[i] for a in c.batch]) for i in range(2)])
+    assert ours[0] == -30.0 and loop[0] != -30.0  # the where flips on the noise's sign
+    assert ours[1] == loop[1] and theirs[1] == -30.0 != loop[1]  # torch.func's in the other
+
+
 def logcumsumexp_rounded_output():
     big = 4.2532690029e88
     x, ct = T(big, big, big), T(0.0, 0.0, 1.0)

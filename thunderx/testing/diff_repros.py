@@ -139,6 +139,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # exp > logsumexp (values near 9e13, 1 apart) > layer_norm with weight and bias
     ("layer_norm", "jacfwd", "unresolved"): ("big", 1630628, "jacfwd", None, 3),
+    # batch_norm > nansum > where at +-30: a sum that cancels to 1e-15, read in the batched layout
+    ("<with nansum>", "vmap", "forward"): ("big", 2216092, "vmap", None, 3),
     # amax of a column (-0.96, 0) > hypot at (0, 0): hypot's nan derivative meets the zero one
     # of the entry amax does not select
     ("<with amax>", "*", "kink"): ("zero", 1536132, "grad", None, 2),
