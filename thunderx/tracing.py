@@ -44,6 +44,7 @@ class StagingTrace(Trace):
         "writeback",
         "arg_vars",
         "written_args",
+        "grad_vars",
     )
 
     def __init__(self, parent, writeback: bool = False):
@@ -59,6 +60,8 @@ class StagingTrace(Trace):
         # input tracers written in place (under jit: copied back into the arguments)
         self.arg_vars: list[Var] = []
         self.written_args: dict[int, bool] = {}
+        # the ids of variables marked by `requires_grad_()` (lang/autograd_staged.py)
+        self.grad_vars: set[int] = set()
 
     def new_arg(self, aval: ShapedArray) -> StagingTracer:
         t = StagingTracer(self, Var(aval))

@@ -226,8 +226,9 @@ def _install():
         "grad": lambda self: None,
         "data": lambda self: method_table["detach"](self),
     }
+    setters = {"requires_grad": autograd_grad.set_requires_grad}  # `x.requires_grad = True`
     for name, fn in props.items():
-        setattr(Tracer, name, property(fn))
+        setattr(Tracer, name, property(fn, setters.get(name)))
     unbound.install([n for n in _OPERATORS if callable(getattr(Tracer, n, None))])
 
 

@@ -12,9 +12,10 @@ called on batched values is torch's own on the batch-holding tensors:
   whole batch, with the cotangents laid out like the outputs, gives every element's gradient.
   (`x.requires_grad_()` on a traced value is refused, as torch.func refuses it.)
 
-Nested `vmap`s peel one level at a time. Values traced by `jit` or by thunderx's own
-differentiation carry no torch graph: there `torch.autograd.grad` raises a clear error (use
-`thunderx.grad` / `vjp`). Installed, like `Function.apply`, only while a transform runs.
+Nested `vmap`s peel one level at a time. Values traced by `jit` have the staged record:
+reverse mode runs over it (lang/autograd_staged.py). Values of thunderx's own differentiation
+carry no torch graph: there `torch.autograd.grad` raises a clear error (use `thunderx.grad` /
+`vjp`). Installed, like `Function.apply`, only while a transform runs.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def grad(
 
 
 def _grad(outs, ins, cts, kw):
+    from thunderx.lang.autograd_staged import staged_grad
+    from thunderx.tracing import StagingTrace
     from thunderx.transforms.vmap import BatchTrace, BatchTracer
 
     tracers = [v for v in outs + ins + cts if isinstance(v, Tracer)]
@@ -99,6 +102,8 @@ def _grad(outs, ins, cts, kw):
         raise UnexpectedTracerError(
             f"torch.autograd.grad at {user_frame()} got a value of a transform that has returned"
         )
+    if isinstance(t, StagingTrace):  # jit's record: reverse mode over it (autograd_staged.py)
+        return staged_grad(t, outs, ins, cts, kw)
     if not isinstance(t, BatchTrace):
         raise NotImplementedError(
             f"torch.autograd.grad at {user_frame()} on values traced by "
@@ -175,7 +180,9 @@ def requires_grad_(x, requires_grad: bool = True):
     """`x.requires_grad_()` on a traced value is refused, as torch.func refuses it (mixing torch's
     autograd with the transform's own differentiation); `requires_grad_(False)` is a no-op.
     A tensor that requires grad before the transform keeps its torch graph under `vmap`."""
-    if requires_grad and isinstance(x, Tracer):
+    from thunderx.lang.autograd_staged import mark
+
+    if requires_grad and isinstance(x, Tracer) and not mark(x):
         raise RuntimeError(
             f"You are attempting to call Tensor.requires_grad_() on a traced value at "
             f"{user_frame()}, inside a function being transformed: differentiate with thunderx's "
@@ -185,10 +192,18 @@ def requires_grad_(x, requires_grad: bool = True):
     return x
 
 
+def set_requires_grad(x, value: bool) -> None:
+    """`x.requires_grad = value`: as `x.requires_grad_(value)`."""
+    requires_grad_(x, bool(value))
+
+
 def requires_grad(x) -> bool:
     """The `requires_grad` property of a traced value: its batch-holding tensor's, under vmap."""
+    from thunderx.lang.autograd_staged import requires_grad as staged
     from thunderx.transforms.vmap import BatchTracer
 
+    if (marked := staged(x)) is not None:
+        return marked
     while isinstance(x, BatchTracer):
         x = x.val
     return isinstance(x, torch.Tensor) and x.requires_grad
