@@ -1,4 +1,4 @@
-"""torch.func's transforms called inside thunderx's (lang/torch_func.py): each composition is
+"""torch.func's transforms called inside thunderx's (thunderx/torch_func.py): each composition is
 compared with the same composition run by torch.func alone, and torch.func outside thunderx's
 transforms (at top level, in another thread) is checked to be torch's own."""
 

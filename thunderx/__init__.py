@@ -30,6 +30,11 @@ from thunderx.transforms.vmap import vmap
 
 _install_cf()
 
+# torch.func's transforms inside thunderx's run as thunderx.func's (thunderx/torch_func.py)
+from thunderx import torch_func as _torch_func  # noqa: E402
+
+_torch_func.install()
+
 __version__ = "0.1.0"
 
 __all__ = [

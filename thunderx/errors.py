@@ -48,7 +48,7 @@ def note_torch_func(exc: BaseException) -> None:
     while tb is not None:
         f = os.path.abspath(tb.tb_frame.f_code.co_filename)
         if f.startswith(functorch + os.sep):
-            if caller is None or _ours_below(tb):  # thunderx ran it (lang/torch_func.py)
+            if caller is None or _ours_below(tb):  # thunderx ran it (thunderx/torch_func.py)
                 return
             name = tb.tb_frame.f_code.co_name
             exc.add_note(

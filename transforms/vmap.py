@@ -397,7 +397,7 @@ def _caller_view(o, ins, flat_args, norm_axes, oax, val, bdim):
         return None
     try:
         # torch's own batching: not `torch.func.vmap`, which a user may have rebound to ours
-        # and which runs ours inside a transform (lang/torch_func.py)
+        # and which runs ours inside a transform (thunderx/torch_func.py)
         from torch._functorch.vmap import vmap_impl
 
         view = vmap_impl(lambda e: read_chain(e, chain, concrete=True), ax, oax, "error", None, x)

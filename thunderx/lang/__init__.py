@@ -53,7 +53,6 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     special,
     stft,
     tensor,
-    torch_func,
     unbound,
     vision,
     vision_ops,
@@ -242,6 +241,5 @@ def _len(x):
 _install()
 autograd_function.install()
 autograd_grad.install()
-torch_func.install()
 _BN = torch.nn.modules.batchnorm._BatchNorm
 patch_during_transforms([(_BN, "forward", norms.cumulative_batch_norm(vars(_BN)["forward"]))])
