@@ -3,14 +3,18 @@
 import os
 
 import torch
-import torch.func as tf
 from hypothesis import example, given, note, settings
 
 import thunderx as tx
 from thunderx.executors.nvfuser_exec import NvFuserProgram
 from thunderx.passes import closure_convert, optimize
 from thunderx.testing import check_grads
-from thunderx.testing.programs import Program, random_programs, run_program
+from thunderx.testing.programs import (
+    Program,
+    per_example_grads_reference,
+    random_programs,
+    run_program,
+)
 
 CHECKED = {"programs": 0}
 
@@ -48,16 +52,9 @@ def test_random_programs_through_every_transform(prog):
     # per-example gradients: jit(vmap(grad)) vs vmap(grad) vs torch.func
     g_ours = tx.vmap(tx.grad(scalar, argnums=(0, 1)))(*bxs)
     g_jit = tx.jit(tx.vmap(tx.grad(scalar, argnums=(0, 1))))(*bxs)
-    try:
-        g_ref = tf.vmap(tf.grad(scalar, argnums=(0, 1)))(*bxs)
-    except RuntimeError:  # torch.func's own batching refuses some (group_norm of a slice)
-        try:
-            per = [tf.grad(scalar, argnums=(0, 1))(*[b[i] for b in bxs]) for i in range(3)]
-        except RuntimeError:  # and its grad some (batch norm's running statistics): the
-            # per-example loop of thunderx's grad, whose gradient checks against finite
-            # differences above
-            per = [tx.grad(scalar, argnums=(0, 1))(*[b[i] for b in bxs]) for i in range(3)]
-        g_ref = tuple(torch.stack(g) for g in zip(*per))
+    # torch.func's, or a per-example loop where it refuses (the gradient itself is checked
+    # against finite differences above)
+    g_ref = per_example_grads_reference(scalar, bxs)
     for a, b, c in zip(g_ours, g_jit, g_ref):
         close(a, c, 1e-7)
         close(b, c, 1e-7)
