@@ -17,13 +17,9 @@ from thunderx import core
 from thunderx.executors import cpu_gemm, recycle
 from thunderx.executors.torch_codegen import compile_jaxpr
 from thunderx.passes import closure_convert
-from thunderx.testing.programs import (
-    Program,
-    per_example_grads_reference,
-    random_programs,
-    run_program,
-)
+from thunderx.testing.programs import Program, random_programs, run_program
 
+from .program_oracles import per_example_grads_reference
 from .test_nvfuser import _single_eqn_program
 from .test_properties import CHECKED, _samples
 
