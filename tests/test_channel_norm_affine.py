@@ -203,3 +203,25 @@ def test_second_derivatives_beside_an_infinite_channel_are_finite_differences():
     fd = (torch_grad(x + h * v) - torch_grad(x - h * v)) / (2 * h)
     torch.testing.assert_close(got[:, 1], fd[:, 1], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(tx.grad(s)(x)[:, 1], torch_grad(x)[:, 1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", sorted(NORMS))
+def test_a_bias_alone_is_torchs_bits_without_jit(name, dtype):
+    # a bias alone goes into the kernel with a weight of ones (lang/norms.py _unit_weight),
+    # which for these kernels is their value without a weight, bit for bit
+    x, _, b = _inputs(dtype)
+    f = lambda x, b: NORMS[name](x, None, b)  # noqa: E731
+    assert torch.equal(tx.vjp(f, x, b)[0], f(x, b))
+    assert torch.equal(tx.jit(f)(x, b), f(x, b))
+    assert torch.equal(torch.trunc(tx.vmap(f)(x[None], b[None])[0]), torch.trunc(f(x, b)))
+    ct = torch.randn(x.shape, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    got = tx.vjp(f, x, b)[1](ct)
+    if name == "group_norm":  # torch's group norm backward fails without a weight
+        want = tf.vjp(lambda x, b: F.group_norm(x, 2) + b[:, None], x, b)[1](ct)
+        for g, r in zip(got, want):
+            torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-5)
+        return
+    xs = [a.clone().requires_grad_() for a in (x, b)]
+    for g, r in zip(got, torch.autograd.grad(f(*xs), xs, ct)):
+        assert torch.equal(g, r), (g - r).abs().max()

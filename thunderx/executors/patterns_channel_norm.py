@@ -1,8 +1,9 @@
-"""Channel normalizations with their affine in torch's kernels. With a weight the language
-layer already puts the affine inside the kernel (primitives/composite_channel_affine.py); a bias
-alone (torch's group norm backward kernel fails without a weight) and an affine written out,
-`F.batch_norm(x, None, None, training=True) * w + b`, are the normalized value times a broadcast
-weight plus a broadcast bias in the program, which this pass gives back to the kernel. Torch's
+"""Channel normalizations with their affine in torch's kernels. With a weight, or a bias alone
+(given a weight of ones), the language layer already puts the affine inside the kernel
+(primitives/composite_channel_affine.py, lang/norms.py); an affine written out,
+`F.batch_norm(x, None, None, training=True) * w + b`, is the normalized value times a broadcast
+weight plus a broadcast bias in the program, which this pass gives back to the kernel (so under
+jit such code rounds as the kernel does, not as its eager product and sum). Torch's
 kernels fold the affine into the normalization (`x * (w * invstd) + (b - mean * w * invstd)`),
 which rounds differently: at a constant channel of 30s with weight 30 and bias -30, eager torch
 gives -30.0000000000073 and the

@@ -139,6 +139,16 @@ def _evaluation(name, x, running_mean, running_var, weight, bias, eps):
     return _affine(_eval_norm(name, x, running_mean, running_var, eps), weight, bias)
 
 
+def _unit_weight(x, weight, bias):
+    """A bias alone goes into torch's kernel with a weight of ones: for batch and group norm the
+    kernel's value and input cotangent are then its bits without a weight (x * 1 is exact), so
+    eager code and `jit` both give `F.batch_norm(x, ..., None, b)`'s numbers, and an affine the
+    user writes out after a norm stays the user's product and sum."""
+    if weight is None and bias is not None and _kernel_affine(x, bias, None, (1,)):
+        return C.full((shape(x)[1],), 1.0, dtype(x), aval(x).device)
+    return weight
+
+
 def _training_norm(name, x, eps, weight=None, bias=None):
     """x normalized with its batch statistics per channel, times the weight plus the bias."""
     if 0 in shape(x):
@@ -148,6 +158,7 @@ def _training_norm(name, x, eps, weight=None, bias=None):
             f"{name}: expected more than 1 value per channel when training, got input of "
             f"shape {shape(x)}"
         )
+    weight = _unit_weight(x, weight, bias)
     if _kernel_affine(x, weight, bias, (1,)):
         # the affine inside torch's kernel, its backward as the transpose
         # (composite_channel_affine.py)
@@ -249,6 +260,7 @@ def instance_norm(
     merged = S.reshape(x, (1, shp[0] * shp[1]) + shp[2:])
     if running_mean is not None or running_var is not None:
         _instance_running_update(merged, shp, running_mean, running_var, momentum)
+    weight = _unit_weight(x, weight, bias)
     if _kernel_affine(x, weight, bias, (1,)):
         w, b = (None if v is None else _repeated(v, shp[0]) for v in (weight, bias))
         return S.reshape(_training_norm("instance_norm", merged, eps, w, b), shp)
@@ -273,6 +285,7 @@ def _group_norm(name, x, groups, weight, bias, eps):
         raise ValueError(f"{name}: {shape(x)[1]} channels are not divisible into {groups} groups")
     if 0 in shape(x):
         return _affine(_empty(x), weight, bias)
+    weight = _unit_weight(x, weight, bias)
     if _kernel_affine(x, weight, bias, (1,)):
         # the affine inside torch's kernel (composite_channel_affine.py)
         return channel_norm_affine(x, weight, bias, groups, eps)
