@@ -1,5 +1,5 @@
 """Batch, instance and group norm with their affine in torch's kernels under jit (with a weight
-primitives/composite_channel_affine.py, a bias alone executors/patterns_channel_norm.py): the
+or a bias alone, primitives/composite_channel_affine.py and lang/norms.py): the
 generated code calls the kernel eager torch calls, so
 the values are eager torch's bit for bit, even where rounding decides a later `trunc` or tie;
 gradients are checked against torch.autograd."""
@@ -314,3 +314,19 @@ def test_channel_norm_gradient_whose_forward_value_is_dead(name, dtype):
     want = torch.autograd.grad(loss(*xs), xs)
     for got, ref in zip(grad(x, w, b), want):
         assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", sorted(NORMS))
+def test_an_affine_written_out_after_a_norm_keeps_eager_rounding_under_jit(name, dtype):
+    # the user's own product and sum after a norm without an affine: jit computes what eager
+    # torch computes (before, jit gave the group back to the kernel, which rounds otherwise)
+    norm, _ = NORMS[name]
+    x, w, b = _inputs(dtype)
+
+    def f(x, w, b):
+        return norm(x, None, None) * w[None, :, None] + b[None, :, None]
+
+    assert torch.equal(tx.jit(f)(x, w, b), f(x, w, b))
+    assert torch.equal(tx.jit(f)(x, w, b), tx.vmap(f)(x[None], w[None], b[None])[0])
+    assert not torch.equal(norm(x, w, b), f(x, w, b))  # the kernel rounds otherwise

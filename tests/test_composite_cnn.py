@@ -50,7 +50,7 @@ def test_generated_code_calls_the_kernels_and_matches_torch(name):
     assert backward in src, src
     forward = {"group_norm": "torch.native_group_norm("}
     assert forward.get(name, "torch.native_batch_norm(") in tx.jit(f).lower(x, w, b).as_text()
-    # the affine inside torch's kernel (patterns_channel_norm.py): eager torch's bits
+    # the affine inside torch's kernel (composite_channel_affine.py): eager torch's bits
     assert torch.equal(tx.jit(f)(x, w, b), f(x, w, b))
     xs = [t.clone().requires_grad_() for t in (x, w, b)]
     want = torch.autograd.grad(loss(*xs), xs)

@@ -212,6 +212,9 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
     A forward at an index in `claimed` (emitted otherwise, or not at all) is no such source."""
     from thunderx.primitives import composite_channel_affine as CA
     from thunderx.primitives.composite_channel_norm import (
+        batch_norm_backward_p,
+        batch_norm_p,
+        bn_backward_source,
         gn_backward_source,
         gn_sizes,
         group_norm_backward_p,
@@ -242,6 +245,11 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
         )
         return fwd, bwd
 
+    def batch_norm(x, params, bparams, stats):
+        eps = params["eps"]
+        fwd = f"({stats} := {CA.forward_source('{0}', 'None', 'None', x.shape, 0, eps)})[0]"
+        return fwd, bn_backward_source("{0}", "{1}", f"{stats}[1]", f"{stats}[2]", eps)
+
     def group_norm(x, params, bparams, stats):
         groups, eps = params["groups"], params["eps"]
         fwd = f"({stats} := {CA.forward_source('{0}', 'None', 'None', x.shape, groups, eps)})[0]"
@@ -260,6 +268,8 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
     kinds = {
         layer_norm_p: ("ln", layer_norm, 0),
         layer_norm_backward_p: ("ln", None, 1),
+        batch_norm_p: ("bn", batch_norm, 0),
+        batch_norm_backward_p: ("bn", None, 1),
         group_norm_p: ("gn", group_norm, 0),
         group_norm_backward_p: ("gn", None, 1),
         layer_norm_affine_p: ("lna", layer_norm_affine, 0),

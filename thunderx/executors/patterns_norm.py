@@ -10,8 +10,9 @@ Only a complete group is rewritten: the normalized value `y` read by nothing but
 the weight's cotangent, each product and broadcast read only inside the group, all operands of
 one dtype, the gradient after the forward. Anything else keeps the primitives' lowering. A
 bias's cotangent alone (no weight, the input not differentiated) is a sum like any other: nothing
-marks it as the norm's. `norm_affine` and `full_backward` find the same groups for the channel
-norms (patterns_channel_norm.py)."""
+marks it as the norm's. The channel norms need no such pass: the language layer gives their
+affine to torch's kernel itself (primitives/composite_channel_affine.py), and an affine written
+out after one stays the user's product and sum, as eager evaluation rounds it."""
 
 from __future__ import annotations
 
@@ -175,42 +176,24 @@ def emit_backward(emit: dict, skip: set, full: dict, call: str, operands: list) 
     skip.update(set(full["eqns"]) - {first})
 
 
-def _only_reshape(eqns, uses, v):
-    """The output of the reshape that is v's only reader, or None."""
-    from thunderx.primitives.shape import reshape_p
-
-    readers = uses.get(id(v), [])
-    if len(readers) != 1 or readers[0] >= len(eqns) or eqns[readers[0]].prim is not reshape_p:
-        return None
-    return eqns[readers[0]].outputs[0]
-
-
 def norm_backward(eqns, uses, producer, where, p_wb, others, axes, backward_p, params):
-    """The gradient group of a normalization `where` = (x, y, merged) with the weight broadcast
+    """The gradient group of a normalization `where` = (x, y) with the weight broadcast
     at `p_wb` (None: no weight), or None: `backward_p(g * broadcast(w), x)` (or
     `backward_p(g, x)`) with the norm's `params` (the input's cotangent), y's `others` readers
     all `y * g` summed over `axes` (the weight's), and the first sum of g over `axes` (the
     bias's): {"g", "gx", "gw", "gb", "eqns", "scaled"}, without the cotangents that are not
-    there. With `merged` (instance norm: x reshaped for a batch norm of its channels), the
-    backward reads the cotangent reshaped to merged's shape, and its result is reshaped back."""
+    there."""
     from thunderx.primitives.binary import mul_p
-    from thunderx.primitives.shape import reshape_p
 
-    x, y, merged = where
+    x, y = where
     # (g, the equations before the backward, the backward's index)
     candidates = []
-    if p_wb is None:  # the backward's own operand is g (reshaped, for instance norm)
-        for j in uses.get(id(x if merged is None else merged), []):
+    if p_wb is None:  # the backward's own operand is g
+        for j in uses.get(id(x), []):
             e = eqns[j] if j < len(eqns) else None
             if e is None or e.prim is not backward_p or not isinstance(e.inputs[0], Var):
                 continue
-            g, chain = e.inputs[0], []
-            if merged is not None:
-                p = producer.get(id(g))
-                if p is None or eqns[p].prim is not reshape_p or uses.get(id(g)) != [j]:
-                    continue
-                g, chain = eqns[p].inputs[0], [p]
-            candidates.append((g, chain, j))
+            candidates.append((e.inputs[0], [], j))
     else:
         wb = eqns[p_wb].outputs[0]
         for j in uses.get(id(wb), []):
@@ -218,10 +201,7 @@ def norm_backward(eqns, uses, producer, where, p_wb, others, axes, backward_p, p
             if e is None or e.prim is not mul_p or _other(e, wb) is None:
                 continue
             v, chain = e.outputs[0], [j]
-            if merged is not None:  # instance norm: reshaped to the merged input's shape
-                chain.append(uses.get(id(v), [len(eqns)])[0])
-                v = _only_reshape(eqns, uses, v)
-            readers = uses.get(id(v), []) if v is not None else []
+            readers = uses.get(id(v), [])
             if len(readers) == 1 and readers[0] < len(eqns):
                 candidates.append((_other(e, wb), chain, readers[0]))
     for g, chain, j in candidates:
@@ -240,23 +220,18 @@ def norm_backward(eqns, uses, producer, where, p_wb, others, axes, backward_p, p
 
 def _gx(eqns, uses, where, g, chain, j, backward_p, params):
     """{"g", "gx", "eqns"} for the input's cotangent made by the backward at j, or None."""
-    x, _, merged = where
+    x, _ = where
     lnb = eqns[j]
     operand = eqns[chain[-1]].outputs[0] if chain else g
     if (
         lnb.prim is not backward_p
         or lnb.inputs[0] is not operand
-        or lnb.inputs[1] is not (x if merged is None else merged)
+        or lnb.inputs[1] is not x
         or lnb.params != params
     ):
         return None
     chain = [*chain, j]
     gx = lnb.outputs[0]
-    if merged is not None:  # and the input's cotangent reshaped back
-        chain.append(uses.get(id(gx), [len(eqns)])[0])
-        gx = _only_reshape(eqns, uses, gx)
-        if gx is None or gx.aval.shape != x.aval.shape:
-            return None
     if not isinstance(g, Var) or g.aval.dtype != x.aval.dtype:
         return None
     return {"g": g, "gx": gx, "eqns": chain}
@@ -290,7 +265,7 @@ def _cotangents(eqns, uses, y, g, others, axes, group):
     return group
 
 
-def full_backward(eqns, uses, producer, e, i, group, affine, backward_p, axes, instance=None):
+def full_backward(eqns, uses, producer, e, i, group, affine, backward_p, axes):
     """The gradient group of the norm `e` at i (cotangents summed over `axes`) with the affine
     `affine` = (the weight
     broadcast's index or None, the index of the affine's equation reading y):
@@ -298,14 +273,13 @@ def full_backward(eqns, uses, producer, e, i, group, affine, backward_p, axes, i
     replace ("forward"), or None. Only where every other reader of the normalized value is the
     weight's cotangent, the broadcast weight is read by the affine and the scaled cotangent
     alone, and the whole gradient comes after the forward's group (where the saved statistics
-    exist). For instance norm, `instance` is (its input, its normalized value, the merged input
-    the batch norm reads)."""
+    exist)."""
     if affine is None:
         return None
     p_w, j_first = affine
-    x, y, merged = instance or (e.inputs[0], e.outputs[0], None)
+    x, y = e.inputs[0], e.outputs[0]
     others = [r for r in uses.get(id(y), []) if r != j_first]
-    where = (x, y, merged)
+    where = (x, y)
     full = norm_backward(eqns, uses, producer, where, p_w, others, axes, backward_p, e.params)
     if full is None or min(full["eqns"]) <= max(group | {i}):
         return None

@@ -33,7 +33,6 @@ from thunderx.executors.patterns import (
     select_with_zero,
     shared_statistics,
 )
-from thunderx.executors.patterns_channel_norm import instance_norm_backward_call
 from thunderx.executors.patterns_norm import batch_norm_train_call
 from thunderx.executors.recycle import (
     out_source,
@@ -480,7 +479,6 @@ def base_namespace() -> dict:
     ns: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
     ns.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
     ns["_batch_norm_train"] = batch_norm_train_call
-    ns["_instance_norm_backward"] = instance_norm_backward_call
     return ns
 
 
