@@ -83,15 +83,19 @@ class ClosedJaxpr:
     """A jaxpr with values for its constvars (torch tensors or outer tracers).
 
     `writes`: in-place writes to captured tensors, one `(const index, grad mode)` per trailing
-    output: after each run that output is copied into that const (see thunderx/lang/captured.py)."""
+    output: after each run that output is copied into that const (see thunderx/lang/captured.py).
+    `value_reads`: `(tensor, version)` of each captured tensor whose Python value (`.item()`,
+    `bool()`) the trace read: the program holds that value, so it is stale once the tensor's
+    version counter moves (jit traces again then)."""
 
-    __slots__ = ("jaxpr", "consts", "writes", "__weakref__")
+    __slots__ = ("jaxpr", "consts", "writes", "value_reads", "__weakref__")
 
-    def __init__(self, jaxpr: Jaxpr, consts: list, writes: tuple = ()):
+    def __init__(self, jaxpr: Jaxpr, consts: list, writes: tuple = (), value_reads: tuple = ()):
         assert len(consts) == len(jaxpr.constvars)
         self.jaxpr = jaxpr
         self.consts = list(consts)
         self.writes = tuple(writes)
+        self.value_reads = tuple(value_reads)
 
     @property
     def in_avals(self):

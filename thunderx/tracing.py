@@ -45,6 +45,7 @@ class StagingTrace(Trace):
         "arg_vars",
         "written_args",
         "grad_vars",
+        "value_reads",
     )
 
     def __init__(self, parent, writeback: bool = False):
@@ -62,6 +63,8 @@ class StagingTrace(Trace):
         self.written_args: dict[int, bool] = {}
         # the ids of variables marked by `requires_grad_()` (lang/autograd_staged.py)
         self.grad_vars: set[int] = set()
+        # (captured tensor, its version) whose Python value the trace read (lang/captured.py)
+        self.value_reads: list = []
 
     def new_arg(self, aval: ShapedArray) -> StagingTracer:
         t = StagingTracer(self, Var(aval))
@@ -150,7 +153,7 @@ class StagingTrace(Trace):
                 outvars.append(self.atom(t))
                 writes.append((len(self.constvars) + i, self.written_args[id(t)]))
         jaxpr = Jaxpr(self.constvars, self.arg_vars, self.eqns, outvars)
-        return ClosedJaxpr(jaxpr, self.consts, tuple(writes))
+        return ClosedJaxpr(jaxpr, self.consts, tuple(writes), tuple(self.value_reads))
 
 
 # How many live traces have recorded writes: while none has, `atom` skips the lookup.

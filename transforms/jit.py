@@ -34,7 +34,16 @@ _SCALAR_KEYS = frozenset(_SCALARS)
 class _Entry:
     # writes: (const index, grad mode) per trailing output of `jaxpr` that is copied into that
     # captured tensor after each call (an in-place update of a module buffer; lang/captured.py)
-    __slots__ = ("jaxpr", "consts", "out_tree", "program", "closed", "writes", "__weakref__")
+    __slots__ = (
+        "jaxpr",
+        "consts",
+        "out_tree",
+        "program",
+        "closed",
+        "writes",
+        "value_reads",
+        "__weakref__",
+    )
 
 
 def _leaf_key(x):
@@ -172,6 +181,7 @@ class JitFunction:
         entry.out_tree = out_tree
         entry.program = None
         entry.writes = closed.writes
+        entry.value_reads = closed.value_reads
         if closed.writes:  # consts among themselves, once (each call checks the arguments)
             n = len(closed.consts)
             check_write_aliases(
@@ -185,6 +195,8 @@ class JitFunction:
         # `get` and `move_to_end` would raise KeyError.
         with self._lock:
             entry = self._cache.get(key)
+            if entry is not None and not _values_read_hold(entry):
+                entry = None  # a Python value it read from a captured tensor has changed
             if entry is not None:
                 self.hits += 1
                 self._cache.move_to_end(key)
@@ -228,7 +240,9 @@ class JitFunction:
                         a = args[0]
                         hit = fast.get((a.shape, a.dtype, a.device))
                         if hit is not None and state.trace.__class__ is EvalTrace:
-                            fn, fn_plain, consts, single, consts_need_grad, writes = hit
+                            fn, fn_plain, consts, single, consts_need_grad, writes, reads = hit
+                            if reads and not _reads_hold(reads):
+                                return slow(args, kwargs)
                             if (consts_need_grad or a.requires_grad) and grad_enabled():
                                 fn = fn_plain
                             counts[0] += 1
@@ -249,7 +263,9 @@ class JitFunction:
                         return slow(args, kwargs)
                 hit = fast.get(key)
                 if hit is not None and state.trace.__class__ is EvalTrace:
-                    fn, fn_plain, consts, single, consts_need_grad, writes = hit
+                    fn, fn_plain, consts, single, consts_need_grad, writes, reads = hit
+                    if reads and not _reads_hold(reads):
+                        return slow(args, kwargs)
                     # torch autograd through the call needs the variant without in-place reuse
                     if grad_enabled() and (consts_need_grad or _any_requires_grad(flat)):
                         fn = fn_plain
@@ -328,6 +344,7 @@ class JitFunction:
                 True if single_fn else entry.out_tree,
                 _any_requires_grad(entry.consts),
                 tuple(entry.writes) if entry.writes else None,
+                entry.value_reads,
             )
         return key
 
@@ -389,6 +406,15 @@ def _complete_statics(fun, argnums, argnames):
         if 0 <= i < len(positional) and positional[i] not in names:
             names.append(positional[i])
     return tuple(nums), tuple(names)
+
+
+def _values_read_hold(entry) -> bool:
+    """Whether every captured tensor whose value the trace read still has that version."""
+    return _reads_hold(entry.value_reads)
+
+
+def _reads_hold(reads) -> bool:
+    return all(t._version == v for t, v in reads)
 
 
 def _any_requires_grad(*groups) -> bool:

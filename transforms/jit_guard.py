@@ -151,9 +151,9 @@ def _same_tree(a, b) -> bool:
 def fast_call(args, leaves, hit, state, eval_trace, counts):
     """A function `call(args)` giving the outputs of the cached program `hit` (the fast path's
     record: program, its variant for torch autograd, consts, output tree, whether a const needs
-    grad) for arguments of the signature of `args`, or MISS; None where this structure cannot
+    grad, writes, values read from captured tensors) for arguments of the signature of `args`, or MISS; None where this structure cannot
     be checked this way. `leaves` are `tree.flatten(args)`'s leaves."""
-    fn, fn_plain, consts, single, consts_need_grad, writes = hit
+    fn, fn_plain, consts, single, consts_need_grad, writes, reads = hit
     if writes is not None:
         return None
     w = _Writer()
@@ -188,8 +188,11 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
             "except KeyError:",
             "    return MISS",
         ]
+    # captured tensors the trace read values from: the program holds those values (lang/captured.py)
+    versions = [f"if _r{i}._version != {v}: return MISS" for i, (_, v) in enumerate(reads)]
     body = [
         "if _state.trace.__class__ is not _Eval: return MISS",
+        *versions,
         *checks,
         pick,
         "_counts[0] += 1",
@@ -205,6 +208,7 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
         _tree=single,
         _unflatten=tree.unflatten,
         **{f"_c{i}": c for i, c in enumerate(consts)},
+        **{f"_r{i}": t for i, (t, _) in enumerate(reads)},
     )
     src = "def call(args):\n" + "\n".join("    " + line for line in body) + "\n"
     # one filename for every guard: code objects keep their filename interned for the life of

@@ -197,14 +197,26 @@ def staged_torch_call(created: set, func, args, kwargs):
             if not _created(created, target):
                 return _functionalize(name, target, args[1:], kwargs)
             _keep_earlier_reads(target, None)  # the trace's own tensor: written now
-    elif _WRITES[0] and name not in _METADATA and not _any_tracer(args, kwargs):
-        if name != "__get__" or getattr(getattr(func, "__self__", None), "__name__", "") in (
-            _VALUE_PROPERTIES
-        ):
-            new_args, new_kwargs = _read_written(args, kwargs)
-            if new_args is not None:
-                return unbound.accepting_tracers(func)(*new_args, **new_kwargs)
-    out = func(*args, **kwargs)
+    elif (
+        name not in _METADATA
+        and not _any_tracer(args, kwargs)
+        and (name != "__get__" or getattr(func.__self__, "__name__", "") in _VALUE_PROPERTIES)
+        and _reads_captured(created, args, kwargs)
+    ):
+        out = None if _written_among(args, kwargs) else func(*args, **kwargs)
+        tensors = out is not None and _tensors_only(out)
+        if out is None or (tensors and _differentiable(out)):
+            new_args, new_kwargs = _read_captured(created, args, kwargs)
+            if name == "__get__":  # a value property (`.T`): the traced value's own
+                return getattr(new_args[0], func.__self__.__name__)
+            return unbound.accepting_tracers(func)(*new_args, **new_kwargs)
+        if (not tensors and name != "__len__") or (tensors and _fresh(out, args, kwargs)):
+            _guard_values(created, args, kwargs)  # a value computed now from captured tensors
+        return _remembered(created, out, args, kwargs)
+    return _remembered(created, func(*args, **kwargs), args, kwargs)
+
+
+def _remembered(created: set, out, args, kwargs):
     if isinstance(out, torch.Tensor):
         _remember(created, out, args, kwargs)
     elif isinstance(out, (tuple, list)):
@@ -256,16 +268,44 @@ def _functionalize(name: str, target: torch.Tensor, rest, kwargs):
     return None if name == "__setitem__" else target
 
 
-def _read_written(args, kwargs):
-    """(args, kwargs) with captured tensors written in this trace replaced by their values, or
-    (None, None) when the call reads none."""
+def _tensor_args(args, kwargs):
+    for a in (*args, *kwargs.values()):
+        for b in a if isinstance(a, (tuple, list)) else (a,):
+            if isinstance(b, torch.Tensor) and not isinstance(b, Tracer):
+                yield b
+
+
+def _reads_captured(created: set, args, kwargs) -> bool:
+    """Whether the call reads a captured tensor (see `_read_captured`); no side effects."""
+    if writeback_trace() is None and not _WRITES[0]:
+        return False
+    return any(not _created(created, t) for t in _tensor_args(args, kwargs))
+
+
+def _read_captured(created: set, args, kwargs):
+    """(args, kwargs) with each captured tensor (one the traced function did not make: a module's
+    parameter or buffer, a closed-over tensor) replaced by its value in the trace: its value
+    written earlier in this trace, else the staging trace's const holding it, read on every call.
+    (None, None) when the call reads none.
+
+    A computation on captured tensors alone that reads a parameter (`softplus(self.raw_scale)`,
+    `w / w.norm()`) is staged this way: run at trace time, its result would be a constant of the
+    program, and an optimizer step on the parameter later (in place) would leave the compiled
+    program using the old value, a silent wrong answer. One on other captured tensors (a buffer, a
+    closed-over constant) still runs at trace time, so Python code may inspect its value
+    (torch.distributions' argument checks), and the trace notes the tensors' versions
+    (`_guard_values`): jit traces again once one moves. Tensors the traced function made from no
+    traced value (`torch.ones(3)`) are computed once at trace time, as before."""
     trace = current_trace()
+    staging = writeback_trace()
     changed = False
 
     def sub(a):
         nonlocal changed
-        if isinstance(a, torch.Tensor):
-            v = written_value(trace, a)
+        if isinstance(a, torch.Tensor) and not isinstance(a, Tracer):
+            v = written_value(trace, a) if _WRITES[0] else None
+            if v is None and staging is not None and not _created(created, a):
+                v = current_value(a, staging)
             if v is not None:
                 changed = True
                 return v
@@ -276,6 +316,58 @@ def _read_written(args, kwargs):
     new_args = tuple(sub(a) for a in args)
     new_kwargs = {k: sub(v) for k, v in kwargs.items()}
     return (new_args, new_kwargs) if changed else (None, None)
+
+
+def _guard_values(created: set, args, kwargs) -> None:
+    """The program will hold a Python value read from these captured tensors: every enclosing
+    staging trace notes their version counters, so that jit traces again once one moves (an
+    optimizer step, a buffer update), as torch.compile's guards do."""
+    reads = []
+    for b in _tensor_args(args, kwargs):
+        if not _created(created, b):
+            try:
+                reads.append((b, b._version))
+            except RuntimeError:  # an inference tensor has no version: nothing to follow
+                pass
+    t = current_trace()
+    while t is not None:
+        if isinstance(t, StagingTrace):
+            t.value_reads.extend(reads)
+        t = t.parent
+
+
+def _written_among(args, kwargs) -> bool:
+    """Whether the call reads a captured tensor written earlier in this trace (its eager value is
+    stale: the call must read the written one, whatever it returns)."""
+    if not _WRITES[0]:
+        return False
+    trace = current_trace()
+    return any(written_value(trace, b) is not None for b in _tensor_args(args, kwargs))
+
+
+def _differentiable(out) -> bool:
+    """Whether torch's autograd differentiates the result of a call on captured tensors (it
+    reads a parameter): such a call is staged, so that the program reads the parameter on each
+    call (an optimizer step updates it in place) and derivatives in the parameter see it."""
+    return any(o.requires_grad for o in (out if isinstance(out, (tuple, list)) else (out,)))
+
+
+def _fresh(out, args, kwargs) -> bool:
+    """Whether a result has memory of its own (a value computed now), not a view or alias of an
+    argument (which reads the captured tensor's memory, current on each call)."""
+    mine = {_storage(a) for a in _tensor_args(args, kwargs)}
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return any(_storage(o) not in mine for o in outs)
+
+
+def _tensors_only(out) -> bool:
+    if isinstance(out, torch.Tensor):
+        return True
+    return (
+        isinstance(out, (tuple, list))
+        and bool(out)
+        and all(isinstance(o, torch.Tensor) for o in out)
+    )
 
 
 # ------------------------------------------------ after each call of a compiled program

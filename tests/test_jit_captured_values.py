@@ -1,0 +1,116 @@
+"""Computations on captured tensors alone (a module's parameters, closed-over tensors) after the
+tensors change in place (an optimizer step, a buffer update): a jitted function computes what
+eager torch computes with the new values (lang/captured.py `_read_captured`). One that reads a
+parameter is staged; one on other captured tensors runs at trace time and the program is traced
+again once their version counters move, as is one that reads a Python value (`.item()`)."""
+
+import torch
+import torch.nn.functional as F
+
+import thunderx as tx
+
+F64 = torch.float64
+
+
+class _Scaled(torch.nn.Module):
+    """Parameters used through computations of their own, as real models do: a positive scale
+    by softplus, a weight-normalized matrix, a transposed weight, a sliced buffer."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.raw = torch.nn.Parameter(torch.randn(4, generator=g, dtype=F64))
+        self.v = torch.nn.Parameter(torch.randn(4, 4, generator=g, dtype=F64))
+        self.register_buffer("table", torch.randn(8, 4, generator=g, dtype=F64))
+
+    def forward(self, x):
+        w = self.v / self.v.norm(dim=1, keepdim=True)
+        return (x @ w.T) * F.softplus(self.raw) + self.table[: x.shape[0]]
+
+
+def _step(m, x):
+    opt = torch.optim.SGD(m.parameters(), lr=0.3)
+    m(x).pow(2).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    with torch.no_grad():
+        m.table.mul_(2)  # a buffer updated in place too
+
+
+def test_jit_of_a_module_follows_in_place_updates_of_its_parameters():
+    m = _Scaled()
+    x = torch.randn(3, 4, dtype=F64, generator=torch.Generator().manual_seed(1))
+    jm = tx.jit(m)
+    torch.testing.assert_close(jm(x), m(x).detach(), rtol=1e-12, atol=1e-12)
+    for _ in range(3):
+        _step(m, x)
+        torch.testing.assert_close(jm(x), m(x).detach(), rtol=1e-12, atol=1e-12)
+    prims = {e.prim.name for e in tx.make_jaxpr(m)(x).jaxpr.eqns}
+    assert "softplus" in prims  # staged, not a constant computed at trace time
+
+
+def test_gradients_through_jit_reach_parameters_used_through_their_own_computation():
+    m = _Scaled()
+    x = torch.randn(3, 4, dtype=F64, generator=torch.Generator().manual_seed(2))
+    tx.jit(m)(x).pow(2).sum().backward()
+    got = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    m(x).pow(2).sum().backward()
+    for g, p in zip(got, m.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_closed_over_tensor_updated_in_place():
+    w = torch.randn(3, 3, dtype=F64, generator=torch.Generator().manual_seed(3))
+    f = tx.jit(lambda v: v @ w.exp() + w.sum())
+    x = torch.randn(2, 3, dtype=F64)
+    f(x)
+    with torch.no_grad():
+        w.add_(0.5)
+    torch.testing.assert_close(f(x), x @ w.exp() + w.sum(), rtol=1e-12, atol=1e-12)
+
+
+def test_tensors_made_inside_the_function_stay_trace_time_constants():
+    # torch.ones / arange from no traced value: computed once, as before (nothing to follow)
+    def f(v):
+        mask = torch.triu(torch.ones(3, 3, dtype=F64), 1)
+        return v @ mask + torch.arange(3, dtype=F64)
+
+    x = torch.randn(2, 3, dtype=F64)
+    torch.testing.assert_close(tx.jit(f)(x), f(x))
+    jaxpr = tx.make_jaxpr(f)(x)
+    assert "triu" not in {e.prim.name for e in jaxpr.jaxpr.eqns}
+
+
+class _InitOnce(torch.nn.Module):
+    """ActNorm's data-dependent initialization: a Python branch on a buffer's value."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("initialized", torch.tensor(0))
+        self.scale = torch.nn.Parameter(torch.ones(3, dtype=F64))
+
+    def forward(self, x):
+        if self.initialized.item() == 0:
+            with torch.no_grad():
+                self.scale.copy_(1.0 / x.std(0))
+                self.initialized.fill_(1)
+        return x * self.scale
+
+
+def test_a_python_value_read_from_a_captured_tensor_is_guarded_by_its_version():
+    x = torch.randn(5, 3, dtype=F64, generator=torch.Generator().manual_seed(4)) * 4
+    m, ref = _InitOnce(), _InitOnce()
+    jm = tx.jit(m)
+    for k in range(3):  # the first call initializes; the later ones must not again
+        torch.testing.assert_close(jm(x * (k + 1)), ref(x * (k + 1)).detach())
+    assert m.initialized.item() == 1
+    torch.testing.assert_close(m.scale.detach(), ref.scale.detach())
+    w = torch.tensor(2.0, dtype=F64)
+    f = tx.jit(lambda v: v * float(w.item()))
+    ones = torch.ones(2, dtype=F64)
+    assert torch.equal(f(ones), 2 * ones)
+    assert torch.equal(f(ones), 2 * ones)  # unchanged: the cached program
+    with torch.no_grad():
+        w.fill_(3.0)
+    assert torch.equal(f(ones), 3 * ones)  # traced again for the new value
