@@ -215,3 +215,32 @@ def test_requires_grad_attribute_and_list_arguments():
 
     torch.testing.assert_close(tx.jit(f)(X), f(X).detach())
     torch.testing.assert_close(tx.jit(f)(X), 3 * X**2)  # closed form
+
+
+def test_maml_inner_loop_with_captured_parameters_equals_eager():
+    # second-order MAML written with torch.autograd.grad over the module's own parameters,
+    # which the function uses through their transposes (computations of their own)
+    net = _net(3)
+    params = list(net.parameters())
+
+    def forward(ps, x):
+        h = torch.tanh(x @ ps[0].T + ps[1])
+        h = torch.tanh(h @ ps[2].T + ps[3])
+        return h @ ps[4].T + ps[5]
+
+    def maml(xs, ys, xq, yq):
+        fast = params
+        for _ in range(2):
+            loss = ((forward(fast, xs) - ys) ** 2).mean()
+            grads = torch.autograd.grad(loss, fast, create_graph=True)
+            fast = [p - 0.1 * g for p, g in zip(fast, grads)]
+        outer = ((forward(fast, xq) - yq) ** 2).mean()
+        return outer, torch.autograd.grad(outer, params)
+
+    g = torch.Generator().manual_seed(5)
+    data = [torch.randn(6, 1, dtype=F64, generator=g) for _ in range(4)]
+    want_loss, want = maml(*data)
+    got_loss, got = tx.jit(maml)(*data)
+    torch.testing.assert_close(got_loss, want_loss.detach(), rtol=1e-12, atol=1e-12)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
