@@ -4,6 +4,7 @@ eager torch computes with the new values (lang/captured.py `_read_captured`). On
 parameter is staged; one on other captured tensors runs at trace time and the program is traced
 again once their version counters move, as is one that reads a Python value (`.item()`)."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -114,3 +115,32 @@ def test_a_python_value_read_from_a_captured_tensor_is_guarded_by_its_version():
     with torch.no_grad():
         w.fill_(3.0)
     assert torch.equal(f(ones), 3 * ones)  # traced again for the new value
+
+
+@pytest.mark.parametrize("wrap", ["spectral_norm", "weight_norm"])
+def test_parametrized_modules_under_jit_follow_eager_training(wrap):
+    # torch's parametrizations compute the weight from the parameters on each access, and
+    # spectral_norm's power iteration updates its buffers in place (F.normalize(..., out=u))
+    import copy
+
+    from torch.nn.utils import parametrizations
+
+    torch.manual_seed(0)
+    m = getattr(parametrizations, wrap)(torch.nn.Linear(4, 3)).double()
+    ref = copy.deepcopy(m)
+    jm = tx.jit(m)
+    opts = [torch.optim.SGD(n.parameters(), lr=0.1) for n in (m, ref)]
+    g = torch.Generator().manual_seed(6)
+    for _ in range(3):
+        x = torch.randn(5, 4, dtype=F64, generator=g)
+        y, want = jm(x), ref(x)
+        torch.testing.assert_close(y, want.detach(), rtol=1e-10, atol=1e-12)
+        y.pow(2).sum().backward()
+        want.pow(2).sum().backward()
+        for a, b in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(a.grad, b.grad, rtol=1e-10, atol=1e-12)
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(m.buffers(), ref.buffers()):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)

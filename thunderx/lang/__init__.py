@@ -72,11 +72,7 @@ install_inplace()
 
 def _torch_function(cls, func, types, args=(), kwargs=None):
     if kwargs and kwargs.get("out") is not None:
-        # A write into a caller's buffer is a side effect the traced program cannot express.
-        raise unsupported(
-            f"{getattr(func, '__name__', func)}(..., out=...)",
-            "write `t = op(...)` (or `t.copy_(op(...))` on a local tensor) instead",
-        )
+        return _with_out(cls, func, types, args, kwargs)
     func = unbound.original_of.get(func, func)
     impl = torch_table.get(func)
     if impl is None:
@@ -84,6 +80,34 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
     else:
         out = _decompose(impl, args, kwargs or {})
     return out if _grad_enabled() else _no_grad(out, args)
+
+
+def _with_out(cls, func, types, args, kwargs):
+    """`op(..., out=t)` where t is a traced value, or a captured tensor under jit (a module's
+    buffer: spectral_norm's power iteration writes its `_u` this way): the result computed, then
+    `t.copy_(result)`, an in-place update like any other (functionalized for a captured tensor,
+    written back after each call). Into any other tensor (one the function made while tracing,
+    or outside jit) the write is a side effect the traced program cannot express: refused."""
+    from thunderx.lang.captured import is_captured
+
+    out = kwargs["out"]
+    targets = list(out) if isinstance(out, (tuple, list)) else [out]
+    name = getattr(func, "__name__", func)
+    if not all(isinstance(t, Tracer) or is_captured(t) for t in targets):
+        raise unsupported(
+            f"{name}(..., out=...)",
+            "write `t = op(...)` (or `t.copy_(op(...))` on a local tensor) instead",
+        )
+    rest = {k: v for k, v in kwargs.items() if k != "out"}
+    result = _torch_function(cls, func, types, args, rest)
+    values = list(result) if isinstance(out, (tuple, list)) else [result]
+    for target, value in zip(targets, values):
+        if tuple(target.shape) != tuple(value.shape):
+            raise unsupported(
+                f"{name}(..., out=...) into a tensor of another shape", "write `t = op(...)`"
+            )
+        target.copy_(value)
+    return out
 
 
 def _decompose(impl, args, kwargs):

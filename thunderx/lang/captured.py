@@ -20,6 +20,8 @@ A traced value read before a write keeps the value it read (`_keep_earlier_reads
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from thunderx.ad_util import Zero
@@ -174,10 +176,28 @@ class StagingMode(RandomnessMode):
         # `.detach()` / `.data` of a captured tensor, shares the captured tensor's storage)
         self.created: set[int] = set()
 
+    def __enter__(self):
+        _ACTIVE.modes = (*getattr(_ACTIVE, "modes", ()), self)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _ACTIVE.modes = _ACTIVE.modes[:-1]
+        return super().__exit__(*exc)
+
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if unbound.original_of.get(func, func) in RANDOM_FUNCTIONS:
             return super().__torch_function__(func, types, args, kwargs)
         return staged_torch_call(self.created, func, args, kwargs or {})
+
+
+_ACTIVE = threading.local()  # the staging modes entered on this thread, innermost last
+
+
+def is_captured(t: torch.Tensor) -> bool:
+    """Whether a concrete tensor is captured by the innermost staging trace (not made by the
+    traced function), so that an update of it is recorded for write-back."""
+    modes = getattr(_ACTIVE, "modes", ())
+    return bool(modes) and writeback_trace() is not None and not _created(modes[-1].created, t)
 
 
 def staged_torch_call(created: set, func, args, kwargs):
