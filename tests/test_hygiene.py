@@ -68,17 +68,23 @@ def test_memory_stays_flat_over_ten_thousand_compiled_programs():
     # bytes, measured by tracemalloc (slower, so over fewer compiles) after a warm-up window
     # (tables growing to their steady size): a leak of one filename string per program (about
     # 60 bytes) would grow it by ~70 kB here
+    # The least growth of three windows: a table that doubles its size (weakref.finalize's
+    # registry: 18 kB at once, when it happens to fill up inside a window, which depends on what
+    # earlier tests left alive) grows one window; a leak grows every one.
     tracemalloc.start()
     try:
         _compile_and_drop(300, x)
         gc.collect()
-        before = tracemalloc.get_traced_memory()[0]
-        _compile_and_drop(300, x)
-        gc.collect()
-        growth = tracemalloc.get_traced_memory()[0] - before
+        growths = []
+        for _ in range(3):
+            before = tracemalloc.get_traced_memory()[0]
+            _compile_and_drop(300, x)
+            gc.collect()
+            growths.append(tracemalloc.get_traced_memory()[0] - before)
     finally:
         tracemalloc.stop()
-    assert growth < 25_000, f"memory grew by {growth} bytes over 300 dropped jitted functions"
+    growth = min(growths)
+    assert growth < 25_000, f"memory grew by {growths} bytes over 300 dropped jitted functions"
 
 
 class _SlowHits(collections.OrderedDict):
