@@ -41,7 +41,7 @@ def _stops():
     return _STOPS
 
 
-def _is_staged(x, trace=None) -> bool:
+def _is_staged(x) -> bool:
     from thunderx.tracing import StagingTrace, StagingTracer
 
     return type(x) is StagingTracer and isinstance(x._trace, StagingTrace) and x._trace.alive
@@ -86,8 +86,7 @@ def requires_grad(x) -> bool | None:
 
 def staged_grad(trace, outs, ins, cts, kw):
     """torch.autograd.grad over `trace`'s record (see the module docstring)."""
-    from thunderx.ir import Jaxpr, Literal
-    from thunderx.tracing import StagingTracer
+    from thunderx.ir import Jaxpr, Literal, eval_jaxpr
     from thunderx.transforms import ad
 
     if current_trace() is not trace:
@@ -109,14 +108,13 @@ def staged_grad(trace, outs, ins, cts, kw):
             )
     in_vars = [trace.atom(x) for x in ins]
     out_vars = [trace.atom(o) for o in outs]
-    sources = _grad_sources(trace)
+    live = _reach(trace, _grad_sources(trace))  # the variables that require grad
     for i, v in enumerate(in_vars):
-        if isinstance(v, Literal) or id(v) not in _reach(trace, sources):
+        if isinstance(v, Literal) or id(v) not in live:
             raise RuntimeError(
                 f"One of the differentiated Tensors does not require grad (input {i} of "
                 f"torch.autograd.grad at {user_frame()}): call .requires_grad_() on it first"
             )
-    live = _reach(trace, sources)
     for i, v in enumerate(out_vars):
         if isinstance(v, Literal) or id(v) not in live:
             raise RuntimeError(
@@ -145,12 +143,12 @@ def staged_grad(trace, outs, ins, cts, kw):
         if id(v) not in made:
             free.setdefault(id(v), v)
     jaxpr = Jaxpr(list(free.values()), uniq, eqns, out_vars)
-    consts = [StagingTracer(trace, v) for v in free.values()]
-    from thunderx.ir import eval_jaxpr
-
-    _, vjp_fn = ad.vjp(lambda *xs: eval_jaxpr(jaxpr, consts, *xs), *ins_for(uniq, trace))
+    consts = _tracers(trace, free.values())
+    _, vjp_fn = ad.vjp(lambda *xs: eval_jaxpr(jaxpr, consts, *xs), *_tracers(trace, uniq))
     by_var = dict(zip((id(v) for v in uniq), vjp_fn(cts)))
-    used = _reach_from(eqns, uniq, out_vars)
+    # an input some output depends on: an output itself, or read by an equation of the slice
+    # (each is on a path to an output)
+    used = {id(v) for v in out_vars} | {id(a) for e in eqns for a in e.inputs}
     grads = []
     for i, v in enumerate(in_vars):
         if id(v) not in used:
@@ -167,7 +165,8 @@ def staged_grad(trace, outs, ins, cts, kw):
     return tuple(grads)
 
 
-def ins_for(vars_, trace):
+def _tracers(trace, vars_) -> list:
+    """A tracer of `trace` for each of its variables."""
     from thunderx.tracing import StagingTracer
 
     return [StagingTracer(trace, v) for v in vars_]
@@ -195,13 +194,3 @@ def _slice(trace, in_vars, out_vars) -> list:
         keep.append(e)
         needed.update(id(a) for a in e.inputs if id(a) in fwd)
     return keep[::-1]
-
-
-def _reach_from(eqns, in_vars, out_vars) -> set:
-    """Ids of the inputs some output depends on through `eqns`."""
-    deps: dict[int, set] = {id(v): {id(v)} for v in in_vars}
-    for e in eqns:
-        d = set().union(*(deps.get(id(a), set()) for a in e.inputs))
-        for o in e.outputs:
-            deps[id(o)] = d
-    return set().union(*(deps.get(id(v), set()) for v in out_vars))
