@@ -39,89 +39,66 @@ def _with(primals: tuple, idx: tuple, values) -> list:
     return args
 
 
-def _grad_and_value_impl(torch_impl):
-    def impl(func, argnums, has_aux, args, kwargs):
-        if is_top_level():
-            return torch_impl(func, argnums, has_aux, args, kwargs)
-        from thunderx import func as txf
+def _grad_and_value(func, argnums, has_aux, args, kwargs):
+    from thunderx import func as txf
 
-        return txf.grad_and_value(func, argnums, has_aux)(*args, **kwargs)
-
-    return impl
+    return txf.grad_and_value(func, argnums, has_aux)(*args, **kwargs)
 
 
-def _vmap_impl(torch_impl):
-    def impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
-        if is_top_level():
-            return torch_impl(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs)
-        from thunderx import func as txf
+def _vmap(func, in_dims, out_dims, randomness, chunk_size, *args, **kwargs):
+    from thunderx import func as txf
 
-        mapped = txf.vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)
-        return mapped(*args, **kwargs)
-
-    return impl
+    return txf.vmap(func, in_dims, out_dims, randomness, chunk_size=chunk_size)(*args, **kwargs)
 
 
-def _vjp_with_argnums(torch_impl):
-    def impl(func, *primals, argnums=None, has_aux=False):
-        if is_top_level():
-            return torch_impl(func, *primals, argnums=argnums, has_aux=has_aux)
-        from thunderx import func as txf
+def _vjp_with_argnums(func, *primals, argnums=None, has_aux=False):
+    from thunderx import func as txf
 
-        if argnums is None:  # torch.func.vjp
-            return txf.vjp(func, *primals, has_aux=has_aux)
-        # jacrev: the cotangents of the argnums inputs only, one value for an int argnums
-        idx = _index(argnums, len(primals))
-        res = txf.vjp(
-            lambda *d: func(*_with(primals, idx, d)),
-            *[primals[i] for i in idx],
-            has_aux=has_aux,
-        )
+    if argnums is None:  # torch.func.vjp
+        return txf.vjp(func, *primals, has_aux=has_aux)
+    # jacrev: the cotangents of the argnums inputs only, one value for an int argnums
+    idx = _index(argnums, len(primals))
+    res = txf.vjp(
+        lambda *d: func(*_with(primals, idx, d)), *[primals[i] for i in idx], has_aux=has_aux
+    )
 
-        @functools.wraps(res[1])
-        def vjp_fn(cotangents, *rest, **kw):
-            cts = res[1](cotangents, *rest, **kw)
-            return cts[0] if isinstance(argnums, int) else cts
+    @functools.wraps(res[1])
+    def vjp_fn(cotangents, *rest, **kw):
+        cts = res[1](cotangents, *rest, **kw)
+        return cts[0] if isinstance(argnums, int) else cts
 
-        return (res[0], vjp_fn, *res[2:])
-
-    return impl
+    return (res[0], vjp_fn, *res[2:])
 
 
-def _jvp_with_argnums(torch_impl):
-    def impl(func, primals, tangents, argnums, *, strict=False, has_aux):
-        if is_top_level():
-            return torch_impl(func, primals, tangents, argnums, strict=strict, has_aux=has_aux)
-        from thunderx import func as txf
+def _jvp_with_argnums(func, primals, tangents, argnums, *, strict=False, has_aux):
+    from thunderx import func as txf
 
-        if argnums is None or not isinstance(primals, tuple):  # torch.func.jvp (or its error)
-            return txf.jvp(func, primals, tangents, strict=strict, has_aux=has_aux)
-        # jacfwd: tangents for the argnums inputs, as a tuple
-        idx = _index(argnums, len(primals))
-        return txf.jvp(
-            lambda *d: func(*_with(primals, idx, d)),
-            tuple(primals[i] for i in idx),
-            tangents,
-            strict=strict,
-            has_aux=has_aux,
-        )
-
-    return impl
+    if argnums is None or not isinstance(primals, tuple):  # torch.func.jvp (or its error)
+        return txf.jvp(func, primals, tangents, strict=strict, has_aux=has_aux)
+    # jacfwd: tangents for the argnums inputs, as a tuple
+    idx = _index(argnums, len(primals))
+    return txf.jvp(
+        lambda *d: func(*_with(primals, idx, d)),
+        tuple(primals[i] for i in idx),
+        tangents,
+        strict=strict,
+        has_aux=has_aux,
+    )
 
 
-def _functional_call(torch_impl):
-    def impl(
-        module, parameters_and_buffers, args=None, kwargs=None, *, tie_weights=True, strict=False
-    ):
-        if is_top_level():
-            return torch_impl(
-                module, parameters_and_buffers, args, kwargs, tie_weights=tie_weights, strict=strict
-            )
-        from thunderx.api import functional_call
+def _functional_call(module, parameters_and_buffers, args=None, kwargs=None, **options):
+    from thunderx.api import functional_call
 
-        return functional_call(
-            module, parameters_and_buffers, args, kwargs, tie_weights=tie_weights, strict=strict
-        )
+    return functional_call(module, parameters_and_buffers, args, kwargs, **options)
+
+
+def _routed(ours, torch_impl):
+    """torch's implementation where no thunderx transform runs on this thread, else ours (same
+    signature)."""
+
+    @functools.wraps(torch_impl)
+    def impl(*args, **kwargs):
+        return (torch_impl if is_top_level() else ours)(*args, **kwargs)
 
     return impl
 
@@ -134,17 +111,17 @@ def install() -> None:
         from torch.nn.utils import stateless
     except ImportError:  # pragma: no cover - every supported torch has them
         return
-    wanted = [
-        (eager_transforms, "grad_and_value_impl", _grad_and_value_impl),
+    ours = [
+        (eager_transforms, "grad_and_value_impl", _grad_and_value),
         (eager_transforms, "_vjp_with_argnums", _vjp_with_argnums),
         (eager_transforms, "_jvp_with_argnums", _jvp_with_argnums),
-        (apis, "vmap_impl", _vmap_impl),
+        (apis, "vmap_impl", _vmap),
         (stateless, "_functional_call", _functional_call),
     ]
     patch_during_transforms(
         [
-            (owner, name, make(vars(owner)[name]))
-            for owner, name, make in wanted
+            (owner, name, _routed(f, vars(owner)[name]))
+            for owner, name, f in ours
             if name in vars(owner)
         ]
     )
