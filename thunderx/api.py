@@ -117,10 +117,11 @@ def functional_call(
             f"(at {user_frame()})"
         )
     replacements = _merge_replacements(params_and_buffers)
+    named = _named_tensors(module) if tie_weights or strict else {}
     if tie_weights:
-        replacements = _untied(module, replacements)
+        replacements = _untied(named, replacements)
     if strict:
-        _check_keys(module, replacements)
+        _check_keys(module, named, replacements)
     if kwargs is not None and not isinstance(kwargs, dict):
         raise ArgumentTypeError(
             f"functional_call: kwargs must be a dict or None, got {type(kwargs).__name__} "
@@ -158,10 +159,11 @@ def _named_tensors(module) -> dict:
     return named
 
 
-def _untied(module, replacements: dict) -> dict:
-    """`replacements` with a tied tensor's value under all its names (torch's tie_weights)."""
+def _untied(named: dict, replacements: dict) -> dict:
+    """`replacements` with a tied tensor's value under all its names (torch's tie_weights);
+    `named` is `_named_tensors` of the module."""
     by_tensor: dict = {}
-    for name, t in _named_tensors(module).items():
+    for name, t in named.items():
         by_tensor.setdefault(id(t), []).append(name)
     out = dict(replacements)
     for names in by_tensor.values():
@@ -178,8 +180,8 @@ def _untied(module, replacements: dict) -> dict:
     return out
 
 
-def _check_keys(module, replacements: dict) -> None:
-    valid = set(_named_tensors(module))
+def _check_keys(module, named: dict, replacements: dict) -> None:
+    valid = set(named)
     missing, unexpected = sorted(valid - set(replacements)), sorted(set(replacements) - valid)
     msgs = [f"Unexpected key(s): {', '.join(map(repr, unexpected))}."] if unexpected else []
     msgs += [f"Missing key(s): {', '.join(map(repr, missing))}."] if missing else []

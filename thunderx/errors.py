@@ -9,16 +9,25 @@ _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = None
 
 
-def _internal(filename: str) -> bool:
+def _torch_dir() -> str:
     global _TORCH_DIR
     if _TORCH_DIR is None:
         import torch
 
         _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+    return _TORCH_DIR
+
+
+def _ours(path: str) -> bool:
+    """Whether an absolute path is a file of thunderx's packages."""
+    return any(path.startswith(os.path.join(_PKG_DIR, d) + os.sep) for d in _PACKAGES)
+
+
+def _internal(filename: str) -> bool:
     f = os.path.abspath(filename)
     return (
-        any(f.startswith(os.path.join(_PKG_DIR, d) + os.sep) for d in _PACKAGES)
-        or f.startswith(_TORCH_DIR + os.sep)
+        _ours(f)
+        or f.startswith(_torch_dir() + os.sep)
         or "optree" in f
         or f.startswith("<frozen")
         or filename.startswith("<thunderx")
@@ -41,9 +50,7 @@ def note_torch_func(exc: BaseException) -> None:
     transforms (one thunderx does not run in its place, e.g. `torch.func.linearize`), say so and
     what to use: torch.func's transforms refuse thunderx's traced values, and their own message
     ("argument of type: ...Tracer") names neither. Adds a note; the exception is unchanged."""
-    import torch
-
-    functorch = os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), "_functorch")
+    functorch = os.path.join(_torch_dir(), "_functorch")
     tb, caller = exc.__traceback__, None
     while tb is not None:
         f = os.path.abspath(tb.tb_frame.f_code.co_filename)
@@ -65,8 +72,7 @@ def note_torch_func(exc: BaseException) -> None:
 
 def _ours_below(tb) -> bool:
     while tb is not None:
-        f = os.path.abspath(tb.tb_frame.f_code.co_filename)
-        if any(f.startswith(os.path.join(_PKG_DIR, d) + os.sep) for d in _PACKAGES):
+        if _ours(os.path.abspath(tb.tb_frame.f_code.co_filename)):
             return True
         tb = tb.tb_next
     return False

@@ -84,9 +84,10 @@ class ClosedJaxpr:
 
     `writes`: in-place writes to captured tensors, one `(const index, grad mode)` per trailing
     output: after each run that output is copied into that const (see thunderx/lang/captured.py).
-    `value_reads`: `(tensor, version)` of each captured tensor whose Python value (`.item()`,
-    `bool()`) the trace read: the program holds that value, so it is stale once the tensor's
-    version counter moves (jit traces again then)."""
+    `value_reads`: `(tensor, version)` of each captured tensor whose value the trace read while
+    tracing (a Python value, `.item()`, or a computation run then on tensors that need no
+    derivative): the program holds that value, so it is stale once the tensor's version counter
+    moves (jit traces again then)."""
 
     __slots__ = ("jaxpr", "consts", "writes", "value_reads", "__weakref__")
 

@@ -63,7 +63,8 @@ class StagingTrace(Trace):
         self.written_args: dict[int, bool] = {}
         # the ids of variables marked by `requires_grad_()` (lang/autograd_staged.py)
         self.grad_vars: set[int] = set()
-        # (captured tensor, its version) whose Python value the trace read (lang/captured.py)
+        # (captured tensor, its version) whose value the trace read at trace time
+        # (lang/captured.py `_guard_values`)
         self.value_reads: list = []
 
     def new_arg(self, aval: ShapedArray) -> StagingTracer:

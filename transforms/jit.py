@@ -195,8 +195,8 @@ class JitFunction:
         # `get` and `move_to_end` would raise KeyError.
         with self._lock:
             entry = self._cache.get(key)
-            if entry is not None and not _values_read_hold(entry):
-                entry = None  # a Python value it read from a captured tensor has changed
+            if entry is not None and not _reads_hold(entry.value_reads):
+                entry = None  # a value it read from a captured tensor at trace time has changed
             if entry is not None:
                 self.hits += 1
                 self._cache.move_to_end(key)
@@ -408,12 +408,8 @@ def _complete_statics(fun, argnums, argnames):
     return tuple(nums), tuple(names)
 
 
-def _values_read_hold(entry) -> bool:
-    """Whether every captured tensor whose value the trace read still has that version."""
-    return _reads_hold(entry.value_reads)
-
-
 def _reads_hold(reads) -> bool:
+    """Whether every captured tensor whose value the trace read still has that version."""
     return all(t._version == v for t, v in reads)
 
 

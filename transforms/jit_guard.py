@@ -151,8 +151,9 @@ def _same_tree(a, b) -> bool:
 def fast_call(args, leaves, hit, state, eval_trace, counts):
     """A function `call(args)` giving the outputs of the cached program `hit` (the fast path's
     record: program, its variant for torch autograd, consts, output tree, whether a const needs
-    grad, writes, values read from captured tensors) for arguments of the signature of `args`, or MISS; None where this structure cannot
-    be checked this way. `leaves` are `tree.flatten(args)`'s leaves."""
+    grad, writes, the versions of captured tensors read at trace time) for arguments of the
+    signature of `args`, or MISS; None where this structure cannot be checked this way. `leaves`
+    are `tree.flatten(args)`'s leaves."""
     fn, fn_plain, consts, single, consts_need_grad, writes, reads = hit
     if writes is not None:
         return None
@@ -188,7 +189,7 @@ def fast_call(args, leaves, hit, state, eval_trace, counts):
             "except KeyError:",
             "    return MISS",
         ]
-    # captured tensors the trace read values from: the program holds those values (lang/captured.py)
+    # captured tensors whose values the trace read: the program holds them (lang/captured.py)
     versions = [f"if _r{i}._version != {v}: return MISS" for i, (_, v) in enumerate(reads)]
     body = [
         "if _state.trace.__class__ is not _Eval: return MISS",
