@@ -512,23 +512,6 @@ def test_out_is_fine_outside_transforms():
     _close(t, X.abs())
 
 
-def test_out_into_a_captured_tensor_or_a_traced_value_under_jit():
-    # the result copied into the tensor: a captured one is written back after each call
-    # (spectral_norm's power iteration writes its buffer this way), a traced one updated
-    buf = torch.zeros(3, dtype=torch.float64)
-
-    def f(a):
-        torch.mul(a, 2.0, out=buf)
-        local = torch.empty_like(a)
-        torch.sin(a, out=local)
-        return local + 1
-
-    g = tx.jit(f)
-    for k in range(2):
-        _close(g(X + k), torch.sin(X + k) + 1)
-        _close(buf, (X + k) * 2)
-
-
 def test_validate_docstring_examples():
     import doctest
 

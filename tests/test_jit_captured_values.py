@@ -144,3 +144,21 @@ def test_parametrized_modules_under_jit_follow_eager_training(wrap):
             opt.zero_grad()
     for a, b in zip(m.buffers(), ref.buffers()):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_out_into_a_captured_tensor_or_a_traced_value_under_jit():
+    # the result copied into the tensor: a captured one is written back after each call
+    # (spectral_norm's power iteration writes its buffer this way), a traced one updated
+    buf = torch.zeros(3, dtype=F64)
+
+    def f(a):
+        torch.mul(a, 2.0, out=buf)
+        local = torch.empty_like(a)
+        torch.sin(a, out=local)
+        return local + 1
+
+    x = torch.tensor([0.5, -1.0, 2.0], dtype=F64)
+    g = tx.jit(f)
+    for k in range(2):
+        torch.testing.assert_close(g(x + k), torch.sin(x + k) + 1, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(buf, (x + k) * 2, rtol=1e-10, atol=1e-12)
