@@ -224,13 +224,16 @@ def staged_torch_call(created: set, func, args, kwargs):
         and _reads_captured(created, args, kwargs)
     ):
         out = None if _written_among(args, kwargs) else func(*args, **kwargs)
-        tensors = out is not None and _tensors_only(out)
-        if out is None or (tensors and _differentiable(out)):
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        tensors = out is not None and bool(outs) and all(isinstance(o, torch.Tensor) for o in outs)
+        # a result torch's autograd differentiates reads a parameter: staged, so the program
+        # reads the parameter on each call (optimizer steps update it in place)
+        if out is None or (tensors and any(o.requires_grad for o in outs)):
             new_args, new_kwargs = _read_captured(created, args, kwargs)
             if name == "__get__":  # a value property (`.T`): the traced value's own
                 return getattr(new_args[0], func.__self__.__name__)
             return unbound.accepting_tracers(func)(*new_args, **new_kwargs)
-        if (not tensors and name != "__len__") or (tensors and _fresh(out, args, kwargs)):
+        if (not tensors and name != "__len__") or (tensors and _fresh(outs, args, kwargs)):
             _guard_values(created, args, kwargs)  # a value computed now from captured tensors
         return _remembered(created, out, args, kwargs)
     return _remembered(created, func(*args, **kwargs), args, kwargs)
@@ -365,29 +368,11 @@ def _written_among(args, kwargs) -> bool:
     return any(written_value(trace, b) is not None for b in _tensor_args(args, kwargs))
 
 
-def _differentiable(out) -> bool:
-    """Whether torch's autograd differentiates the result of a call on captured tensors (it
-    reads a parameter): such a call is staged, so that the program reads the parameter on each
-    call (an optimizer step updates it in place) and derivatives in the parameter see it."""
-    return any(o.requires_grad for o in (out if isinstance(out, (tuple, list)) else (out,)))
-
-
-def _fresh(out, args, kwargs) -> bool:
+def _fresh(outs, args, kwargs) -> bool:
     """Whether a result has memory of its own (a value computed now), not a view or alias of an
     argument (which reads the captured tensor's memory, current on each call)."""
     mine = {_storage(a) for a in _tensor_args(args, kwargs)}
-    outs = out if isinstance(out, (tuple, list)) else (out,)
     return any(_storage(o) not in mine for o in outs)
-
-
-def _tensors_only(out) -> bool:
-    if isinstance(out, torch.Tensor):
-        return True
-    return (
-        isinstance(out, (tuple, list))
-        and bool(out)
-        and all(isinstance(o, torch.Tensor) for o in out)
-    )
 
 
 # ------------------------------------------------ after each call of a compiled program
