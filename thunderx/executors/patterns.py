@@ -245,16 +245,14 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
         )
         return fwd, bwd
 
-    def batch_norm(x, params, bparams, stats):
-        eps = params["eps"]
-        fwd = f"({stats} := {CA.forward_source('{0}', 'None', 'None', x.shape, 0, eps)})[0]"
-        return fwd, bn_backward_source("{0}", "{1}", f"{stats}[1]", f"{stats}[2]", eps)
-
-    def group_norm(x, params, bparams, stats):
-        groups, eps = params["groups"], params["eps"]
+    def channel_norm(x, params, bparams, stats):  # batch norm (no groups) or group norm
+        groups, eps = params.get("groups", 0), params["eps"]
         fwd = f"({stats} := {CA.forward_source('{0}', 'None', 'None', x.shape, groups, eps)})[0]"
+        mean, rstd = f"{stats}[1]", f"{stats}[2]"
+        if not groups:
+            return fwd, bn_backward_source("{0}", "{1}", mean, rstd, eps)
         sizes = ", ".join(map(str, gn_sizes(x.shape, groups)))
-        return fwd, gn_backward_source("{0}", "{1}", f"{stats}[1]", f"{stats}[2]", sizes)
+        return fwd, gn_backward_source("{0}", "{1}", mean, rstd, sizes)
 
     def channel_affine(x, params, bparams, stats):
         groups, eps = params["groups"], params["eps"]
@@ -268,9 +266,9 @@ def shared_statistics(jaxpr: Jaxpr, claimed: set = frozenset()) -> dict:
     kinds = {
         layer_norm_p: ("ln", layer_norm, 0),
         layer_norm_backward_p: ("ln", None, 1),
-        batch_norm_p: ("bn", batch_norm, 0),
+        batch_norm_p: ("bn", channel_norm, 0),
         batch_norm_backward_p: ("bn", None, 1),
-        group_norm_p: ("gn", group_norm, 0),
+        group_norm_p: ("gn", channel_norm, 0),
         group_norm_backward_p: ("gn", None, 1),
         layer_norm_affine_p: ("lna", layer_norm_affine, 0),
         cotangent_p: ("lna", None, 0),
