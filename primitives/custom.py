@@ -112,6 +112,25 @@ def _custom_jvp_batch(args, dims, *, jvp, num_consts, **params):
     return outs, [0] * len(outs)
 
 
+# thunderx's own custom_jvp functions whose value is their last operand and whose derivative is
+# their first operand's (lang/views.py: a write torch's autograd does not see). jit keeps their
+# calls (passes.optimize) so that the program torch autograd runs through keeps the derivative:
+# `keep_derivative_source`.
+DERIVATIVE_KEEPERS = frozenset({"thunderx_keep_derivative", "thunderx_keep_reverse_derivative"})
+
+
+def keeps_derivative(e) -> bool:
+    return e.prim is custom_jvp_call_p and e.params.get("name") in DERIVATIVE_KEEPERS
+
+
+def keep_derivative_call(source, value):
+    """A tensor with `value`'s values, bit for bit, whose torch autograd derivative is that of
+    `source` (a clone of it overwritten outside autograd)."""
+    out = source.clone()
+    out.detach().copy_(value)
+    return out
+
+
 # The user's function may return its inputs (or views of them) as outputs.
 custom_jvp_call_p = declare(
     "custom_jvp_call",
@@ -122,6 +141,8 @@ custom_jvp_call_p = declare(
     jvp=_custom_jvp_jvp,
     batch=_custom_jvp_batch,
     aliases=ALL_OPERANDS,
+    # reached only for DERIVATIVE_KEEPERS (jit inlines every other call): their value
+    torch_codegen=lambda args, avals, **params: f"({args[-1]},)",
 )
 
 # ---------------------------------------------------------------------------- custom_vjp_call

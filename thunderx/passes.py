@@ -6,6 +6,7 @@ absorbed into contractions)."""
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -49,11 +50,13 @@ def is_commutative(prim: Primitive) -> bool:
     return prim in (B.add_p, B.mul_p, B.eq_p, B.ne_p, B.and_p, B.or_p)
 
 
-def inline_calls(jaxpr: Jaxpr, prims=None) -> Jaxpr:
-    """Replace each call equation by the equations of its sub-jaxpr (recursively)."""
+def inline_calls(jaxpr: Jaxpr, prims=None, keep: Callable | None = None) -> Jaxpr:
+    """Replace each call equation by the equations of its sub-jaxpr (recursively), except those
+    `keep(eqn)` names."""
     prims = call_primitives if prims is None else prims
     if not any(e.prim in prims for e in jaxpr.eqns):
         return jaxpr
+    keep = keep or (lambda e: False)
     eqns: list[Eqn] = []
     subst: dict[int, object] = {}
 
@@ -68,7 +71,7 @@ def inline_calls(jaxpr: Jaxpr, prims=None) -> Jaxpr:
 
         for e in sub.eqns:
             ins = [read(x) for x in e.inputs]
-            if e.prim in prims:
+            if e.prim in prims and not keep(e):
                 outs = [Var(v.aval) for v in e.outputs]
                 emit(e.params["jaxpr"], ins, outs)
             else:
@@ -81,7 +84,7 @@ def inline_calls(jaxpr: Jaxpr, prims=None) -> Jaxpr:
 
     for e in jaxpr.eqns:
         ins = [get(x) for x in e.inputs]
-        if e.prim in prims:
+        if e.prim in prims and not keep(e):
             emit(e.params["jaxpr"], ins, e.outputs)
         else:
             eqns.append(Eqn(e.prim, ins, e.outputs, e.params) if ins != e.inputs else e)
@@ -328,7 +331,10 @@ def optimize(jaxpr: Jaxpr) -> Jaxpr:
 
     inputs = _input_ids(jaxpr)
     computed = [not (isinstance(v, Var) and id(v) in inputs) for v in jaxpr.outvars]
-    jaxpr = fold_constants(simplify(inline_calls(jaxpr)))
+    from thunderx.primitives.custom import keeps_derivative
+
+    # a write torch autograd must not see stays one call (torch_codegen: keep_derivative_call)
+    jaxpr = fold_constants(simplify(inline_calls(jaxpr, keep=keeps_derivative)))
     jaxpr = batch_horizontal(cse(merge_slice_transposes(absorb_transposes(jaxpr))))
     # CSE can make `add l m` an `add l l`; simplify then doubles it
     return _fresh_outputs(dce(simplify(jaxpr)), computed)

@@ -108,15 +108,18 @@ class StagingTrace(Trace):
             self.consts.append(x)
         return var
 
-    def record_write(self, target: torch.Tensor, value, grad_enabled: bool) -> None:
-        """`target` (a captured tensor) now holds `value` (a value of this trace)."""
+    def record_write(self, target: torch.Tensor, value, grad_enabled: bool, read=None) -> None:
+        """`target` (a captured tensor) now holds `value` (a value of this trace); later reads
+        of it in the trace see `read` (default `value`): the value with the derivative the
+        tensor keeps (lang/captured.py)."""
         self.const_var(target)
         var = self.atom(value)
         if isinstance(var, Literal):
             var = self.atom(torch.tensor(var.val, dtype=target.dtype, device=target.device))
         if not self.writes:
             _WRITES[0] += 1
-        self.writes[id(target)] = (target, StagingTracer(self, var), grad_enabled)
+        tracer = StagingTracer(self, var)
+        self.writes[id(target)] = (target, tracer, grad_enabled, tracer if read is None else read)
 
     def end_writes(self) -> None:
         if self.writes:
@@ -146,7 +149,7 @@ class StagingTrace(Trace):
                 )
         outvars = [self.atom(x) for x in out_values]
         writes = []  # (operand index, consts first then inputs; grad mode) per trailing output
-        for target, value, grad_enabled in self.writes.values():
+        for target, value, grad_enabled, _ in self.writes.values():
             outvars.append(value._var)
             writes.append((self.constvars.index(self.const_index[id(target)]), grad_enabled))
         for i, t in enumerate(in_tracers):
@@ -169,7 +172,7 @@ def written_value(trace, x):
         if writes:
             hit = writes.get(id(x))
             if hit is not None and hit[0] is x:
-                return hit[1]
+                return hit[3]
         t = t.parent
     return None
 

@@ -70,6 +70,10 @@ class JVPTrace(Trace):
         # primal and tangent when it ends (torch.func's semantics; thunderx/transforms/input_updates)
         self.writes_back_inputs = writes_back_inputs
 
+    @property
+    def reverse_mode(self) -> bool:
+        return self.reverse
+
     def pair(self, x):
         if type(x) is JVPTracer and x._trace is self:
             t = x.tangent

@@ -44,6 +44,7 @@ from thunderx.executors.sources import exec_source
 from thunderx.executors.split_phase import split_phase_plan
 from thunderx.ir import Jaxpr, Literal, Var
 from thunderx.primitives.binary import add_p
+from thunderx.primitives.custom import keep_derivative_call, keeps_derivative
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
 from thunderx.primitives.linalg import dot_general_p
 from thunderx.primitives.unary import select_p
@@ -316,6 +317,9 @@ def generate_source(
                 # the program torch autograd runs through: `x.detach()` and torch.no_grad()
                 # blocks of the traced function keep cutting its graph
                 expr = f"{args[0]}.detach()"
+            elif keeps_derivative(e) and not reuse_buffers:
+                # torch autograd sees the first operand's derivative (primitives/custom.py)
+                expr = f"(_keep_derivative({args[0]}, {args[-1]}),)"
             elif (
                 e.prim is dot_general_p
                 and onednn is None
@@ -479,6 +483,7 @@ def base_namespace() -> dict:
     ns: dict = {"torch": torch, "inf": math.inf, "nan": math.nan, "device": torch.device}
     ns.update({f"_impl_{p.name}": fn for p, fn in impl_rules.items()})
     ns["_batch_norm_train"] = batch_norm_train_call
+    ns["_keep_derivative"] = keep_derivative_call
     return ns
 
 

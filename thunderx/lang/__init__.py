@@ -189,8 +189,15 @@ def _no_grad_value(x):
     return no_grad_p.bind(x) if isinstance(x, Tracer) else x
 
 
+def _no_grad_alias(t):
+    # torch's view made in a no_grad block, for concrete values: not `torch.detach` itself,
+    # whose writes no derivative sees (lang/views.py `write`): torch's forward AD sees a
+    # write through a view made in a no_grad block
+    return t.detach()
+
+
 # a view made in a no_grad block stays a view of its base (torch: a detached view)
-_no_grad_view = view_function(_no_grad_value, torch.detach, "view")
+_no_grad_view = view_function(_no_grad_value, _no_grad_alias, "view")
 
 
 def _no_grad(out, args):

@@ -47,9 +47,18 @@ def writeback_trace():
     return None
 
 
-def write_captured(target: torch.Tensor, value, what: str, grad_enabled: bool | None = None):
+def write_captured(
+    target: torch.Tensor,
+    value,
+    what: str,
+    grad_enabled: bool | None = None,
+    detached: bool = False,
+):
     """`target` (a concrete tensor from outside the transform) takes `value` (its shape and
-    dtype): now where values are known, else recorded for write-back after each call."""
+    dtype): now where values are known, else recorded for write-back after each call. A tensor
+    that requires grad keeps its derivative through a write torch's autograd does not see (in
+    a `no_grad` block; `detached`: through `.detach()`, as F.embedding's max_norm writes): later
+    reads in the trace differentiate to it as before (`keep_reverse_derivative`)."""
     if target.numel() == 0:
         # a write of no elements changes nothing: it needs no batch dimension or derivative
         # (torch.func's vmap accepts it; a zero-element result of constants is one under vmap)
@@ -75,7 +84,17 @@ def write_captured(target: torch.Tensor, value, what: str, grad_enabled: bool | 
         with torch.set_grad_enabled(grad_enabled and torch.is_grad_enabled()):
             target.copy_(value)
         return
-    staging.record_write(target, value, grad_enabled)
+    read = None
+    if target.requires_grad and (detached or not grad_enabled):
+        from thunderx.core import set_trace
+        from thunderx.lang.views import _keep_derivative, keep_reverse_derivative
+
+        with set_trace(staging):
+            old = current_value(target, staging)
+            read = (
+                _keep_derivative()(old, value) if detached else keep_reverse_derivative(old, value)
+            )
+    staging.record_write(target, value, grad_enabled, read)
 
 
 def input_written(x, value, what: str):

@@ -16,7 +16,7 @@ import torch
 from thunderx.core import Tracer
 from thunderx.errors import ThunderxError, user_frame
 from thunderx.lang._base import aval, convert, method_table, register, shape, torch_table
-from thunderx.lang.views import assign, view_of, write
+from thunderx.lang.views import _keep_derivative, assign, keep_reverse_derivative, view_of, write
 from thunderx.primitives import shape as S
 
 
@@ -24,14 +24,17 @@ class MutationError(ThunderxError, RuntimeError):
     """An in-place operation that a transform cannot functionalize."""
 
 
-def mutate(x, new, what: str):
+def mutate(x, new, what: str, detached: bool = False):
+    """x takes the value `new` in place. `detached`: a write torch makes through `x.detach()`,
+    which no derivative sees, forward or reverse (F.embedding's max_norm renormalization); a
+    write in a `no_grad` block is one that reverse mode does not see."""
     if not isinstance(x, Tracer):
         # a captured tensor (or one made from no traced value): written now where the value is
         # known, else written back after each call of the staged program (lang/captured.py)
         from thunderx.lang.captured import write_captured
 
         new = S.broadcast_to(convert(new, x.dtype), tuple(x.shape))
-        write_captured(x, new, what)
+        write_captured(x, new, what, False if detached else None, detached)
         return x
     if not isinstance(new, Tracer) or not (new._trace is x._trace or _is_inner(new, x)):
         # a value of an enclosing scope (e.g. a constant): make it a value of x's trace
@@ -46,11 +49,30 @@ def mutate(x, new, what: str):
         from thunderx.lang.captured import input_written
 
         new = input_written(x, new, what)
+    elif id(x) in x._trace_inputs() and _unseen(x, detached):
+        # grad / vjp (and jacfwd for a detached write): a write in a no_grad block (an
+        # optimizer-style update, F.embedding's max_norm) goes to the caller's value, as
+        # torch.func writes it; the input keeps its derivative (autograd does not see the write)
+        return _write_through(x, _normalized(x, new, what), what)
     elif id(x) in x._trace_inputs():
         raise MutationError(
             f"{what} mutates an input of the transformed function at {user_frame()}; "
             "transforms are functional: clone it first (y = x.clone()) and mutate the copy"
         )
+    new = _normalized(x, new, what)
+    if view_of(x) is not None:
+        return write(x, new, what)
+    if detached:
+        new = _keep_derivative()(x, new)
+    elif not torch.is_grad_enabled():
+        new = keep_reverse_derivative(x, new)
+    # x takes new's identity: same trace (or an inner one, when x was constant to it)
+    assign(x, new)
+    return x
+
+
+def _normalized(x, new, what: str):
+    """`new` with x's shape and dtype (torch's in-place casting rule)."""
     if tuple(new.aval.shape) != tuple(x.aval.shape):
         new = S.broadcast_to(new, tuple(x.aval.shape))
     if new.aval.dtype != x.aval.dtype:
@@ -60,10 +82,31 @@ def mutate(x, new, what: str):
                 f"cast to the desired output type {_dtype_name(x.aval.dtype)}"
             )
         new = convert(new, x.aval.dtype)
-    if view_of(x) is not None:
-        return write(x, new, what)
-    # x takes new's identity: same trace (or an inner one, when x was constant to it)
-    assign(x, new)
+    return new
+
+
+def _unseen(x, detached: bool) -> bool:
+    """Whether a write to input x of a differentiating level is one that level does not see."""
+    trace = x._trace
+    if not hasattr(trace, "reverse_mode") or not hasattr(x, "primal"):
+        return False
+    return detached or (trace.reverse_mode and not torch.is_grad_enabled())
+
+
+def _write_through(x, new, what: str):
+    """Input `x` of a reverse-mode level takes `new` without a derivative: the value one level
+    up (the caller's tensor, or the enclosing transform's value, by that level's own rules) is
+    written now, and x keeps its tangent. A residual saved from x's old value is then caught by
+    the linearization's version check, as torch's autograd catches it."""
+    primal = x._trace.pair(new)[0]
+    below = x.primal
+    with torch.no_grad():
+        if isinstance(below, Tracer):
+            mutate(below, primal, what)
+        else:
+            from thunderx.lang.captured import write_captured
+
+            write_captured(below, primal, what, grad_enabled=False)
     return x
 
 

@@ -349,16 +349,9 @@ def embedding(
     scale_grad_by_freq=False,
     sparse=False,
 ):
-    out = I.take(weight, input, 0)
     if max_norm is not None:
-        # torch renormalizes the looked-up rows in place, outside autograd: the value is scaled,
-        # the derivative is the plain lookup's
-        from thunderx.lang.reductions import vector_norm as _vn
-        from thunderx.primitives.higher_order import stop_gradient as _sg
-
-        norms = _vn(out, norm_type, -1, keepdim=True)
-        scale = U.select(B.gt(norms, max_norm), B.div(max_norm, B.add(norms, 1e-7)), 1.0)
-        out = B.add(out, _sg(B.sub(B.mul(out, S.broadcast_to(scale, shape(out))), out)))
+        _renorm_rows(weight, input, max_norm, norm_type)
+    out = I.take(weight, input, 0)
     if scale_grad_by_freq:
         # the gradient of each lookup is divided by how often its index occurs in the batch
         from thunderx.primitives.higher_order import stop_gradient as _sg
@@ -380,6 +373,30 @@ def embedding(
         padb = S.broadcast_in_dim(pad, shape(out), tuple(range(ndim(pad))))
         out = U.select(padb, stop_gradient(out), out)
     return out
+
+
+def _renorm_rows(weight, input, max_norm, norm_type) -> None:
+    """torch.embedding_renorm_, which F.embedding(max_norm=...) runs on the weight in place and
+    outside autograd before the lookup: each row that `input` looks up whose norm exceeds
+    max_norm is scaled by max_norm / (norm + 1e-7), the norm compared and the scale computed in
+    float64 as torch's kernel does. The weight takes the new rows as any in-place write under
+    `torch.no_grad()`: a captured tensor now or after each call of a jit program, a jit argument
+    after each call, grad's input at the caller (its derivative stays the plain lookup's), a
+    batched write refused where torch.func refuses it."""
+    from thunderx.lang.inplace import mutate
+
+    with torch.no_grad():
+        n = shape(weight)[0]
+        flat = S.reshape(input, (math.prod(shape(input)),))
+        hits = I.index_add(
+            C.full((n,), 0.0, torch.float32), flat, C.full(shape(flat), 1.0, torch.float32), 0
+        )
+        norms = convert(vector_norm(weight, norm_type, -1, keepdim=True), torch.float64)
+        over = B.and_p.bind(B.gt(norms, float(max_norm)), S.reshape(B.gt(hits, 0.0), (n, 1)))
+        scale = convert(B.div(float(max_norm), B.add(norms, 1e-7)), dtype(weight))
+        rows = B.mul(weight, S.broadcast_to(scale, shape(weight)))
+        new = U.select(S.broadcast_to(over, shape(weight)), rows, weight)
+        mutate(weight, new, "F.embedding(max_norm=...)", detached=True)
 
 
 @register(F.one_hot)

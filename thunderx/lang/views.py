@@ -240,8 +240,10 @@ def write(x, new, what: str):
             # torch's autograd does not see a write through `.detach()` / `.data`: the values
             # change, the derivative stays that of the computation before the write
             base = _keep_derivative()(st.value, base)
+        elif not torch.is_grad_enabled() and isinstance(st.value, Tracer):
+            base = keep_reverse_derivative(st.value, base)
     else:
-        base = new
+        base = new if torch.is_grad_enabled() else keep_reverse_derivative(st.value, new)
     st.value = alias_of(_tracer(x, base))
     for m in st.live():
         assign(m, _tracer(m, read_chain(st.value, view_of(m).chain)))
@@ -258,15 +260,50 @@ def _keep_derivative():
         from thunderx.transforms.custom import custom_jvp
 
         @custom_jvp
-        def keep(old, new):
+        def thunderx_keep_derivative(old, new):
             return new
 
-        @keep.defjvp
+        @thunderx_keep_derivative.defjvp
         def keep_jvp(primals, tangents):
-            return primals[1], tangents[0]
+            # the primal through the function again: an enclosing level differentiates it by
+            # the same rule (a Hessian keeps the derivative at both levels)
+            return thunderx_keep_derivative(*primals), tangents[0]
 
-        _KEEP.append(keep)
+        _KEEP.append(thunderx_keep_derivative)
     return _KEEP[0]
+
+
+_KEEP_REVERSE: list = []
+
+
+def keep_reverse_derivative(old, new):
+    """The value `new` written over `old` in a `torch.no_grad()` block: reverse-mode levels
+    (grad, vjp, jacrev) keep `old`'s derivative, as torch's autograd does not see the write
+    (`with torch.no_grad(): y.clamp_(-1, 1)` passes y's gradient straight through), while
+    forward-mode levels (jvp, jacfwd) take `new`'s, as torch's forward AD sees it. The value is
+    `new` itself, bit for bit."""
+    if not isinstance(old, Tracer) or not (old.dtype.is_floating_point or old.dtype.is_complex):
+        return new
+    if not _KEEP_REVERSE:
+        from thunderx.transforms.custom import custom_jvp
+
+        @custom_jvp
+        def thunderx_keep_reverse_derivative(kept, taken, new):
+            return new
+
+        @thunderx_keep_reverse_derivative.defjvp
+        def keep_jvp(primals, tangents):
+            # kept = old - no_grad(old): old's tangent at a reverse level, 0 at a forward one;
+            # taken = no_grad(new): 0 at a reverse level, new's tangent at a forward one
+            return thunderx_keep_reverse_derivative(*primals), tangents[0] + tangents[1]
+
+        _KEEP_REVERSE.append(thunderx_keep_reverse_derivative)
+    from thunderx.primitives.higher_order import no_grad_p
+
+    if not isinstance(new, Tracer):
+        new = old._trace.lift(new)
+    with torch.enable_grad():  # the helper's own arithmetic is not the user's no_grad block
+        return _KEEP_REVERSE[0](old - no_grad_p.bind(old), no_grad_p.bind(new), new)
 
 
 def _tracer(like, value):
