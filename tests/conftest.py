@@ -30,16 +30,3 @@ def pytest_terminal_summary(terminalreporter):
             f"random-program suite: {CHECKED['programs']} programs checked through jit, grad "
             "(vs finite differences), vmap, jit(vmap(grad)) vs torch.func and the nvFuser lowering"
         )
-
-
-import pytest  # noqa: E402
-
-
-@pytest.fixture
-def fused_epilogue(monkeypatch):
-    """The torch executor fuses a bias add or SGD update into the GEMM's epilogue (addmm,
-    F.linear) even on a CPU where that rounds otherwise than eager torch (cpu_gemm.py
-    `epilogue_exact`): for tests of the fused lowering itself, which compare with tolerances."""
-    from thunderx.executors import cpu_gemm
-
-    monkeypatch.setattr(cpu_gemm, "_EPILOGUE_EXACT", [True])

@@ -163,7 +163,6 @@ def test_refined_partition_of_random_programs_is_schedulable_and_exact(steps):
 # --------------------------------------------------------------------------------- inductor
 
 
-@pytest.mark.usefixtures("fused_epilogue")
 @needs_inductor
 def test_inductor_matches_eager_and_keeps_matmul_in_torch(compile_small):
     args = _args()

@@ -38,9 +38,15 @@ def _per_example(w, b, x):
 W, BIAS, X = torch.randn(256, 160), torch.randn(160), torch.randn(64, 256)
 
 
-def _check(got, want):
+def _check(got, want, **tol):
     for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, b, **tol)
+
+
+# the torch executor's program adds the bias in addmm's epilogue, which on AMD EPYC rounds
+# otherwise than eager's product then add (the last bits; through tanh and the sums over 64
+# examples, up to 8e-5 measured): beyond float32's default atol of 1e-5
+EPILOGUE = {"rtol": 1.3e-6, "atol": 1e-4}
 
 
 def test_an_outer_product_is_stored_by_the_graph_into_a_recycled_buffer():
@@ -91,7 +97,7 @@ def test_where_nothing_is_recycled_the_graph_gets_a_fresh_buffer():
     f(w, BIAS, X)[0].sum().backward()
     ref = W.clone().requires_grad_()
     _per_example(ref, BIAS, X)[0].sum().backward()
-    torch.testing.assert_close(w.grad, ref.grad)
+    torch.testing.assert_close(w.grad, ref.grad, **EPILOGUE)
 
 
 def test_a_refused_graph_runs_the_torch_program_with_the_same_outputs(monkeypatch):
@@ -104,7 +110,7 @@ def test_a_refused_graph_runs_the_torch_program_with_the_same_outputs(monkeypatc
     clear_kernel_cache()
     try:
         program = tx.jit(_per_example, executor="inductor").lower(W, BIAS, X).program
-        _check(program(W, BIAS, X * 5), _per_example(W, BIAS, X * 5))
+        _check(program(W, BIAS, X * 5), _per_example(W, BIAS, X * 5), **EPILOGUE)
         text = program.as_text()
         assert "inductor refused the program (RuntimeError: no inductor today)" in text
     finally:

@@ -27,9 +27,12 @@ def _params(seed=0):
 
 
 def _same(got, want):
+    # float32's tolerance, not bits: the program adds the bias in the GEMM's epilogue (addmm),
+    # which rounds as eager's product then add on Intel's MKL path but not on AMD EPYC's (last
+    # bits); a call that ran another signature's program would be off by far more
     assert type(got) is type(want) and list(got) == list(want)
     for k in want:
-        torch.testing.assert_close(got[k], want[k], rtol=0, atol=0)
+        torch.testing.assert_close(got[k], want[k])
 
 
 def _jitted():

@@ -242,7 +242,6 @@ def test_ops_with_different_second_operands_stay_separate():
     torch.testing.assert_close(tx.jit(f)(x, ws), f(x, ws))
 
 
-@pytest.mark.usefixtures("fused_epilogue")
 def test_a_matmul_with_a_broadcast_bias_lowers_to_linear():
     # torch's addmm adds the bias in the matmul's epilogue: one kernel instead of two
     x, w, b = torch.randn(4, 5, 6), torch.randn(3, 6), torch.randn(3)
@@ -252,7 +251,6 @@ def test_a_matmul_with_a_broadcast_bias_lowers_to_linear():
     torch.testing.assert_close(f(x, w, b), torch.nn.functional.linear(x.sin(), w, b))
 
 
-@pytest.mark.usefixtures("fused_epilogue")
 def test_a_linear_of_permuted_rows_runs_on_the_unpermuted_rows():
     # nn.MultiheadAttention's (seq, batch) transpose before its in-projection: one GEMM over
     # the untransposed rows, then the permutation (torch would copy and batch the GEMM)
@@ -271,7 +269,6 @@ def test_a_linear_of_permuted_rows_runs_on_the_unpermuted_rows():
     torch.testing.assert_close(jf(w, x, b), want)
 
 
-@pytest.mark.usefixtures("fused_epilogue")
 def test_linear_operands_are_not_overwritten_before_the_fused_call_reads_them():
     # h's last textual reader is `h * 2`, between the matmul and the bias add: it must not
     # run in place on h, which the fused linear reads afterwards
@@ -289,7 +286,6 @@ def test_linear_operands_are_not_overwritten_before_the_fused_call_reads_them():
         torch.testing.assert_close(a, e)
 
 
-@pytest.mark.usefixtures("fused_epilogue")
 def test_an_sgd_step_runs_in_the_gemm_epilogue():
     # w - lr * (x^T @ g): torch.addmm(w, x.T, g, alpha=-lr), one kernel and no gradient buffer
     def step(w, x, g):

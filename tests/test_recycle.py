@@ -331,7 +331,6 @@ def test_an_intermediate_buffer_is_the_same_memory_call_after_call():
         assert all(len(p.storages) == 1 for p in pools), pools
 
 
-@pytest.mark.usefixtures("fused_epilogue")
 @pytest.mark.parametrize(
     "make_x",
     [

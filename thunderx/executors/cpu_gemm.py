@@ -278,35 +278,3 @@ def onednn_source(
         # slice of a larger vector, a broadcast scalar) gave wrong sums
         b = f"{b}.contiguous()"
     return f"{NAME}({x}, {w}, {b}, 'none', [], ''){suffix}"
-
-
-_EPILOGUE_EXACT: list = []
-
-
-def epilogue_exact() -> bool:
-    """Whether torch's CPU GEMM with a bias or an update in its epilogue (`addmm(b, x, w)`,
-    `F.linear`, `addmm(a, x, w, alpha=-c)`) gives eager torch's product-then-add bit for bit on
-    this machine; the torch executor fuses those patterns only where it does. Measured: on the
-    Intel machines exact; on AMD EPYC (MKL's generic path) 93 of 120 shapes from 1x3x4 to
-    256x256x512 differ in the last bits. Probed once per process on three small shapes in
-    float32 and float64 (about a millisecond)."""
-    if not _EPILOGUE_EXACT:
-        _EPILOGUE_EXACT.append(_probe_epilogue())
-    return _EPILOGUE_EXACT[0]
-
-
-def _probe_epilogue() -> bool:
-    g = torch.Generator().manual_seed(0)
-    with torch._C.DisableTorchFunction(), torch.no_grad():
-        for dtype in (torch.float32, torch.float64):
-            for m, k, n in ((2, 3, 4), (7, 16, 10), (64, 256, 160)):
-                x, w = torch.randn(m, k, generator=g, dtype=dtype), torch.randn(k, n, dtype=dtype)
-                b, a = torch.randn(n, dtype=dtype), torch.randn(m, n, dtype=dtype)
-                product = torch.mm(x, w)
-                if not (
-                    torch.equal(torch.addmm(b, x, w), product + b)
-                    and torch.equal(torch.nn.functional.linear(x, w.t(), b), product + b)
-                    and torch.equal(torch.addmm(a, x, w, alpha=-0.1), a - product * 0.1)
-                ):
-                    return False
-    return True

@@ -227,12 +227,6 @@ def generate_source(
                 bias_adds.add(i)
             return large
 
-    elif not cpu_gemm.epilogue_exact():
-        # this CPU's fused epilogue rounds otherwise than eager's product then add: fused on
-        # other devices only
-        def keep(i, fused):
-            return fused[0][0].aval.device.type != "cpu"
-
     linears = gemm_patterns(jaxpr, last_use, keep)
     skipped |= {j for fused in linears.values() for j in fused[2]}
     starts, waits = split_phase_plan(jaxpr, namer, namespace, _param_src)
