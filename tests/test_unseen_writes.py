@@ -117,6 +117,29 @@ def test_no_grad_write_into_grad_input_reaches_the_caller():
     close(wj, wr)
 
 
+def no_grad_view_write(w):
+    v = w[1:4]
+    with torch.no_grad():
+        v.mul_(0.5)
+    return (v**2).sum() + (w * w.sin()).sum()
+
+
+def detach_view_write(w):
+    w.detach()[2:].mul_(2)
+    return (w * w.sin()).sum()
+
+
+@pytest.mark.parametrize("fn", [no_grad_view_write, detach_view_write])
+def test_unseen_write_through_a_view_of_grad_input_reaches_the_caller(fn):
+    wt, wx, wj = X.clone(), X.clone(), X.clone()
+    gt = tf.grad(fn)(wt)
+    close(tx.grad(fn)(wx), gt)
+    close(tx.jit(tx.grad(fn))(wj), gt)
+    assert not torch.equal(wt, X)
+    close(wx, wt)
+    close(wj, wt)
+
+
 def _halve(w):
     with torch.no_grad():
         w.mul_(0.5)
@@ -172,6 +195,19 @@ def test_embedding_max_norm_forward_mode_and_vmap_over_weights():
         tx.vmap(emb_loss, in_axes=(0, None))(bx, IDX), tf.vmap(emb_loss, in_dims=(0, None))(bt, IDX)
     )
     close(bx, bt, tol=1e-15)
+
+
+def test_embedding_max_norm_of_a_slice_of_grad_input():
+    def f(w):
+        out = F.embedding(IDX, w[1:8], max_norm=1.1)
+        return (out**2).sum() + (w[0] * w[8]).sum()
+
+    big = lambda: torch.cat([weight(3)[:2], weight(), weight(4)[:2]])  # noqa: E731
+    wt, wx = big(), big()
+    close(tx.grad(f)(wx), tf.grad(f)(wt))
+    close(wx, wt, tol=1e-15)
+    wt, wx, t = big(), big(), big() * 0.5
+    close(tx.jvp(f, (wx,), (t.clone(),)), tf.jvp(f, (wt,), (t.clone(),)))
 
 
 def test_embedding_max_norm_batched_indices_into_one_weight_is_refused():

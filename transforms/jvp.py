@@ -83,6 +83,8 @@ class JVPTrace(Trace):
         return x, None
 
     def process_primitive(self, prim, args, params):
+        if self.reverse and not torch.is_grad_enabled():
+            return self._no_grad(prim, args, params)
         primals, tangents = [], []
         nonzero = ours = False
         for a in args:
@@ -114,6 +116,18 @@ class JVPTrace(Trace):
         if prim.multiple_results:
             return [self.wrap(o, t) for o, t in zip(out, t_out)]
         return self.wrap(out, t_out)
+
+    def _no_grad(self, prim, args, params):
+        """A `torch.no_grad()` block at a reverse-mode level: the values only, as torch's
+        autograd records nothing there (no tangent, so no residual the derivative keeps)."""
+        primals = [self.pair(a)[0] for a in args]
+        with set_trace(self.parent):
+            out = prim.bind(*primals, **params)
+        if not any(type(a) is JVPTracer and a._trace is self for a in args):
+            return out
+        if prim.multiple_results:
+            return [self.wrap(o, None) for o in out]
+        return self.wrap(out, None)
 
     def no_rule(self, prim, primals, params):
         # Integer and bool outputs carry no tangent, so such primitives need no jvp rule.

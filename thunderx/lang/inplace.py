@@ -61,7 +61,7 @@ def mutate(x, new, what: str, detached: bool = False):
         )
     new = _normalized(x, new, what)
     if view_of(x) is not None:
-        return write(x, new, what)
+        return write(x, new, what, detached)
     if detached:
         new = _keep_derivative()(x, new)
     elif not torch.is_grad_enabled():

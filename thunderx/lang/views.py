@@ -214,8 +214,9 @@ def view_function(impl: Callable, torch_fn: Callable, kind: str = "view") -> Cal
 # ------------------------------------------------------------------------------------ writes
 
 
-def write(x, new, what: str):
-    """The in-place update `x <- new` of a tracer that shares storage with others."""
+def write(x, new, what: str, detached: bool = False):
+    """The in-place update `x <- new` of a tracer that shares storage with others (`detached`:
+    a write no derivative sees, as through `.detach()`)."""
     from thunderx.errors import user_frame
     from thunderx.lang.inplace import MutationError
 
@@ -226,27 +227,44 @@ def write(x, new, what: str):
             from thunderx.lang.inplace import _inner_write
 
             raise _inner_write(x, new, what)
+    through = None
     if st.readonly:
-        raise MutationError(
-            f"{what} writes through a view of an input of the transformed function at "
-            f"{user_frame()}; transforms are functional: clone the input first (y = x.clone()) "
-            "and mutate the copy"
-        )
+        # a write grad's level does not see (no_grad, .detach()) goes to the caller's value
+        from thunderx.lang.inplace import _unseen
+
+        detaching = detached or any(s.torch_fn in _DETACH for s in va.chain)
+        through = next((m for m in st.live() if not view_of(m).chain), None)
+        if through is None or not _unseen(through, detaching):
+            raise MutationError(
+                f"{what} writes through a view of an input of the transformed function at "
+                f"{user_frame()}; transforms are functional: clone the input first "
+                "(y = x.clone()) and mutate the copy"
+            )
     if va.chain:
         _check_no_overlap(va.chain, st.value, what)
         _check_no_conjugation(va.chain, st.value, what)
         base = place(st.value, _positions(st.value, va.chain), new)
-        if any(s.torch_fn in _DETACH for s in va.chain) and isinstance(st.value, Tracer):
+        if (detached or any(s.torch_fn in _DETACH for s in va.chain)) and isinstance(
+            st.value, Tracer
+        ):
             # torch's autograd does not see a write through `.detach()` / `.data`: the values
             # change, the derivative stays that of the computation before the write
             base = _keep_derivative()(st.value, base)
         elif not torch.is_grad_enabled() and isinstance(st.value, Tracer):
             base = keep_reverse_derivative(st.value, base)
     else:
-        base = new if torch.is_grad_enabled() else keep_reverse_derivative(st.value, new)
+        if detached and isinstance(st.value, Tracer):
+            base = _keep_derivative()(st.value, new)
+        else:
+            base = new if torch.is_grad_enabled() else keep_reverse_derivative(st.value, new)
+    if through is not None:
+        from thunderx.lang.inplace import _write_through
+
+        base = _write_through(through, base, what)  # the input keeps its derivative
     st.value = alias_of(_tracer(x, base))
-    for m in st.live():
-        assign(m, _tracer(m, read_chain(st.value, view_of(m).chain)))
+    with torch.enable_grad():  # the views read again keep their derivative in a no_grad block
+        for m in st.live():
+            assign(m, _tracer(m, read_chain(st.value, view_of(m).chain)))
     return x
 
 
@@ -269,7 +287,11 @@ def _keep_derivative():
             # the same rule (a Hessian keeps the derivative at both levels)
             return thunderx_keep_derivative(*primals), tangents[0]
 
-        _KEEP.append(thunderx_keep_derivative)
+        def keep(old, new):
+            with torch.enable_grad():  # called in the user's no_grad block too
+                return thunderx_keep_derivative(old, new)
+
+        _KEEP.append(keep)
     return _KEEP[0]
 
 
