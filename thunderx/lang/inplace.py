@@ -87,17 +87,19 @@ def _normalized(x, new, what: str):
 
 def _unseen(x, detached: bool) -> bool:
     """Whether a write to input x of a differentiating level is one that level does not see."""
-    trace = x._trace
-    if not hasattr(trace, "reverse_mode") or not hasattr(x, "primal"):
+    from thunderx.transforms.jvp import JVPTracer
+
+    if not isinstance(x, JVPTracer):
         return False
-    return detached or (trace.reverse_mode and not torch.is_grad_enabled())
+    return detached or (x._trace.reverse_mode and not torch.is_grad_enabled())
 
 
 def _write_through(x, new, what: str):
     """Input `x` of a reverse-mode level takes `new` without a derivative: the value one level
     up (the caller's tensor, or the enclosing transform's value, by that level's own rules) is
-    written now, and x keeps its tangent. A residual saved from x's old value is then caught by
-    the linearization's version check, as torch's autograd catches it."""
+    written now, and x keeps its tangent. A derivative that read x's old value earlier keeps
+    reading it (the computation as written, lang/captured.py `_keep_earlier_reads`), where
+    torch's autograd refuses the write."""
     primal = x._trace.pair(new)[0]
     below = x.primal
     with torch.no_grad():
