@@ -45,8 +45,9 @@ def _check(got, want, **tol):
 
 # the torch executor's program adds the bias in addmm's epilogue, which on AMD EPYC rounds
 # otherwise than eager's product then add (the last bits; through tanh and the sums over 64
-# examples, up to 8e-5 measured): beyond float32's default atol of 1e-5
-EPILOGUE = {"rtol": 1.3e-6, "atol": 1e-4}
+# examples, up to 1.2e-4 at gradients of 10 measured, 1.1e-5 relative): beyond float32's
+# default tolerance, far below what a wrong buffer would give
+EPILOGUE = {"rtol": 1e-4, "atol": 1e-4}
 
 
 def test_an_outer_product_is_stored_by_the_graph_into_a_recycled_buffer():

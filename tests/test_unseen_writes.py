@@ -59,6 +59,7 @@ def test_no_grad_write_keeps_the_derivative_in_reverse_mode(name):
     xs = torch.stack([X, 2 * X])
     close(tx.vmap(tx.grad(fn))(xs), tf.vmap(tf.grad(fn))(xs))
     close(tx.jacrev(tx.grad(fn))(X), tf.jacrev(tf.grad(fn))(X))
+    close(tx.hessian(fn)(X), tf.hessian(fn)(X))  # forward over reverse
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -303,29 +303,28 @@ def keep_reverse_derivative(old, new):
     (grad, vjp, jacrev) keep `old`'s derivative, as torch's autograd does not see the write
     (`with torch.no_grad(): y.clamp_(-1, 1)` passes y's gradient straight through), while
     forward-mode levels (jvp, jacfwd) take `new`'s, as torch's forward AD sees it. The value is
-    `new` itself, bit for bit."""
+    `new` itself, bit for bit, and no operation is added to compute it."""
     if not isinstance(old, Tracer) or not (old.dtype.is_floating_point or old.dtype.is_complex):
         return new
     if not _KEEP_REVERSE:
         from thunderx.transforms.custom import custom_jvp
+        from thunderx.transforms.jvp import jvp_reverse
 
         @custom_jvp
-        def thunderx_keep_reverse_derivative(kept, taken, new):
+        def thunderx_keep_reverse_derivative(old, new):
             return new
 
         @thunderx_keep_reverse_derivative.defjvp
         def keep_jvp(primals, tangents):
-            # kept = old - no_grad(old): old's tangent at a reverse level, 0 at a forward one;
-            # taken = no_grad(new): 0 at a reverse level, new's tangent at a forward one
-            return thunderx_keep_reverse_derivative(*primals), tangents[0] + tangents[1]
+            # the level differentiating the call picks: reverse mode keeps old's tangent
+            tangent = tangents[0] if jvp_reverse() else tangents[1]
+            return thunderx_keep_reverse_derivative(*primals), tangent
 
         _KEEP_REVERSE.append(thunderx_keep_reverse_derivative)
-    from thunderx.primitives.higher_order import no_grad_p
-
     if not isinstance(new, Tracer):
         new = old._trace.lift(new)
-    with torch.enable_grad():  # the helper's own arithmetic is not the user's no_grad block
-        return _KEEP_REVERSE[0](old - no_grad_p.bind(old), no_grad_p.bind(new), new)
+    with torch.enable_grad():  # the helper's own call is not the user's no_grad block
+        return _KEEP_REVERSE[0](old, new)
 
 
 def _tracer(like, value):
