@@ -41,7 +41,16 @@ def no_grad_then_grad_op(x):
     return y.sum()
 
 
+def no_grad_setitem(x):
+    # the written entry keeps x's derivative (a constant written: 0 before)
+    y = x * 1.5
+    with torch.no_grad():
+        y[0] = 5.0
+    return (y * y).sum()
+
+
 CASES = {
+    "setitem": no_grad_setitem,
     "clamp": straight_through_clamp,
     "row": no_grad_row_scale,
     "mixed": no_grad_then_grad_op,
@@ -81,6 +90,19 @@ def test_jit_under_torch_autograd_keeps_the_derivative(name):
     out.backward()
     close(out, fn(X))
     close(b.grad, a.grad)
+
+
+def test_detach_in_place_cuts_later_uses():
+    def fn(x):
+        y = x * 3
+        z = y * 2  # a use before: keeps its derivative
+        y.detach_()
+        return (y * x + z).sum()
+
+    close(tx.grad(fn)(X), tf.grad(fn)(X))
+    close(tx.jit(tx.grad(fn))(X), tf.grad(fn)(X))
+    with pytest.raises(RuntimeError, match="Can't detach views in-place"):
+        tx.grad(lambda x: (x * 1)[1:].detach_().sum())(X)
 
 
 def test_detach_write_under_jit_and_torch_autograd():

@@ -90,6 +90,22 @@ def _detach(x):
     return H.stop_gradient(x)
 
 
+@register(methods=("detach_",))
+def _detach_(x):
+    # torch: x itself leaves the autograd graph (later uses carry no derivative); a view
+    # cannot (torch refuses it too)
+    from thunderx.lang.views import assign, view_of
+
+    va = view_of(x) if isinstance(x, Tracer) else None
+    if va is not None and va.chain:
+        raise RuntimeError(
+            f"Can't detach views in-place. Use detach() instead (at {user_frame()})"
+        )
+    if isinstance(x, Tracer):
+        assign(x, H.stop_gradient(x))
+    return x
+
+
 @register(methods=("requires_grad_",))
 def _requires_grad_(x, requires_grad=True):
     from thunderx.lang.autograd_grad import requires_grad_
