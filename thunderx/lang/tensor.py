@@ -98,9 +98,7 @@ def _detach_(x):
 
     va = view_of(x) if isinstance(x, Tracer) else None
     if va is not None and va.chain:
-        raise RuntimeError(
-            f"Can't detach views in-place. Use detach() instead (at {user_frame()})"
-        )
+        raise RuntimeError(f"Can't detach views in-place. Use detach() instead (at {user_frame()})")
     if isinstance(x, Tracer):
         assign(x, H.stop_gradient(x))
     return x
