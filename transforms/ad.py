@@ -84,6 +84,7 @@ class _Linearized:
         "in_diff",
         "in_avals",
         "versions",
+        "input_hooks",
     )
 
 
@@ -131,6 +132,12 @@ def linearize_flat(
     lin.in_diff = in_diff
     lin.in_avals = in_avals
     lin.versions = trace.versions
+    # Tensor.register_hook on an input: its gradient goes through the hooks (lang/hooks.py)
+    lin.input_hooks = {
+        i: trace.hooks[id(t._var)]
+        for i, t in enumerate(t_in)
+        if t is not None and id(t._var) in trace.hooks
+    }
     if lin.versions:
         check_versions(lin.linear, lin.residuals, lin.versions, "later in the same function")
     return lin
@@ -152,6 +159,13 @@ def _transpose_linearized(lin: _Linearized, cts: list, holomorphic: bool = False
         ct = next(it) if d else Zero(a)
         out.append(instantiate(ct))
     out = out if holomorphic else H.conj_leaves(out)
+    if lin.input_hooks:
+        from thunderx.lang.hooks import run_hooks
+
+        out = [
+            run_hooks(lin.input_hooks[i], g) if i in lin.input_hooks else g
+            for i, g in enumerate(out)
+        ]
     # evaluated in a no_grad block (of an enclosing transform's function): no derivative there
     return out if torch.is_grad_enabled() else no_grad_outputs(out)
 

@@ -94,12 +94,14 @@ class PartialEvalTrace(StagingTrace):
     are all known binds in the parent trace now; one touching an unknown value is staged, its known
     inputs becoming the staged jaxpr's constants (the residuals)."""
 
-    __slots__ = ("versions",)
+    __slots__ = ("versions", "hooks")
 
     def __init__(self, parent):
         super().__init__(parent)
         # (index in consts, tensor, its version counter when first read) per concrete const
         self.versions: list[tuple] = []
+        # id(tangent var) -> the torch hooks registered on its primal (lang/hooks.py)
+        self.hooks: dict[int, list] = {}
 
     def const_var(self, x) -> Var:
         # A concrete tensor read by the linear jaxpr is evaluated later, when cotangents (or

@@ -30,6 +30,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     extras,
     fft,
     gather,
+    hooks,
     householder,
     indexing,
     interpolate,
