@@ -40,6 +40,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with logcumsumexp>", "*", "unresolved"): ("one", 22793, "grad", None, 3),
     # logcumsumexp > norm > log1p > div by a zero entry: jacrev's rows of the finite outputs
     ("<with logcumsumexp>", "jacrev", "thunderx-wrong"): ("zero", 2408832, "jacrev", None, 4),
+    # logcumsumexp of zeros > clamp(0, 0) (a tie) > div > sqrt: the tie passes the gradient
+    ("<with logcumsumexp>", "hessian", "thunderx-wrong"): ("zero", 2513101, "hessian", None, 4),
     ("pow", "hessian", "kink"): ("zero", 2926, "hessian"),
     ("batch_norm", "*", "kink"): ("big", 1201, "hessian"),
     ("<with sign>", "*", "unresolved"): ("one", 4981, "jvp", None, 4),
@@ -275,6 +277,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with cumprod>", "autograd", "kink"): ("zero", 573030, "autograd", None, 3),
     # a zero vector (the clamp) in a program
     ("cosine_similarity", "hessian", "kink"): ("zero", 344811, "hessian", None, 3),
+    # square > normalize along a dim of one element: each unit vector is +-1, a constant
+    ("normalize", "hessian", "kink"): ("one", 2505379, "hessian", None, 2),
     # cosh to 5e12 > gru: gate pre-activations of 1.5e14 cancelling to O(1)
     **{
         ("gru", check, "forward"): ("big", 535592, check, None, 3)
