@@ -277,8 +277,7 @@ class Trace:
     # caller's tensor when it ends (as torch.func's vmap, grad and jvp do); where it does not
     # (jit, staging), mutating an input is an error.
     writes_back_inputs = False
-    # a level of reverse-mode differentiation (grad, vjp, jacrev: see transforms/jvp.py)
-    reverse_mode = False
+    reverse_mode = False  # a reverse-mode differentiation level (transforms/jvp.py)
     # What torch.func says when a value of this trace is written into a tensor it does not
     # track (appended to thunderx's own message).
     foreign_write_hint = ""

@@ -58,7 +58,7 @@ def write_captured(
     dtype): now where values are known, else recorded for write-back after each call. A tensor
     that requires grad keeps its derivative through a write torch's autograd does not see (in
     a `no_grad` block; `detached`: through `.detach()`, as F.embedding's max_norm writes): later
-    reads in the trace differentiate to it as before (`keep_reverse_derivative`)."""
+    reads in the trace differentiate to it as before (`lang/views.py` `kept`)."""
     if target.numel() == 0:
         # a write of no elements changes nothing: it needs no batch dimension or derivative
         # (torch.func's vmap accepts it; a zero-element result of constants is one under vmap)
@@ -87,13 +87,10 @@ def write_captured(
     read = None
     if target.requires_grad and (detached or not grad_enabled):
         from thunderx.core import set_trace
-        from thunderx.lang.views import _keep_derivative, keep_reverse_derivative
+        from thunderx.lang.views import kept
 
         with set_trace(staging):
-            old = current_value(target, staging)
-            read = (
-                _keep_derivative()(old, value) if detached else keep_reverse_derivative(old, value)
-            )
+            read = kept(current_value(target, staging), value, forward_sees_write=not detached)
     staging.record_write(target, value, grad_enabled, read)
 
 

@@ -16,7 +16,7 @@ import torch
 from thunderx.core import Tracer
 from thunderx.errors import ThunderxError, user_frame
 from thunderx.lang._base import aval, convert, method_table, register, shape, torch_table
-from thunderx.lang.views import _keep_derivative, assign, keep_reverse_derivative, view_of, write
+from thunderx.lang.views import assign, keep_unseen, view_of, write
 from thunderx.primitives import shape as S
 
 
@@ -62,10 +62,7 @@ def mutate(x, new, what: str, detached: bool = False):
     new = _normalized(x, new, what)
     if view_of(x) is not None:
         return write(x, new, what, detached)
-    if detached:
-        new = _keep_derivative()(x, new)
-    elif not torch.is_grad_enabled():
-        new = keep_reverse_derivative(x, new)
+    new = keep_unseen(x, new, detached)
     # x takes new's identity: same trace (or an inner one, when x was constant to it)
     assign(x, new)
     return x

@@ -228,11 +228,13 @@ def write(x, new, what: str, detached: bool = False):
 
             raise _inner_write(x, new, what)
     through = None
+    # torch's autograd does not see a write through `.detach()` / `.data`: the values change,
+    # the derivative stays that of the computation before the write
+    detaching = detached or any(s.torch_fn in _DETACH for s in va.chain)
     if st.readonly:
         # a write grad's level does not see (no_grad, .detach()) goes to the caller's value
         from thunderx.lang.inplace import _unseen
 
-        detaching = detached or any(s.torch_fn in _DETACH for s in va.chain)
         through = next((m for m in st.live() if not view_of(m).chain), None)
         if through is None or not _unseen(through, detaching):
             raise MutationError(
@@ -244,19 +246,9 @@ def write(x, new, what: str, detached: bool = False):
         _check_no_overlap(va.chain, st.value, what)
         _check_no_conjugation(va.chain, st.value, what)
         base = place(st.value, _positions(st.value, va.chain), new)
-        if (detached or any(s.torch_fn in _DETACH for s in va.chain)) and isinstance(
-            st.value, Tracer
-        ):
-            # torch's autograd does not see a write through `.detach()` / `.data`: the values
-            # change, the derivative stays that of the computation before the write
-            base = _keep_derivative()(st.value, base)
-        elif not torch.is_grad_enabled() and isinstance(st.value, Tracer):
-            base = keep_reverse_derivative(st.value, base)
     else:
-        if detached and isinstance(st.value, Tracer):
-            base = _keep_derivative()(st.value, new)
-        else:
-            base = new if torch.is_grad_enabled() else keep_reverse_derivative(st.value, new)
+        base = new
+    base = keep_unseen(st.value, base, detaching)
     if through is not None:
         from thunderx.lang.inplace import _write_through
 
@@ -269,62 +261,53 @@ def write(x, new, what: str, detached: bool = False):
 
 
 _DETACH = (torch.detach, torch._C.TensorBase.detach)
-_KEEP: list = []
+_KEEPERS: dict = {}
 
 
-def _keep_derivative():
-    """f(old, new) = new, with old's derivative (a custom_jvp: tangent and cotangent of old)."""
-    if not _KEEP:
-        from thunderx.transforms.custom import custom_jvp
-
-        @custom_jvp
-        def thunderx_keep_derivative(old, new):
-            return new
-
-        @thunderx_keep_derivative.defjvp
-        def keep_jvp(primals, tangents):
-            # the primal through the function again: an enclosing level differentiates it by
-            # the same rule (a Hessian keeps the derivative at both levels)
-            return thunderx_keep_derivative(*primals), tangents[0]
-
-        def keep(old, new):
-            with torch.enable_grad():  # called in the user's no_grad block too
-                return thunderx_keep_derivative(old, new)
-
-        _KEEP.append(keep)
-    return _KEEP[0]
-
-
-_KEEP_REVERSE: list = []
-
-
-def keep_reverse_derivative(old, new):
-    """The value `new` written over `old` in a `torch.no_grad()` block: reverse-mode levels
-    (grad, vjp, jacrev) keep `old`'s derivative, as torch's autograd does not see the write
-    (`with torch.no_grad(): y.clamp_(-1, 1)` passes y's gradient straight through), while
-    forward-mode levels (jvp, jacfwd) take `new`'s, as torch's forward AD sees it. The value is
-    `new` itself, bit for bit, and no operation is added to compute it."""
+def kept(old, new, forward_sees_write: bool):
+    """The value `new`, bit for bit, written over `old` by a write torch's autograd does not
+    see: reverse-mode levels (grad, vjp, jacrev) keep `old`'s derivative; forward-mode levels
+    (jvp, jacfwd) take `new`'s where `forward_sees_write` (a write in a `no_grad` block, which
+    torch's forward AD sees) and keep `old`'s otherwise (a write through `.detach()`). A
+    custom_jvp adding no operation; jit keeps its call (primitives/custom.py
+    DERIVATIVE_KEEPERS) for the program torch autograd runs through."""
     if not isinstance(old, Tracer) or not (old.dtype.is_floating_point or old.dtype.is_complex):
         return new
-    if not _KEEP_REVERSE:
+    keep = _KEEPERS.get(forward_sees_write)
+    if keep is None:
         from thunderx.transforms.custom import custom_jvp
         from thunderx.transforms.jvp import jvp_reverse
 
-        @custom_jvp
-        def thunderx_keep_reverse_derivative(old, new):
+        def keep(old, new):
             return new
 
-        @thunderx_keep_reverse_derivative.defjvp
-        def keep_jvp(primals, tangents):
-            # the level differentiating the call picks: reverse mode keeps old's tangent
-            tangent = tangents[0] if jvp_reverse() else tangents[1]
-            return thunderx_keep_reverse_derivative(*primals), tangent
+        keep.__name__ = (
+            "thunderx_keep_reverse_derivative" if forward_sees_write else "thunderx_keep_derivative"
+        )
+        keep = custom_jvp(keep)
 
-        _KEEP_REVERSE.append(thunderx_keep_reverse_derivative)
+        @keep.defjvp
+        def keep_jvp(primals, tangents):
+            # the primal through the function again: an enclosing level differentiates it by
+            # the same rule (a Hessian keeps the derivative at both levels)
+            old_t = not forward_sees_write or jvp_reverse()
+            return keep(*primals), tangents[0] if old_t else tangents[1]
+
+        _KEEPERS[forward_sees_write] = keep
     if not isinstance(new, Tracer):
         new = old._trace.lift(new)
-    with torch.enable_grad():  # the helper's own call is not the user's no_grad block
-        return _KEEP_REVERSE[0](old, new)
+    with torch.enable_grad():  # called in the user's no_grad block too
+        return keep(old, new)
+
+
+def keep_unseen(old, new, detached: bool):
+    """`new` written over `old` in place: with `old`'s derivative where the write is one torch's
+    autograd does not see (`detached`: through `.detach()`; or in a `no_grad` block), else `new`
+    itself (`kept`; `with torch.no_grad(): y.clamp_(-1, 1)` passes y's gradient straight
+    through)."""
+    if not detached and torch.is_grad_enabled():
+        return new
+    return kept(old, new, forward_sees_write=not detached)
 
 
 def _tracer(like, value):
