@@ -57,6 +57,15 @@ def gradient_reversal(x):
     return (h**2).sum() + (r * x).sum()
 
 
+def clone_and_source(x):
+    # the clone is a use of h before h's hook: refused (it once went into the clone's list)
+    h = torch.tanh(x * 1.5)
+    r = h.clone()
+    r.register_hook(lambda g: -0.5 * g)
+    h.register_hook(lambda g: 3 * g)
+    return (h**2).sum() + (r * x).sum()
+
+
 def used_before(x):
     y = x.sin()
     z = y * 2  # registered after this use: torch's hook sees its gradient too
@@ -96,8 +105,9 @@ def test_hooks_under_jacrev_and_hessian():
 
 
 def test_a_hook_on_a_value_used_before_it_is_refused():
-    with pytest.raises(UnsupportedOperationError, match="already used before the hook"):
-        tx.grad(used_before)(X)
+    for fn in (used_before, clone_and_source):
+        with pytest.raises(UnsupportedOperationError, match="already used before the hook"):
+            tx.grad(fn)(X)
 
 
 def test_a_hook_where_no_reverse_mode_runs_is_refused():

@@ -73,8 +73,10 @@ def _register_hook(x, hook):
     var = t._var
     hooks = trace.hooks.get(id(var))
     if hooks is None:
-        hooks = trace.hooks[id(var)] = []
-        if id(x) not in x._trace.input_ids:  # an input's hooks run in transforms/ad.py
+        hooks = []
+        if id(x) in x._trace.input_ids:  # an input's hooks run in transforms/ad.py
+            trace.hooks[id(var)] = hooks
+        else:  # keyed by the new identity's tangent only: a clone sharing var keeps its own
             if any(v is var for e in trace.eqns for v in e.inputs):
                 raise UnsupportedOperationError(
                     f"Tensor.register_hook at {user_frame()}: the tensor was already used "
