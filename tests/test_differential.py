@@ -164,6 +164,21 @@ def test_a_side_far_sharper_than_finite_differences_allow_decides(monkeypatch):
     assert tx.grad(torch.nn.functional.hardsigmoid)(h).item() == 1 / 6
 
 
+def test_central_differences_cancel_their_truncation_error():
+    """The differences are extrapolated from two steps (Richardson), so a function with large
+    third derivatives is still resolved to 1e-8: sin(300 x) has f'''/f' = 9e4, which leaves
+    1.5e-8 of the derivative in a central difference at step 1e-6 alone."""
+    x = torch.tensor([0.01, -0.002, 0.3], dtype=torch.float64)
+    central, forward, _ = dc.fd_jacobian(lambda v: torch.sin(300 * v), [x])
+    exact = 300 * torch.cos(300 * x)
+    assert ((central.diagonal() - exact).abs() <= 1e-9 * exact.abs()).all()
+    assert ((forward.diagonal() - exact).abs() > 1e-5 * exact.abs()).any()  # one-sided: O(h)
+    # the run's finding (seed 2601458): torch's float32 1/6 in hardsigmoid's float64 derivative,
+    # magnified 70x by cancellation in digamma > einsum > cube, is torch's, not thunderx's
+    for check in ("jvp", "linearize", "vmap(jvp)"):
+        assert D.reproduce_program(None, "tie", 2601458, check, length=4) == set()
+
+
 def test_non_finite_derivatives_where_differences_overflow_are_a_note():
     # cosh(sinh(x)) at x = 800: the derivative overflows, finite differences too
     x = torch.tensor([800.0, 0.5], dtype=torch.float64)
