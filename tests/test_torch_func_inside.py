@@ -119,6 +119,7 @@ def test_torch_func_outside_thunderx_transforms_is_torch_own(x):
 
 
 def test_torch_func_in_another_thread_runs_torch_own_while_a_transform_runs(x):
+    torch_linearize_code = tf.linearize.__code__
     started, release, seen = threading.Event(), threading.Event(), []
 
     def slow(v):
@@ -134,6 +135,10 @@ def test_torch_func_in_another_thread_runs_torch_own_while_a_transform_runs(x):
         g = grad(lambda v: types.append(type(v)) or _f(v))(x)
         assert types == [torch.Tensor]
         torch.testing.assert_close(g, x.sin() + x * x.cos())
+        assert tf.linearize.__code__ is not torch_linearize_code  # routed while patched
+        out, jvp_fn = tf.linearize(torch.sin, x)  # and routed to torch's own here
+        assert any(isinstance(c.cell_contents, torch.fx.GraphModule) for c in jvp_fn.__closure__)
+        torch.testing.assert_close(jvp_fn(x), x.cos() * x)
     finally:
         release.set()
         worker.join(timeout=60)
@@ -141,16 +146,52 @@ def test_torch_func_in_another_thread_runs_torch_own_while_a_transform_runs(x):
     torch.testing.assert_close(seen[0], x * 2)
 
 
-def test_torch_func_linearize_inside_a_transform_says_what_to_use(x):
-    with pytest.raises(Exception) as info:
-        tx.jit(lambda v: tf.linearize(torch.sin, v)[1](v))(x)
-    notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "thunderx.func.linearize" in notes and "test_torch_func_inside.py" in notes
-    # the suggested spelling works there
-    import thunderx.func as txf
+def test_torch_func_linearize_inside_transforms_runs_as_thunderx(x):
+    t = torch.linspace(-1, 1, x.numel(), dtype=F64).reshape(x.shape)
 
-    out = tx.jit(lambda v: txf.linearize(torch.sin, v)[1](v))(x)
-    _close(out, tf.linearize(torch.sin, x)[1](x))
+    # its jvp_fn gives jvp's tangent; its output is the function's value
+    def both(v):
+        out, jvp_fn = tf.linearize(torch.sin, v)
+        return out, jvp_fn(t)
+
+    _close(tx.jit(both)(x), jvp(torch.sin, (x,), (t,)))
+    _close(tx.jit(lambda v: tf.linearize(_g, v, v)[1](t, v))(x), jvp(_g, (x, x), (t, x))[1])
+    # differentiated through the point of linearization, batched over it
+    lin = lambda v: tf.linearize(lambda u: u.sin() * u, v)[1](t).sum()  # noqa: E731
+    via_jvp = lambda v: jvp(lambda u: u.sin() * u, (v,), (t,))[1].sum()  # noqa: E731
+    _close(tx.grad(lin)(x), grad(via_jvp)(x))
+    _close(
+        tx.vmap(lambda r: tf.linearize(torch.tanh, r)[1](r))(x),
+        vmap(lambda r: jvp(torch.tanh, (r,), (r,))[1])(x),
+    )
+    # torch.func's contract: the tangents' structure must match the primals'
+    with pytest.raises(RuntimeError, match="same argspec|tree"):
+        tx.jit(lambda v: tf.linearize(torch.sin, v)[1](v, v))(x)
+
+
+def test_torch_func_linearize_is_torch_own_outside_transforms(x):
+    from torch._functorch import eager_transforms
+
+    code = eager_transforms.linearize.__code__
+    with pytest.raises(RuntimeError):  # an exception inside leaves torch's code in place too
+        tx.jit(lambda v: tf.linearize(lambda u: u.sum().item() + u, v)[1](v))(x)
+    assert (
+        eager_transforms.linearize.__code__ is code and tf.linearize is eager_transforms.linearize
+    )
+    out, jvp_fn = tf.linearize(torch.sin, x)  # torch's make_fx graph
+    cells = [c.cell_contents for c in jvp_fn.__closure__]
+    assert any(isinstance(c, torch.fx.GraphModule) for c in cells)
+    _close(jvp_fn(x), x.cos() * x)
+
+
+def test_functorch_internals_called_on_traced_values_say_what_to_use(x):
+    from torch._functorch import vmap as functorch_vmap
+
+    with pytest.raises(ValueError) as info:  # not a public entry point: not routed
+        tx.jit(lambda v: functorch_vmap.vmap_impl(torch.sin, 0, 0, "error", None, v))(x)
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "torch.func's own transform (vmap_impl)" in notes and "use thunderx.func " in notes
+    assert "test_torch_func_inside.py" in notes
 
 
 def test_contract_errors_of_torch_func_inside_are_torch_funcs(x):

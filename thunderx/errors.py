@@ -47,8 +47,9 @@ def user_frame() -> str:
 
 def note_torch_func(exc: BaseException) -> None:
     """Where an exception leaving a thunderx transform was raised inside one of torch.func's own
-    transforms (one thunderx does not run in its place, e.g. `torch.func.linearize`), say so and
-    what to use: torch.func's transforms refuse thunderx's traced values, and their own message
+    transforms (one thunderx does not run in its place: thunderx/torch_func.py routes the public
+    ones, so functorch's internals called directly), say so and what to use: torch.func's
+    transforms refuse thunderx's traced values, and their own message
     ("argument of type: ...Tracer") names neither. Adds a note; the exception is unchanged."""
     functorch = os.path.join(_torch_dir(), "_functorch")
     tb, caller = exc.__traceback__, None
@@ -58,11 +59,11 @@ def note_torch_func(exc: BaseException) -> None:
             if caller is None or _ours_below(tb):  # thunderx ran it (thunderx/torch_func.py)
                 return
             name = tb.tb_frame.f_code.co_name
+            use = f"thunderx.func.{name}" if name in _FUNC_NAMES else "thunderx.func"
             exc.add_note(
                 f"thunderx: torch.func's own transform ({name}) was called at {caller} on values "
                 f"traced by a thunderx transform, which torch.func cannot see. Inside thunderx "
-                f"transforms use thunderx.func (torch.func's API run by thunderx), e.g. "
-                f"thunderx.func.{name if name in _FUNC_NAMES else 'linearize'}."
+                f"transforms use {use} (torch.func's API run by thunderx)."
             )
             return
         if not _internal(f):

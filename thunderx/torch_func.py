@@ -16,12 +16,15 @@ transform runs (`patch_during_transforms`) and, in a thread inside one, run thun
 Elsewhere (another thread, or no thunderx transform on this one) torch's own runs unchanged.
 
 `functional_call` runs as `thunderx.functional_call` (torch's swap of module attributes refuses
-traced values). `torch.func.linearize` has no such entry point (it traces with make_fx and
-forward-mode dual tensors): inside a thunderx transform use `thunderx.func.linearize`."""
+traced values). `torch.func.linearize` calls no such entry point (it traces with make_fx and
+forward-mode dual tensors), and the function object is what users' imports bind, so while a
+thunderx transform runs its code is swapped for an entry that routes the same way (the function
+object, its name and signature stay torch's; torch's code is put back when the transform ends)."""
 
 from __future__ import annotations
 
 import functools
+import types
 
 from thunderx.core import is_top_level
 from thunderx.lang.patching import patch_during_transforms
@@ -92,6 +95,23 @@ def _functional_call(module, parameters_and_buffers, args=None, kwargs=None, **o
     return functional_call(module, parameters_and_buffers, args, kwargs, **options)
 
 
+def _linearize(func, *primals):
+    from thunderx import func as txf
+
+    return txf.linearize(func, *primals)
+
+
+_linearize_routed = None  # _routed(_linearize, torch's linearize), set by install()
+
+
+def _linearize_entry(func, *primals):
+    # the code torch.func.linearize runs during transforms, with torch's module globals: it
+    # imports what it calls
+    from thunderx.torch_func import _linearize_routed
+
+    return _linearize_routed(func, *primals)
+
+
 def _routed(ours, torch_impl):
     """torch's implementation where no thunderx transform runs on this thread, else ours (same
     signature)."""
@@ -118,10 +138,16 @@ def install() -> None:
         (apis, "vmap_impl", _vmap),
         (stateless, "_functional_call", _functional_call),
     ]
-    patch_during_transforms(
-        [
-            (owner, name, _routed(f, vars(owner)[name]))
-            for owner, name, f in ours
-            if name in vars(owner)
-        ]
-    )
+    patches = [
+        (owner, name, _routed(f, vars(owner)[name]))
+        for owner, name, f in ours
+        if name in vars(owner)
+    ]
+    lin = vars(eager_transforms).get("linearize")
+    if isinstance(lin, types.FunctionType) and not lin.__code__.co_freevars:
+        global _linearize_routed
+        torchs = types.FunctionType(lin.__code__, lin.__globals__, lin.__name__, lin.__defaults__)
+        torchs.__kwdefaults__ = lin.__kwdefaults__
+        _linearize_routed = _routed(_linearize, torchs)
+        patches.append((lin, "__code__", _linearize_entry.__code__))
+    patch_during_transforms(patches)

@@ -12,9 +12,13 @@ from thunderx import core
 
 def patch_during_transforms(patches) -> None:
     """`patches`: (owner, attribute name, replacement) triples, installed and removed together.
-    The original is the owner's own dictionary entry (a classmethod stays a classmethod)."""
+    The original is the owner's own dictionary entry (a classmethod stays a classmethod), or the
+    attribute where it has none (a function's `__code__`)."""
     patches = list(patches)
-    originals = [(owner, name, vars(owner)[name]) for owner, name, _ in patches]
+    originals = [
+        (owner, name, vars(owner)[name] if name in vars(owner) else getattr(owner, name))
+        for owner, name, _ in patches
+    ]
     lock = threading.Lock()
     depth = [0]
 
