@@ -451,7 +451,18 @@ class Tracer:
     # One layout for every tracer type (subclasses add no slots), so an in-place update can turn
     # a tracer into one of another trace: `x.__class__` may be reassigned between them. `_alias`,
     # set only on tracers that take part in views, names their shared storage (lang/views.py).
-    __slots__ = ("_trace", "_var", "primal", "tangent", "val", "bdim", "_alias", "__weakref__")
+    # `_aval` caches an aval computed from a concrete value (vmap.BatchTracer.aval).
+    __slots__ = (
+        "_trace",
+        "_var",
+        "primal",
+        "tangent",
+        "val",
+        "bdim",
+        "_alias",
+        "_aval",
+        "__weakref__",
+    )
     # Let torch's binary operators defer to our reflected methods.
     __array_priority__ = 1000
 

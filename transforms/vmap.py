@@ -38,9 +38,21 @@ class BatchTracer(Tracer):
 
     @property
     def aval(self) -> ShapedArray:
-        a = get_aval(self.val)
-        shape = a.shape[: self.bdim] + a.shape[self.bdim + 1 :]
-        return ShapedArray(shape, a.dtype, a.device)
+        val, bdim = self.val, self.bdim
+        try:  # read often (24 times per primitive in eager vmap): kept for a concrete value
+            cached = _AVAL_SLOT.__get__(self)
+            if cached[0] is val and cached[1] == bdim:
+                return cached[2]
+        except AttributeError:
+            pass
+        a = get_aval(val)
+        aval = ShapedArray(a.shape[:bdim] + a.shape[bdim + 1 :], a.dtype, a.device)
+        if isinstance(val, torch.Tensor):  # a tracer's aval may change with an in-place update
+            _AVAL_SLOT.__set__(self, (val, bdim, aval))
+        return aval
+
+
+_AVAL_SLOT = Tracer._aval  # the slot's descriptor (reading it skips Tracer.__getattr__)
 
 
 class BatchTrace(Trace):

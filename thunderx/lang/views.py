@@ -28,7 +28,7 @@ import torch
 
 from thunderx.core import Tracer
 
-_VALUE_SLOTS = tuple(s for s in Tracer.__slots__ if s not in ("_alias", "__weakref__"))
+_VALUE_SLOTS = tuple(s for s in Tracer.__slots__ if s not in ("_alias", "_aval", "__weakref__"))
 
 
 class Storage:
