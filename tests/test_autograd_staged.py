@@ -244,3 +244,60 @@ def test_maml_inner_loop_with_captured_parameters_equals_eager():
     torch.testing.assert_close(got_loss, want_loss.detach(), rtol=1e-12, atol=1e-12)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def _forces(net):
+    # a force field's forces as torch users write them: positions that require grad come in,
+    # the energy's gradient with respect to them (kept differentiable) goes out
+    def forces(pos):
+        energy = net(pos).sum()
+        (g,) = torch.autograd.grad(energy, pos, create_graph=True)
+        return -g
+
+    return forces
+
+
+def test_arguments_that_require_grad_are_differentiated_inside_jit_as_eager():
+    net = _net(1)
+    forces = _forces(net)
+    pos = torch.linspace(-1, 1, 7, dtype=F64)[:, None].requires_grad_()
+    jf = tx.jit(forces)
+    want = forces(pos)
+    got = jf(pos)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    # a force-matching loss trained through the jitted forces: parameter gradients of the
+    # staged gradient (double backward) and the positions' own, as eager autograd gives them
+    target = torch.sin(pos.detach())
+    params = list(net.parameters())[:-1] + [pos]  # forces do not depend on the last bias
+    want_g = torch.autograd.grad(((forces(pos) - target) ** 2).sum(), params)
+    got_g = torch.autograd.grad(((jf(pos) - target) ** 2).sum(), params)
+    for a, b in zip(got_g, want_g, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_which_arguments_require_grad_keys_the_program():
+    net = _net(2)
+    forces = _forces(net)
+    jf = tx.jit(forces)
+    pos = torch.linspace(-1, 1, 5, dtype=F64)[:, None]
+    torch.testing.assert_close(jf(pos.requires_grad_()), forces(pos))
+    # the same shapes without requires_grad: eager torch refuses, and so does the jit (not
+    # the program traced for the call above)
+    plain = pos.detach()
+    with pytest.raises(RuntimeError):
+        forces(plain)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        jf(plain)
+    with torch.no_grad(), pytest.raises(RuntimeError):  # nothing recorded: eager refuses too
+        forces(pos)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="does not require grad"):
+        jf(pos)
+    torch.testing.assert_close(jf(pos), forces(pos))  # and the first program again
+
+    def flag(x, y):  # .requires_grad of the arguments, as the caller set it
+        return x * 2 if x.requires_grad else y * 3
+
+    a, b = torch.ones(2, dtype=F64), torch.ones(2, dtype=F64)
+    jflag = tx.jit(flag)
+    for x in (a, a.clone().requires_grad_(), a):
+        torch.testing.assert_close(jflag(x, b), flag(x, b))

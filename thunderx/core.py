@@ -452,17 +452,8 @@ class Tracer:
     # a tracer into one of another trace: `x.__class__` may be reassigned between them. `_alias`,
     # set only on tracers that take part in views, names their shared storage (lang/views.py).
     # `_aval` caches an aval computed from a concrete value (vmap.BatchTracer.aval).
-    __slots__ = (
-        "_trace",
-        "_var",
-        "primal",
-        "tangent",
-        "val",
-        "bdim",
-        "_alias",
-        "_aval",
-        "__weakref__",
-    )
+    __slots__ = ("_trace", "_var", "primal", "tangent", "val", "bdim", "_alias", "_aval")
+    __slots__ += ("__weakref__",)  # one tuple, split for the line length
     # Let torch's binary operators defer to our reflected methods.
     __array_priority__ = 1000
 

@@ -87,9 +87,12 @@ class ClosedJaxpr:
     `value_reads`: `(tensor, version)` of each captured tensor whose value the trace read while
     tracing (a Python value, `.item()`, or a computation run then on tensors that need no
     derivative): the program holds that value, so it is stale once the tensor's version counter
-    moves (jit traces again then)."""
+    moves (jit traces again then).
+    `reads_arg_grad`: whether the trace asked which values require grad (`torch.autograd.grad`
+    or `.requires_grad` on a staged value), whose answer depends on which arguments required
+    grad: jit then keys its programs by those flags too."""
 
-    __slots__ = ("jaxpr", "consts", "writes", "value_reads", "__weakref__")
+    __slots__ = ("jaxpr", "consts", "writes", "value_reads", "reads_arg_grad", "__weakref__")
 
     def __init__(self, jaxpr: Jaxpr, consts: list, writes: tuple = (), value_reads: tuple = ()):
         assert len(consts) == len(jaxpr.constvars)
@@ -97,6 +100,7 @@ class ClosedJaxpr:
         self.consts = list(consts)
         self.writes = tuple(writes)
         self.value_reads = tuple(value_reads)
+        self.reads_arg_grad = False
 
     @property
     def in_avals(self):

@@ -45,6 +45,7 @@ class StagingTrace(Trace):
         "arg_vars",
         "written_args",
         "grad_vars",
+        "grad_read",
         "value_reads",
     )
 
@@ -61,8 +62,11 @@ class StagingTrace(Trace):
         # input tracers written in place (under jit: copied back into the arguments)
         self.arg_vars: list[Var] = []
         self.written_args: dict[int, bool] = {}
-        # the ids of variables marked by `requires_grad_()` (lang/autograd_staged.py)
+        # the ids of variables marked by `requires_grad_()` or passed to jit as tensors that
+        # require grad, and whether anything asked which values require grad
+        # (lang/autograd_staged.py)
         self.grad_vars: set[int] = set()
+        self.grad_read = False
         # (captured tensor, its version) whose value the trace read at trace time
         # (lang/captured.py `_guard_values`)
         self.value_reads: list = []
@@ -177,10 +181,14 @@ def written_value(trace, x):
     return None
 
 
-def trace_flat(flat_fun: Callable, in_avals, writeback: bool = False) -> tuple[ClosedJaxpr, object]:
+def trace_flat(
+    flat_fun: Callable, in_avals, writeback: bool = False, grad_args: tuple = ()
+) -> tuple[ClosedJaxpr, object]:
     """Trace `flat_fun(*leaves) -> (out_leaves, extra)` into a closed jaxpr; returns (jaxpr, extra).
     With `writeback`, in-place writes to captured tensors become trailing outputs named by the
-    jaxpr's `writes` (jit, make_jaxpr); without, such a write is an error."""
+    jaxpr's `writes` (jit, make_jaxpr); without, such a write is an error. `grad_args`: per
+    input, whether it stands for a tensor that requires grad (torch.autograd.grad inside may
+    differentiate with respect to it)."""
     from thunderx.lang.captured import StagingMode
 
     # Tracing allocates many small objects and makes few cycles: the cyclic collector would rescan
@@ -192,11 +200,14 @@ def trace_flat(flat_fun: Callable, in_avals, writeback: bool = False) -> tuple[C
         with new_trace(StagingTrace, writeback) as trace:
             try:
                 in_tracers = [trace.new_arg(a) for a in in_avals]
+                trace.grad_vars.update(id(t._var) for t, g in zip(in_tracers, grad_args) if g)
                 # a no_grad block around the transform is not the function's (as in torch.func):
                 # only blocks inside the function stop gradients
                 with StagingMode(), torch.enable_grad():
                     outs, extra = flat_fun(*in_tracers)
-                return trace.finalize(in_tracers, outs), extra
+                closed = trace.finalize(in_tracers, outs)
+                closed.reads_arg_grad = trace.grad_read
+                return closed, extra
             finally:
                 trace.end_writes()
     finally:

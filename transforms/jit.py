@@ -110,6 +110,9 @@ class JitFunction:
         # generated checks-and-calls for the signatures seen on the fast path (jit_guard.py),
         # the newest first
         self._guards: list = [()]
+        # set once a trace asked which values require grad (torch.autograd.grad inside): from
+        # then on the arguments' requires_grad flags are part of each key, off the fast path
+        self._grad_keyed = False
 
     # -- signature
     def _split(self, args, kwargs):
@@ -155,7 +158,10 @@ class JitFunction:
             # tensors, floats in float64 so that no precision is lost before they meet a tensor
             leaves = [_scalar_leaf(x) if type(x) in _SCALARS else x for x in leaves]
         # named axes in scope (vmap axis_name, shard_map mesh dims) shape the trace
-        return (treedef, keys, (statics, axis_env())), leaves, dyn_args, dyn_kwargs
+        key = (treedef, keys, (statics, axis_env()))
+        if self._grad_keyed:
+            key += (_grad_flags(leaves),)
+        return key, leaves, dyn_args, dyn_kwargs
 
     # -- tracing
     def _trace(self, args, kwargs, leaves, treedef_args, keys):
@@ -173,7 +179,7 @@ class JitFunction:
         in_avals = [
             _weak(get_aval(x)) if k in _SCALAR_KEYS else get_aval(x) for x, k in zip(leaves, keys)
         ]
-        closed, out_tree = trace_flat(flat, in_avals, writeback=True)
+        closed, out_tree = trace_flat(flat, in_avals, writeback=True, grad_args=_grad_flags(leaves))
         entry = _Entry()
         entry.closed = closed
         entry.jaxpr = closure_convert(closed.jaxpr)
@@ -204,6 +210,11 @@ class JitFunction:
             self.misses += 1
             _, treedef = tree.flatten((dyn_args, dyn_kwargs))
             entry = self._trace(args, kwargs, leaves, treedef, key[1])
+            if entry.closed.reads_arg_grad and not self._grad_keyed:
+                self._grad_keyed = True  # earlier programs stay valid: they read no flags
+                self._fast.clear()
+                self._guards[0] = ()
+                key += (_grad_flags(leaves),)
             if not any(isinstance(c, Tracer) for c in entry.consts):
                 self._cache[key] = entry
                 while len(self._cache) > self.cache_size:
@@ -297,7 +308,7 @@ class JitFunction:
             if entry.writes:
                 outs = write_back(operands, entry.writes, outs)
             # the fast path's key has no axis env: only programs traced without one go there
-            fast = self._fast_ok and not kwargs and not axis_env()
+            fast = self._fast_ok and not kwargs and not axis_env() and not self._grad_keyed
             if fast and all(type(a) in _PLAIN for a in args):
                 key = self._remember_fast(args, entry, prog)
                 self._remember_call(args, leaves, key)
@@ -411,6 +422,13 @@ def _complete_statics(fun, argnums, argnames):
 def _reads_hold(reads) -> bool:
     """Whether every captured tensor whose value the trace read still has that version."""
     return all(t._version == v for t, v in reads)
+
+
+def _grad_flags(leaves) -> tuple:
+    """Which arguments are tensors that require grad where torch would record them (grad mode
+    on): the leaves torch.autograd.grad inside the function may differentiate with respect to."""
+    on = torch.is_grad_enabled()
+    return tuple(on and isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)
 
 
 def _any_requires_grad(*groups) -> bool:

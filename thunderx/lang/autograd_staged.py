@@ -70,6 +70,7 @@ def _reach(trace, sources: set) -> set:
 
 def _grad_sources(trace) -> set:
     """Marked variables and the constvars of captured tensors that require grad."""
+    trace.grad_read = True  # the answer depends on which arguments require grad
     srcs = set(trace.grad_vars)
     for v, c in zip(trace.constvars, trace.consts):
         if isinstance(c, torch.Tensor) and not isinstance(c, Tracer) and c.requires_grad:
