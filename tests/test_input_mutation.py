@@ -129,6 +129,47 @@ def test_jvp_writes_the_callers_primal_and_tangent_like_torch_func():
     close(ours, theirs)
 
 
+def _no_grad_double(x):
+    with torch.no_grad():
+        x.mul_(2)
+    return x.sin() * x
+
+
+JACFWD_CASES = {
+    # forward mode sees every update, inside no_grad too (torch's forward AD ignores it)
+    "plain": (lambda L: L.jacfwd(lambda x: x.mul_(2).sin()), [data(3)]),
+    "no_grad": (lambda L: L.jacfwd(_no_grad_double), [data(3)]),
+    "hessian": (lambda L: L.hessian(lambda x: _no_grad_double(x).sum()), [data(3)]),
+    "jacfwd_jacfwd": (lambda L: L.jacfwd(L.jacfwd(_no_grad_double)), [data(3)]),
+    "vmap_jacfwd": (lambda L: L.vmap(L.jacfwd(_no_grad_double)), [data(4, 3)]),
+    # the linear map reads x before its update (d(x*y)/dy = x): written back only after it ran
+    "argnums_both": (
+        lambda L: L.jacfwd(lambda x, y: y.add_(1) * x.mul_(y).exp(), argnums=(0, 1)),
+        [data(3), data(3).flip(0)],
+    ),
+    # an argument outside argnums is a plain tensor there, updated as it is
+    "other_arg": (lambda L: L.jacfwd(lambda x, y: x.mul_(y.add_(1)).exp()), [data(3), data(3)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JACFWD_CASES))
+def test_jacfwd_writes_the_callers_inputs_like_torch_func(name):
+    make, args = JACFWD_CASES[name]
+    ours, theirs = [a.clone() for a in args], [a.clone() for a in args]
+    close(make(tx)(*ours), make(tf)(*theirs))
+    close(ours, theirs)
+    assert not all(torch.equal(a, b) for a, b in zip(ours, args))  # the update reached them
+    jitted = [a.clone() for a in args]  # staged: the jit's arguments take the update
+    close(tx.jit(make(tx))(*jitted), make(tf)(*[a.clone() for a in args]))
+    close(jitted, theirs)
+
+
+def test_jacfwd_update_of_aliased_inputs_is_refused():
+    x = data(3)
+    with pytest.raises(MutationError, match="shares memory"):
+        tx.jacfwd(lambda a, b: a.mul_(2) + b, argnums=(0, 1))(x, x)
+
+
 @pytest.mark.parametrize("out_dims", [0, 1])
 def test_an_updated_input_returned_is_the_callers_tensor(out_dims):
     # torch.func returns (a view of) the caller's memory: a later write to it shows in both

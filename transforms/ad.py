@@ -85,11 +85,12 @@ class _Linearized:
         "in_avals",
         "versions",
         "input_hooks",
+        "deferred_writes",
     )
 
 
 def linearize_flat(
-    flat_fun, primals, has_aux=False, name="vjp", reverse: bool = True
+    flat_fun, primals, has_aux=False, name="vjp", reverse: bool = True, defer_writes=False
 ) -> _Linearized:
     """`flat_fun(*leaves) -> out` (a pytree, or (out, aux) with has_aux). Computes the primal
     outputs now and returns the linear map's jaxpr with its residuals.
@@ -112,7 +113,10 @@ def linearize_flat(
 
     with new_trace(PartialEvalTrace) as trace:
         t_in = [trace.new_arg(a) if d else None for a, d in zip(in_avals, in_diff)]
-        p_outs, t_outs = jvp_flat(inner, primals, t_in, reverse)
+        # with defer_writes, in-place updates of the inputs are the caller's to write back
+        # (`deferred_writes`) once the linear map has read the values before them
+        deferred = [] if defer_writes else False
+        p_outs, t_outs = jvp_flat(inner, primals, t_in, reverse, deferred)
         for p in p_outs:
             if type(p) is StagingTracer and p._trace is trace:
                 raise RuntimeError("internal error: a primal output depends on a tangent")
@@ -132,6 +136,7 @@ def linearize_flat(
     lin.in_diff = in_diff
     lin.in_avals = in_avals
     lin.versions = trace.versions
+    lin.deferred_writes = deferred or []
     # Tensor.register_hook on an input: its gradient goes through the hooks (lang/hooks.py)
     lin.input_hooks = {
         i: trace.hooks[id(t._var)]

@@ -94,6 +94,15 @@ def write_back_jvp(mutated: list, primals: list, tangents: list) -> None:
         write(tangents[i], instantiate(t), "an in-place update of a jvp tangent (written back)")
 
 
+def write_back_primals(mutated: list, primals: list) -> None:
+    """jacfwd's: each updated input's primal back into the caller's (its tangents are the
+    basis jacfwd made, whose update the linear map already carries)."""
+    for i, _ in mutated:
+        check_unaliased(i, primals)
+    for i, (p, _) in mutated:
+        write(primals[i], p, "an in-place update of a jacfwd input (written back)")
+
+
 def check_unaliased(i: int, flat_args: list) -> None:
     from thunderx.lang.inplace import MutationError
 

@@ -24,6 +24,7 @@ from thunderx.transforms.ad import (
     _transpose_linearized,
     linearize_flat,
 )
+from thunderx.transforms.input_updates import write_back_primals
 
 
 def _std_basis(avals):
@@ -69,7 +70,10 @@ def _linearize_args(fun, argnums, has_aux, name, args, kwargs):
         dyn_args = tree.unflatten(in_tree, xs)
         return checked(dyn_args) if single else checked(*dyn_args)
 
-    lin = linearize_flat(flat, leaves, has_aux, name, reverse=name != "jacfwd")
+    # jacfwd's inputs updated in place are written back to the caller's (after the columns are
+    # computed), as torch.func's forward mode writes through its dual tensors
+    forward = name == "jacfwd"
+    lin = linearize_flat(flat, leaves, has_aux, name, reverse=not forward, defer_writes=forward)
     if has_aux:
         lin.aux = user_f.rebuild(lin.aux)
     return lin, leaves, in_tree
@@ -134,6 +138,8 @@ def jacfwd(
                 offset += ia.size
             blocks.append(row)
         jac = _jac_tree(lin.out_tree, in_tree, blocks)
+        for mutated, primals in lin.deferred_writes:
+            write_back_primals(mutated, primals)
         return (jac, lin.aux) if has_aux else jac
 
     wrapper.__thunderx_transform__ = ("jacfwd", fun, None)
