@@ -228,6 +228,7 @@ class JitFunction:
         fast, slow, state, counts = self._fast, self._call_slow, _state, self._fast_hits
         flatten, NAMESPACE = optree.tree_flatten, tree.NAMESPACE  # noqa: N806
         grad_enabled = torch.is_grad_enabled
+        any_autocast = torch._C._is_any_autocast_enabled
         fast_ok = self._fast_ok
         name = self.__name__
         guards = self._guards
@@ -239,7 +240,7 @@ class JitFunction:
             return tree.unflatten(out_tree, write_back(operands, writes, fn(*operands)))
 
         def jitted(*args, **kwargs):
-            if fast_ok and not kwargs:
+            if fast_ok and not kwargs and not any_autocast():
                 # a generated check of a signature seen before, and the call (jit_guard.py)
                 for call in guards[0]:
                     out = call(args)
@@ -293,6 +294,11 @@ class JitFunction:
         return self._call_slow(args, kwargs)
 
     def _call_slow(self, args, kwargs):
+        if torch._C._is_any_autocast_enabled() and is_top_level():
+            # its program would run under autocast's casts, which its trace did not see
+            from thunderx.lang import autocast_refused
+
+            raise autocast_refused(f"around a call of the jitted {self.__name__}")
         entry, leaves = self._lookup(args, kwargs)
         if is_top_level():
             prog = entry.program

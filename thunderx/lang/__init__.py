@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from thunderx.core import Tracer
-from thunderx.errors import unsupported
+from thunderx.errors import UnsupportedOperationError, unsupported, user_frame
 from thunderx.lang import (  # noqa: F401  (importing registers the decompositions)
     adaptive_max,
     aliases,
@@ -77,6 +77,7 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
     func = unbound.original_of.get(func, func)
     impl = torch_table.get(func)
     if impl is None:
+        _check_autocast()
         out = opaque_call(func, args, kwargs or {})
     else:
         out = _decompose(impl, args, kwargs or {})
@@ -113,6 +114,7 @@ def _with_out(cls, func, types, args, kwargs):
 
 def _decompose(impl, args, kwargs):
     """impl(*args, **kwargs), the constants it makes going to the device of the call's tensors."""
+    _check_autocast()
     device = _call_device(args)
     if device is None:
         return impl(*args, **kwargs)
@@ -121,6 +123,39 @@ def _decompose(impl, args, kwargs):
         return impl(*args, **kwargs)
     finally:
         CALL_DEVICE.reset(token)
+
+
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
+def _check_autocast() -> None:
+    """torch.autocast is refused where thunderx stages or differentiates: primitives take their
+    inputs' dtypes, so its casts would be lost in a staged program or mismatch the derivative's
+    dtypes. An eager vmap runs torch's kernels, which apply it, and is let through."""
+    if not _any_autocast():
+        return
+    from thunderx.core import EvalTrace, current_trace
+    from thunderx.transforms.vmap import BatchTrace
+
+    t = current_trace()
+    while type(t) is BatchTrace:
+        t = t.parent
+    if type(t) is not EvalTrace:
+        raise autocast_refused(
+            "inside a thunderx transform that stages or differentiates (jit, grad, vjp, jvp, "
+            "jacrev, jacfwd, hessian)"
+        )
+
+
+def autocast_refused(where: str) -> UnsupportedOperationError:
+    dev = next((d for d in ("cuda", "cpu") if torch.is_autocast_enabled(d)), "cpu")
+    return UnsupportedOperationError(
+        f"torch.autocast({dev!r}, dtype={torch.get_autocast_dtype(dev)}) is active at "
+        f"{user_frame()} {where}, where thunderx would not apply its casts: cast explicitly "
+        "where lower precision is wanted "
+        "(x.to(torch.bfloat16), a module's .to(dtype)); under an eager vmap autocast applies "
+        "as in torch"
+    )
 
 
 def _call_device(args):
