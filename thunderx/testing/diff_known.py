@@ -196,7 +196,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     },
     **{
         ("softmax", check, "unresolved"): "batched-rule-at-nan"
-        for check in ("jacrev", "jit(vmap(grad))")
+        for check in ("jacrev", "jit(vmap(grad))", "hessian")
     },
     **{
         ("<with softmax>", check, "unresolved"): "batched-rule-at-nan"
