@@ -194,3 +194,26 @@ def test_no_more_generated_calls_than_the_cache_holds():
         for _ in range(2):
             torch.testing.assert_close(j(torch.ones(n)), torch.full((n,), 2.0))
     assert len(j.jit_function._guards[0]) == 1
+
+
+def test_torch_default_dtype_is_part_of_the_signature():
+    # tensors the function creates without a dtype follow torch.set_default_dtype, as in eager
+    def f(a):
+        return a.sum() + torch.zeros(3) + torch.tensor(1.5) + torch.arange(3) * 0.5
+
+    x = torch.ones(2)
+    jf = tx.jit(f)
+    for _ in range(3):  # traced, then the fast path
+        torch.testing.assert_close(jf(x), f(x), rtol=0, atol=0)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        for _ in range(3):
+            got, want = jf(x), f(x)
+            assert got.dtype == want.dtype == torch.float64
+            torch.testing.assert_close(got, want, rtol=0, atol=0)
+    finally:
+        torch.set_default_dtype(previous)
+    for _ in range(2):
+        assert jf(x).dtype == torch.float32
+    assert jf.cache_info()["misses"] == 2  # one program per default dtype, both kept

@@ -113,6 +113,9 @@ class JitFunction:
         # set once a trace asked which values require grad (torch.autograd.grad inside): from
         # then on the arguments' requires_grad flags are part of each key, off the fast path
         self._grad_keyed = False
+        # torch's default dtype when the fast path's programs were traced (another default
+        # takes the general path, whose key holds it)
+        self._fast_default = [torch.get_default_dtype()]
 
     # -- signature
     def _split(self, args, kwargs):
@@ -158,7 +161,8 @@ class JitFunction:
             # tensors, floats in float64 so that no precision is lost before they meet a tensor
             leaves = [_scalar_leaf(x) if type(x) in _SCALARS else x for x in leaves]
         # named axes in scope (vmap axis_name, shard_map mesh dims) shape the trace
-        key = (treedef, keys, (statics, axis_env()))
+        # torch's default dtype shapes the trace too (torch.zeros(3), an int tensor times 0.5)
+        key = (treedef, keys, (statics, axis_env(), torch.get_default_dtype()))
         if self._grad_keyed:
             key += (_grad_flags(leaves),)
         return key, leaves, dyn_args, dyn_kwargs
@@ -229,6 +233,7 @@ class JitFunction:
         flatten, NAMESPACE = optree.tree_flatten, tree.NAMESPACE  # noqa: N806
         grad_enabled = torch.is_grad_enabled
         any_autocast = torch._C._is_any_autocast_enabled
+        default_dtype, fast_default = torch.get_default_dtype, self._fast_default
         fast_ok = self._fast_ok
         name = self.__name__
         guards = self._guards
@@ -240,7 +245,7 @@ class JitFunction:
             return tree.unflatten(out_tree, write_back(operands, writes, fn(*operands)))
 
         def jitted(*args, **kwargs):
-            if fast_ok and not kwargs and not any_autocast():
+            if fast_ok and not kwargs and not any_autocast() and default_dtype() is fast_default[0]:
                 # a generated check of a signature seen before, and the call (jit_guard.py)
                 for call in guards[0]:
                     out = call(args)
@@ -350,9 +355,12 @@ class JitFunction:
             keys = tuple((a.shape, a.dtype, a.device) for a in args)
             key = keys[0] if len(args) == 1 else keys  # as `make_caller` builds it
         single = entry.out_tree.num_leaves == 1 and tree.unflatten(entry.out_tree, [0]) == 0
+        default = torch.get_default_dtype()
         with self._lock:
-            if len(self._fast) >= self.cache_size:
+            if len(self._fast) >= self.cache_size or self._fast_default[0] is not default:
                 self._fast.clear()
+                self._guards[0] = ()
+                self._fast_default[0] = default
             single_fn = single and prog.fn_single is not None and not entry.writes
             self._fast[key] = (
                 prog.fn_single if single_fn else prog.fn,
