@@ -50,6 +50,7 @@ ROUNDING_BY_CPU = frozenset({"batched-recurrent-rounding"})
 # (op, check, category) -> the row of docs/conventions.md's table that documents it (its `id`).
 DELIBERATE: dict[tuple[str, str, str], str] = {
     ("atan2", "*", "kink"): "forward-mode-kinks",
+    ("atan2", "*", "unresolved"): "forward-mode-kinks",
     ("fmax", "*", "kink"): "forward-mode-kinks",
     ("clamp_tensor", "*", "kink"): "forward-mode-kinks",
     ("clamp_tensor", "*", "unresolved"): "forward-mode-kinks",
@@ -105,6 +106,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for check in _FORWARD_MODE_CHECKS
     },
     ("<with group_norm>", "hessian", "kink"): "layer-norm-constant-row",
+    ("<with instance_norm>", "hessian", "kink"): "layer-norm-constant-row",
     ("<with floor>", "*", "kink"): "symbolic-zero-derivative",
     ("<with ceil>", "*", "kink"): "symbolic-zero-derivative",
     ("<with take_along_dim>", "*", "unresolved"): "reduction-over-no-elements",
