@@ -94,13 +94,20 @@ class ClosedJaxpr:
 
     __slots__ = ("jaxpr", "consts", "writes", "value_reads", "reads_arg_grad", "__weakref__")
 
-    def __init__(self, jaxpr: Jaxpr, consts: list, writes: tuple = (), value_reads: tuple = ()):
+    def __init__(
+        self,
+        jaxpr: Jaxpr,
+        consts: list,
+        writes: tuple = (),
+        value_reads: tuple = (),
+        reads_arg_grad: bool = False,
+    ):
         assert len(consts) == len(jaxpr.constvars)
         self.jaxpr = jaxpr
         self.consts = list(consts)
         self.writes = tuple(writes)
         self.value_reads = tuple(value_reads)
-        self.reads_arg_grad = False
+        self.reads_arg_grad = reads_arg_grad
 
     @property
     def in_avals(self):

@@ -161,7 +161,9 @@ class StagingTrace(Trace):
                 outvars.append(self.atom(t))
                 writes.append((len(self.constvars) + i, self.written_args[id(t)]))
         jaxpr = Jaxpr(self.constvars, self.arg_vars, self.eqns, outvars)
-        return ClosedJaxpr(jaxpr, self.consts, tuple(writes), tuple(self.value_reads))
+        return ClosedJaxpr(
+            jaxpr, self.consts, tuple(writes), tuple(self.value_reads), self.grad_read
+        )
 
 
 # How many live traces have recorded writes: while none has, `atom` skips the lookup.
@@ -205,9 +207,7 @@ def trace_flat(
                 # only blocks inside the function stop gradients
                 with StagingMode(), torch.enable_grad():
                     outs, extra = flat_fun(*in_tracers)
-                closed = trace.finalize(in_tracers, outs)
-                closed.reads_arg_grad = trace.grad_read
-                return closed, extra
+                return trace.finalize(in_tracers, outs), extra
             finally:
                 trace.end_writes()
     finally:

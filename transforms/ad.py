@@ -115,8 +115,8 @@ def linearize_flat(
         t_in = [trace.new_arg(a) if d else None for a, d in zip(in_avals, in_diff)]
         # with defer_writes, in-place updates of the inputs are the caller's to write back
         # (`deferred_writes`) once the linear map has read the values before them
-        deferred = [] if defer_writes else False
-        p_outs, t_outs = jvp_flat(inner, primals, t_in, reverse, deferred)
+        deferred = [] if defer_writes else None
+        p_outs, t_outs = jvp_flat(inner, primals, t_in, reverse, deferred=deferred)
         for p in p_outs:
             if type(p) is StagingTracer and p._trace is trace:
                 raise RuntimeError("internal error: a primal output depends on a tangent")
@@ -136,7 +136,7 @@ def linearize_flat(
     lin.in_diff = in_diff
     lin.in_avals = in_avals
     lin.versions = trace.versions
-    lin.deferred_writes = deferred or []
+    lin.deferred_writes = deferred or ()
     # Tensor.register_hook on an input: its gradient goes through the hooks (lang/hooks.py)
     lin.input_hooks = {
         i: trace.hooks[id(t._var)]

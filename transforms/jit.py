@@ -168,7 +168,7 @@ class JitFunction:
         return key, leaves, dyn_args, dyn_kwargs
 
     # -- tracing
-    def _trace(self, args, kwargs, leaves, treedef_args, keys):
+    def _trace(self, args, kwargs, leaves, treedef_args, keys, grad_args):
         static_pos = self._static_positions(len(args), kwargs)
 
         def flat(*xs):
@@ -183,7 +183,7 @@ class JitFunction:
         in_avals = [
             _weak(get_aval(x)) if k in _SCALAR_KEYS else get_aval(x) for x, k in zip(leaves, keys)
         ]
-        closed, out_tree = trace_flat(flat, in_avals, writeback=True, grad_args=_grad_flags(leaves))
+        closed, out_tree = trace_flat(flat, in_avals, writeback=True, grad_args=grad_args)
         entry = _Entry()
         entry.closed = closed
         entry.jaxpr = closure_convert(closed.jaxpr)
@@ -213,12 +213,13 @@ class JitFunction:
                 return entry, leaves
             self.misses += 1
             _, treedef = tree.flatten((dyn_args, dyn_kwargs))
-            entry = self._trace(args, kwargs, leaves, treedef, key[1])
+            flags = _grad_flags(leaves)
+            entry = self._trace(args, kwargs, leaves, treedef, key[1], flags)
             if entry.closed.reads_arg_grad and not self._grad_keyed:
                 self._grad_keyed = True  # earlier programs stay valid: they read no flags
                 self._fast.clear()
                 self._guards[0] = ()
-                key += (_grad_flags(leaves),)
+                key += (flags,)
             if not any(isinstance(c, Tracer) for c in entry.consts):
                 self._cache[key] = entry
                 while len(self._cache) > self.cache_size:

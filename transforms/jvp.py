@@ -154,7 +154,14 @@ class JVPTrace(Trace):
         return JVPTracer(self, out, t)
 
 
-def jvp_flat(flat_fun, primals, tangents, reverse: bool = False, write_back=False):
+def jvp_flat(
+    flat_fun,
+    primals,
+    tangents,
+    reverse: bool = False,
+    write_back: bool = False,
+    deferred: list | None = None,
+):
     """Run `flat_fun(*args) -> out_leaves` on JVP tracers. Returns (primal_outs, tangent_outs),
     tangents as symbolic `Zero`s where the output does not depend on the inputs. `reverse`: the
     level serves reverse mode (see `JVPTrace`).
@@ -162,14 +169,14 @@ def jvp_flat(flat_fun, primals, tangents, reverse: bool = False, write_back=Fals
     The function runs with grad mode on (a transform ignores a `no_grad` block around it, as
     torch.func's do); called inside such a block, its primal outputs carry no derivative for the
     enclosing reverse-mode levels (tangent outputs: see `no_grad_outputs`' callers).
-    `write_back`: in-place updates of the inputs reach the caller's primals and tangents; a
-    list instead collects `(updates, primals)` for the caller to write later (jacfwd, whose
-    linear map still reads the inputs' values before the update)."""
+    `write_back`: in-place updates of the inputs reach the caller's primals and tangents.
+    `deferred`: a list that collects `(updates, primals)` instead, for the caller to write
+    later (jacfwd, whose linear map still reads the inputs' values before the update)."""
     from thunderx.core import new_trace
     from thunderx.transforms.input_updates import mutated_inputs, write_back_jvp
 
     outer_grad_mode = torch.is_grad_enabled()
-    with new_trace(JVPTrace, reverse, write_back is not False) as trace:
+    with new_trace(JVPTrace, reverse, write_back or deferred is not None) as trace:
         ins = [
             JVPTracer(trace, p, t) if t is not None and tangent_aval(get_aval(p)) is not None else p
             for p, t in zip(primals, tangents)
@@ -189,8 +196,8 @@ def jvp_flat(flat_fun, primals, tangents, reverse: bool = False, write_back=Fals
             primal_outs.append(p)
             tangent_outs.append(Zero(get_aval(p).strip_weak()) if t is None else t)
         mutated = mutated_inputs(trace, ins, before, lambda t: (t.primal, t.tangent))
-    if mutated and isinstance(write_back, list):
-        write_back.append((mutated, list(primals)))
+    if mutated and deferred is not None:
+        deferred.append((mutated, list(primals)))
     elif mutated:
         write_back_jvp(mutated, list(primals), list(tangents))
     if not outer_grad_mode:
