@@ -18,7 +18,7 @@ PACKAGES["transforms"] = "thunderx.transforms"
 # SVG, explain) sits above the executors; the package, the API and testing helpers on top.
 LAYERS = [
     ("base", ["thunderx.errors", "thunderx.avals", "thunderx.tree"]),
-    ("core", ["thunderx.ad_util", "thunderx.properties", "thunderx.core"]),
+    ("core", ["thunderx.ad_util", "thunderx.properties", "thunderx.axes", "thunderx.core"]),
     ("ir", ["thunderx.ir", "thunderx.validate"]),
     ("text", ["thunderx.printing"]),
     ("tracing", ["thunderx.tracing"]),

@@ -14,6 +14,7 @@ import torch
 
 from thunderx.ad_util import Zero, instantiate
 from thunderx.avals import ShapedArray, aval_of_concrete
+from thunderx.axes import NamedAxis, axis_env, extend_axis_env  # noqa: F401 (re-exported)
 from thunderx.errors import MissingRuleError, UnexpectedTracerError, note_torch_func, user_frame
 from thunderx.properties import ALL_OPERANDS, UNDECLARED, Properties, check_declaration  # noqa: F401
 
@@ -332,8 +333,6 @@ class EvalTrace(Trace):
 class _State(threading.local):
     def __init__(self):
         self.trace: Trace = EvalTrace(None)
-        # The named axes in scope (vmap's axis_name, shard_map's mesh dims), innermost last.
-        self.axis_env: tuple[NamedAxis, ...] = ()
 
 
 _state = _State()
@@ -390,54 +389,6 @@ class new_trace:
                 leave()
             if exc[1] is not None:
                 note_torch_func(exc[1])
-        return False
-
-
-class NamedAxis:
-    """A named axis in scope: its size and, for a mesh dim, the mesh (None for a vmap axis).
-
-    Collectives hold these in their params, so a staged collective still knows its process group
-    after the shard_map that bound the name has returned.
-    """
-
-    __slots__ = ("name", "size", "mesh")
-
-    def __init__(self, name: str, size: int, mesh=None):
-        self.name = name
-        self.size = size
-        self.mesh = mesh
-
-    def _key(self):
-        return (self.name, self.size, id(self.mesh))
-
-    def __eq__(self, other) -> bool:
-        return type(other) is NamedAxis and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-def axis_env() -> tuple[NamedAxis, ...]:
-    return _state.axis_env
-
-
-class extend_axis_env:
-    """Context manager putting named axes in scope (innermost last) for the body of a transform."""
-
-    __slots__ = ("axes", "prev")
-
-    def __init__(self, axes):
-        self.axes = tuple(axes)
-
-    def __enter__(self):
-        self.prev = _state.axis_env
-        _state.axis_env = self.prev + self.axes
-
-    def __exit__(self, *exc):
-        _state.axis_env = self.prev
         return False
 
 
