@@ -309,6 +309,15 @@ def layer_norm_constant_row():
 
 
 def symbolic_zero_derivative():
+    # x / y * c at y = 0, Hessian in (x, y, c): the (y, y) entry is 2xc / y^3, the formula's
+    # +inf, as both give without c; torch's batched tangent carries c's 0 into -x / y^2 = -inf
+    x, y, c = T(0.7, 0.5), T(0.0, 2.0), S(1.0)
+    q = lambda x, y, c: (x / y * c).sum()  # noqa: E731
+    yy = lambda hess, *an: hess(q, argnums=an)(x, y, c)  # noqa: E731
+    assert yy(tx.hessian, 0, 1, 2)[1][1][0, 0] == math.inf
+    assert torch.isnan(yy(tf.hessian, 0, 1, 2)[1][1][0, 0])
+    assert yy(tx.hessian, 1)[0][0][0, 0] == yy(tf.hessian, 1)[0][0][0, 0] == math.inf
+    _close(yy(tx.hessian, 0, 1, 2)[1][1][1, 1], 2 * x[1] * c / y[1] ** 3)
     f = lambda x: torch.ceil(torch.sqrt(x)).sum()  # noqa: E731 - sqrt's tangent at 0 is inf
     x = T(0.0, 4.0)
     _close(tx.grad(f)(x), T(0.0, 0.0))
@@ -378,12 +387,15 @@ def reduction_over_no_elements():
     assert torch.isnan(tf.jvp(f, (x,), (x,))[1]).all()
     v = lambda x: torch.var(x, 1)  # noqa: E731
     _close(tx.jvp(v, (x,), (x,))[1], tf.jvp(v, (x,), (x,))[1])  # both 0
-    # std = sqrt(var): the root's derivative at the nan value is nan, in both
-    sd = lambda x: torch.std(x, 1)  # noqa: E731
-    assert (
-        torch.isnan(tx.jvp(sd, (x,), (x,))[1]).all()
-        and torch.isnan(tf.jvp(sd, (x,), (x,))[1]).all()
-    )
+    # std = sqrt(var) and acos(var): the tangent has no entries, so it is the symbolic zero
+    # and the root's (acos's) nan derivative at the nan value never multiplies it; torch's
+    # chain rule gives nan * 0 = nan (under vmap too, but for some batched rules: relu6's
+    # gives 0 after acos(var(x)), where its unbatched jvp gives nan)
+    for g in (lambda x: torch.std(x, 1), lambda x: torch.acos(torch.var(x, 1))):
+        _close(tx.jvp(g, (x,), (x,))[1], T(0.0, 0.0))
+        assert torch.isnan(tf.jvp(g, (x,), (x,))[1]).all()
+        xb = torch.zeros(3, 2, 0, dtype=F64)
+        _close(tx.vmap(lambda b: tx.jvp(g, (b,), (x,))[1])(xb), torch.zeros(3, 2, dtype=F64))
     # cross_entropy over no examples gathered from x: a constant (nan) function of x
     idx, t = torch.zeros(0, 2, dtype=torch.long), torch.zeros(0, dtype=torch.long)
     ce = lambda x: F.cross_entropy(torch.take_along_dim(x, idx, 0), t)  # noqa: E731

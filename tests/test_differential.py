@@ -13,6 +13,7 @@ import textwrap
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import thunderx as tx
 from thunderx.core import Tracer, jvp_rules
@@ -372,3 +373,20 @@ def test_a_value_that_cancels_beside_large_terms_is_rounding():
     want = torch.tensor([3.2e14, 0.0], dtype=torch.float64)
     assert dc._values("vmap", want + torch.tensor([0.0, -0.0117]), want) is None
     assert dc._values("vmap", want + torch.tensor([0.0, 1e3]), want) is not None
+
+
+def test_a_tangent_with_no_entries_is_the_symbolic_zero():
+    # the run's finding (seed 3105763): relu6(acos(var(x))) over an empty dim. Its Jacobian has
+    # no columns, so every jvp is the empty sum 0; thunderx gives 0 unbatched and under vmap
+    # (the loop's answer), where torch.func gives nan unbatched and 0 under vmap
+    def f(x):
+        return F.relu6(torch.acos(torch.var(x, dim=-2)))
+
+    x, t = torch.zeros(3, 0, 2, dtype=torch.float64), torch.zeros(3, 0, 2, dtype=torch.float64)
+    assert dc.fd_jacobian(f, [x])[0].shape == (6, 0)
+    zeros = torch.zeros(3, 2, dtype=torch.float64)
+    assert torch.equal(tx.jvp(f, (x,), (t,))[1], zeros)
+    xb = torch.zeros(4, 3, 0, 2, dtype=torch.float64)
+    assert torch.equal(tx.vmap(lambda b: tx.jvp(f, (b,), (t,))[1])(xb), zeros.expand(4, 3, 2))
+    assert torch.equal(tx.jacfwd(f)(x), torch.zeros(3, 2, 3, 0, 2, dtype=torch.float64))
+    assert D.reproduce_program(None, "empty", 3105763, "vmap(jvp)", length=3) == set()

@@ -383,7 +383,10 @@ def test_nll_loss_backward_kernel_call_matches_torch(reduction, case):
 
     got = tx.jit(tx.grad(f))(x)
     torch.testing.assert_close(got, tf.grad(f)(x), rtol=0, atol=0, equal_nan=True)
-    assert "nll_loss_backward" in tx.jit(tx.grad(f)).lower(x).as_text()
+    text = tx.jit(tx.grad(f)).lower(x).as_text()
+    # a tangent with no entries is the symbolic zero: the gradient of an empty input is an
+    # empty tensor, with no backward kernel to run
+    assert ("nll_loss_backward" in text) == (case != "empty")
 
 
 def test_layer_norm_backward_reads_the_forward_statistics():

@@ -56,6 +56,17 @@ class JVPTracer(Tracer):
         return p.to_concrete() if isinstance(p, Tracer) else p
 
 
+def _no_entries(t) -> bool:
+    """Whether tangent `t` has no entries: it equals the zero tangent of its shape, so a rule
+    sees the symbolic zero. A value computed only from such tangents (a reduction over an empty
+    dimension) is then exactly 0, the empty sum, instead of the chain rule's `0 * nan` where
+    the primal is nan (`acos(var(x))` over no elements; torch.func's batched rules give 0)."""
+    if type(t) is torch.Tensor:
+        return 0 in t.shape
+    aval = getattr(t, "aval", None)
+    return aval is not None and 0 in aval.shape
+
+
 class JVPTrace(Trace):
     """`reverse`: this level serves reverse mode (grad, vjp, jacrev), where torch's `no_grad`
     blocks stop derivatives; forward mode (jvp, jacfwd, linearize) ignores them, as torch's
@@ -91,7 +102,7 @@ class JVPTrace(Trace):
             ours = ours or (type(a) is JVPTracer and a._trace is self)
             p, t = self.pair(a)
             primals.append(p)
-            if t is None:
+            if t is None or _no_entries(t):
                 tangents.append(Zero(get_aval(p)))
             else:
                 tangents.append(t)

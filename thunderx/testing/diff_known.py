@@ -30,6 +30,15 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "(inf against -inf); no answer is right at that scale; needs a check that treats "
         "derivatives below the rounding of their largest terms as noise",
     ),
+    ("<with fmod>", "jit(vmap(grad))", "unresolved"): (
+        "testing",
+        "cosh > fmod > flip > layer_norm at +-30: the gradient in fmod's divisor is "
+        "-trunc(y / m) = -1.8e11 times the sum of layer_norm's input gradients, which is exactly "
+        "0 (finite differences: 0) but carries their rounding (entries near 5e3): thunderx's "
+        "batched order gives 0.31, torch's 0.044 and thunderx's own unbatched grad 0.044, beside "
+        "x-gradients of 2.8e16 in the same row; needs the same noise-aware check as the entry "
+        "above",
+    ),
     ("layer_norm", "jacfwd", "unresolved"): (
         "composites",
         "forward mode over a row of values near 9e13 that differ by 1 (logsumexp of exp(30)s): "
@@ -109,7 +118,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with instance_norm>", "hessian", "kink"): "layer-norm-constant-row",
     ("<with floor>", "*", "kink"): "symbolic-zero-derivative",
     ("<with ceil>", "*", "kink"): "symbolic-zero-derivative",
-    ("<with take_along_dim>", "*", "unresolved"): "reduction-over-no-elements",
     ("stack", "vmap(jvp)", "unresolved"): "symbolic-zero-derivative",
     ("<with logcumsumexp>", "*", "kink"): "nan-cotangent-dropped",
     ("<with cumprod>", "autograd", "unresolved"): "nan-cotangent-dropped",
@@ -135,10 +143,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with relu6>", "*", "unresolved"): "nan-derivative-by-kernel-path",
     ("cumprod", "*", "unresolved"): "cumprod-at-infinity",
     ("logcumsumexp", "hessian", "unresolved"): "logcumsumexp-forward-range",
-    **{
-        ("logcumsumexp", check, "unresolved"): "logcumsumexp-forward-range"
-        for check in _FORWARD_MODE_CHECKS
-    },
+    ("logcumsumexp", "jacfwd", "unresolved"): "logcumsumexp-forward-range",
     ("std", "*", "kink"): "variance-of-a-constant-row",
     ("<with std>", "jacrev", "thunderx-wrong"): "variance-without-degrees-of-freedom",
     ("<with std>", "jit(vmap(grad))", "thunderx-wrong"): "variance-without-degrees-of-freedom",
@@ -154,7 +159,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("matmul", "hessian", "unresolved"): "bilinear-at-infinity",
     ("<with prod>", "autograd", "thunderx-wrong"): "nan-cotangent-dropped",
     ("<with prod>", "autograd", "unresolved"): "nan-cotangent-dropped",
-    ("<with xlogy>", "hessian", "unresolved"): "symbolic-zero-derivative",
     ("<with xlogy>", "hessian", "kink"): "symbolic-zero-derivative",
     ("<with normalize>", "hessian", "kink"): "second-derivative-at-the-zero-vector",
     ("maximum", "jacrev", "kink"): "extremum-of-nan",
@@ -198,7 +202,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     },
     **{
         ("softmax", check, "unresolved"): "batched-rule-at-nan"
-        for check in ("jacrev", "jit(vmap(grad))", "hessian")
+        for check in ("jacrev", "jit(vmap(grad))")
     },
     **{
         ("<with softmax>", check, "unresolved"): "batched-rule-at-nan"
@@ -208,6 +212,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with selu>", "hessian", "kink"): "symbolic-zero-derivative",
     ("<with elu>", "hessian", "kink"): "symbolic-zero-derivative",
     ("mv", "hessian", "unresolved"): "bilinear-at-infinity",
+    ("<with div_raw>", "hessian", "unresolved"): "symbolic-zero-derivative",
     ("elu", "*", "unresolved"): "nan-derivative-by-kernel-path",
     **{
         ("<with cumprod>", check, "kink"): "cumprod-at-infinity"
@@ -235,7 +240,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("lstm", "vmap", "forward"): "batched-recurrent-rounding",
     ("lstm", "vmap_axes", "forward"): "batched-recurrent-rounding",
     ("<with norm1>", "hessian", "kink"): "symbolic-zero-derivative",
-    ("mm", "hessian", "unresolved"): "bilinear-at-infinity",
     ("gru", "vmap", "forward"): "batched-recurrent-rounding",
     ("gru", "vmap_axes", "forward"): "batched-recurrent-rounding",
     # an infinite first derivative (x / 0, an overflowing power) through an op whose own
