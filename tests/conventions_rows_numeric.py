@@ -118,6 +118,18 @@ def normalized_rounding_noise():
     for g in (ours, theirs):
         assert torch.equal(g * 2**14, (g * 2**14).round())
     torch.testing.assert_close(ours, theirs, rtol=0, atol=2**-8)
+    # a second derivative through that rms_norm alone: noise of a few percent on each side,
+    # where each side's two orders (jacfwd, jacrev) disagree as much as the two sides do
+    z = T(-0.2134)
+
+    def p(z):
+        return torch.special.erfcx(F.rms_norm(z, (1,))).square().prod(0)
+
+    h_ours, h_theirs = tx.hessian(p)(z), tf.hessian(p)(z)
+    assert abs(h_ours.item()) < 1e-6 and abs(h_theirs.item()) < 1e-6
+    assert not torch.equal(h_ours, h_theirs)
+    for jf, jr in ((tx.jacfwd(p)(z), tx.jacrev(p)(z)), (tf.jacfwd(p)(z), tf.jacrev(p)(z))):
+        assert abs((jf - jr).item()) > 1e-3 * abs(jr.item())
 
 
 def batched_norm_per_example():

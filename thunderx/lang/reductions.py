@@ -301,11 +301,20 @@ def logsumexp(x, dims, keepdim=False):
 
     @f.defjvp
     def f_jvp(primals, tangents):
-        # torch's logsumexp_backward, grad * exp(x - result), as the tangent's transpose
+        from thunderx.transforms.jvp import jvp_reverse
+
         (x,), (t,) = primals, tangents
         out = f(x)
-        weights = U.exp(B.sub(x, S.broadcast_in_dim(out, shape(x), kept)))
-        return out, R.reduce_sum(B.mul(t, weights), dims)
+        if jvp_reverse():
+            # torch's logsumexp_backward, grad * exp(x - result), as the tangent's transpose
+            weights = U.exp(B.sub(x, S.broadcast_in_dim(out, shape(x), kept)))
+            return out, R.reduce_sum(B.mul(t, weights), dims)
+        # forward mode: torch's formula, sum(exp(x - max) t) / sum(exp(x - max)). Its weights
+        # sum to 1 where the output rounds to the largest entry (entries of 4e44, two of them
+        # tied: exp(x - result) is 1 at each, twice the derivative)
+        m = stop_gradient(R.reduce_max(x, dims))
+        e = U.exp(B.sub(x, S.broadcast_in_dim(m, shape(x), kept)))
+        return out, B.div(R.reduce_sum(B.mul(e, t), dims), R.reduce_sum(e, dims))
 
     return keepdims(f(x), dims, keepdim)
 

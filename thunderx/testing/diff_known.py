@@ -138,6 +138,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         ("<with normalize>", check, "kink"): "normalized-rounding-noise"
         for check in _REVERSE_MODE_CHECKS
     },
+    ("<with rms_norm>", "hessian", "kink"): "normalized-rounding-noise",
     ("<with max_all>", "*", "kink"): "symbolic-zero-derivative",
     ("<with sign>", "*", "kink"): "symbolic-zero-derivative",
     ("<with relu6>", "*", "unresolved"): "nan-derivative-by-kernel-path",
@@ -171,6 +172,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
         for check in _FORWARD_MODE_CHECKS
     },
     ("<with take_along_dim>", "*", "kink"): "reduction-over-no-elements",
+    ("<with index_select>", "*", "unresolved"): "reduction-over-no-elements",
     ("minimum", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
     ("<with maximum>", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
     **{

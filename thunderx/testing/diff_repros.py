@@ -244,6 +244,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("sdpa", "hessian", "kink"): ("big", 2002919, "hessian", None, 3),
     # cosh > fmod > flip > layer_norm at +-30: cancellation noise in the divisor's gradient
     ("<with fmod>", "jit(vmap(grad))", "unresolved"): ("big", 3104449, "jit(vmap(grad))", None, 4),
+    # rms_norm over one element > erfcx > square > prod: a Hessian of rounding noise
+    ("<with rms_norm>", "hessian", "kink"): ("one", 3210914, "hessian", None, 4),
     # atan > normalize of a zero pair (x / eps) > softmax: torch's 6.1e7 in one row only
     ("<with normalize>", "hessian", "kink"): ("zero", 1056468, "hessian", None, 3),
     # index_reduce_prod > div_raw by 0 > maximum: maximum(nan, 0.75) under jacrev
@@ -263,6 +265,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # max over a dim > div_raw by 0 > take_along_dim with an empty index > tanhshrink
     ("<with take_along_dim>", "*", "kink"): ("zero", 1170465, "hessian", None, 4),
+    # index_select with an empty index > repeat > i0 > mean of nothing: jacfwd 0, torch nan
+    ("<with index_select>", "*", "unresolved"): ("zero", 3200762, "jacfwd", None, 4),
     # lerp > div_raw by 0 > minimum(inf, y) > normalize: the inf operand's nan tangent
     ("minimum", "vmap(jvp)", "kink"): ("zero", 551189, "vmap(jvp)", None, 4),
     **{
