@@ -246,6 +246,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with fmod>", "jit(vmap(grad))", "unresolved"): ("big", 3104449, "jit(vmap(grad))", None, 4),
     # rms_norm over one element > erfcx > square > prod: a Hessian of rounding noise
     ("<with rms_norm>", "hessian", "kink"): ("one", 3210914, "hessian", None, 4),
+    # max_dim > sum > cumprod > cosh at +-30: inf * 0 in the Hessian past an overflow
+    ("<with cumprod>", "hessian", "kink"): ("big", 3317862, "hessian", None, 4),
     # atan > normalize of a zero pair (x / eps) > softmax: torch's 6.1e7 in one row only
     ("<with normalize>", "hessian", "kink"): ("zero", 1056468, "hessian", None, 3),
     # index_reduce_prod > div_raw by 0 > maximum: maximum(nan, 0.75) under jacrev
@@ -267,6 +269,15 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with take_along_dim>", "*", "kink"): ("zero", 1170465, "hessian", None, 4),
     # index_select with an empty index > repeat > i0 > mean of nothing: jacfwd 0, torch nan
     ("<with index_select>", "*", "unresolved"): ("zero", 3200762, "jacfwd", None, 4),
+    # narrow to no elements > mse_loss (a mean of nothing): jacfwd 0, torch nan
+    ("<with narrow>", "*", "unresolved"): ("normal", 3301302, "jacfwd", None, 2),
+    # pow > norm1 over an empty dim (0) > hardswish > std: jvp 0, torch nan
+    ("<with norm1>", "*", "unresolved"): ("empty", 3309639, "jvp", None, 4),
+    # logcumsumexp > div_raw (0/0 at its first entry) > i0 > hardtanh (passes the nan on)
+    **{
+        ("<with logcumsumexp>", check, "thunderx-wrong"): ("zero", 3313647, check, None, 4)
+        for check in _REVERSE_MODE_CHECKS
+    },
     # lerp > div_raw by 0 > minimum(inf, y) > normalize: the inf operand's nan tangent
     ("minimum", "vmap(jvp)", "kink"): ("zero", 551189, "vmap(jvp)", None, 4),
     **{
