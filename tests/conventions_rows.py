@@ -407,6 +407,11 @@ def reduction_over_no_elements():
     for jac in (tx.jacfwd, tx.jacrev, tf.jacrev):
         assert torch.equal(jac(sel)(y), torch.zeros(2, 2, dtype=F64))
     assert torch.isnan(tf.jacfwd(sel)(y)).all()
+    # a scalar broadcast into no elements: the mean of nothing does not depend on it
+    e = torch.zeros(0, dtype=F64)
+    mse = lambda s: F.mse_loss(e - s, e)  # noqa: E731
+    assert tx.jacfwd(mse)(S(0.5)) == 0 and tx.jacrev(mse)(S(0.5)) == 0
+    assert torch.isnan(tf.jacfwd(mse)(S(0.5)))
 
 
 def second_derivative_at_the_zero_vector():

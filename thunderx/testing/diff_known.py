@@ -187,6 +187,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with take_along_dim>", "*", "kink"): "reduction-over-no-elements",
     ("<with narrow>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with norm1>", "*", "unresolved"): "reduction-over-no-elements",
+    ("<with mse_loss>", "*", "unresolved"): "reduction-over-no-elements",
     ("<with index_select>", "*", "unresolved"): "reduction-over-no-elements",
     ("minimum", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
     ("<with maximum>", "vmap(jvp)", "kink"): "forward-mode-unselected-tangent",
@@ -263,6 +264,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     # second derivative is a symbolic zero
     **{
         (f"<with {op}>", "hessian", "kink"): "symbolic-zero-derivative"
-        for op in ("relu", "l1_loss", "huber_loss")
+        for op in ("relu", "l1_loss", "huber_loss", "smooth_l1_loss")
     },
 }

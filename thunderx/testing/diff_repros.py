@@ -273,6 +273,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with narrow>", "*", "unresolved"): ("normal", 3301302, "jacfwd", None, 2),
     # pow > norm1 over an empty dim (0) > hardswish > std: jvp 0, torch nan
     ("<with norm1>", "*", "unresolved"): ("empty", 3309639, "jvp", None, 4),
+    # x - s over no elements > mse_loss: jacfwd in the scalar s is 0, torch's nan
+    ("<with mse_loss>", "*", "unresolved"): ("empty", 3400876, "jacfwd", None, 2),
     # logcumsumexp > div_raw (0/0 at its first entry) > i0 > hardtanh (passes the nan on)
     **{
         ("<with logcumsumexp>", check, "thunderx-wrong"): ("zero", 3313647, check, None, 4)
@@ -303,6 +305,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # div_raw by 0 > huber_loss in its linear piece
     ("<with huber_loss>", "hessian", "kink"): ("tie", 509137, "hessian", None, 2),
+    # div_raw by 0 > lgamma (inf) > smooth_l1_loss's linear piece > cosh
+    ("<with smooth_l1_loss>", "hessian", "kink"): ("tie", 3408046, "hessian", None, 4),
     ("<with layer_norm>", "*", "kink"): ("tie", 92727, "hessian", None, 4),
     **{
         ("logcumsumexp", check, "kink"): ("big", 22250, check, None, 4)
