@@ -390,3 +390,22 @@ def test_a_tangent_with_no_entries_is_the_symbolic_zero():
     assert torch.equal(tx.vmap(lambda b: tx.jvp(f, (b,), (t,))[1])(xb), zeros.expand(4, 3, 2))
     assert torch.equal(tx.jacfwd(f)(x), torch.zeros(3, 2, 3, 0, 2, dtype=torch.float64))
     assert D.reproduce_program(None, "empty", 3105763, "vmap(jvp)", length=3) == set()
+
+
+def test_a_composition_over_no_elements_is_keyed_by_that():
+    # findings of programs with an input of no elements, where no single op is to blame
+    # (seeds 3200762 index_select, 3301302 narrow, 3309639 a norm over an empty dim, 3400876
+    # mse_loss of x - s with x empty), share one key instead of one per op
+    key = (D.NO_ELEMENTS, "*", "unresolved")
+    for edge, seed, check, n in (
+        ("zero", 3200762, "jacfwd", 4),
+        ("normal", 3301302, "jacfwd", 2),
+        ("empty", 3309639, "jvp", 4),
+        ("empty", 3400876, "jacfwd", 2),
+    ):
+        found = D.reproduce_program(None, edge, seed, check, length=n)
+        assert [D.known(k) for k in found] == [key]
+    # a program whose inputs all have elements never gets that key
+    prog, _ = D.make_program(random.Random(3313647), "zero", 4)
+    assert all(a.numel() > 0 for a in prog.args)
+    assert all(k[0] != D.NO_ELEMENTS for k in D.reproduce_program(None, "zero", 3313647, "grad", 4))

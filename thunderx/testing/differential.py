@@ -85,6 +85,10 @@ def find_reproducer(op: str, category: str, check: str, edges=EDGES, seeds=range
     return None
 
 
+# the key of a composition's finding in a program with an input of no elements (an empty tensor
+# or index), where no single op is to blame: derivatives through values of no elements
+NO_ELEMENTS = "<with no elements>"
+
 NOTES = ("torch-wrong", "jax-differs", "overflow")  # reported, never a thunderx failure
 
 
@@ -273,7 +277,8 @@ def check_program(prog: Case, steps, names, report: Report, seed: int, replay: s
     """Findings of a program are blamed on the first step that fails alone; a step whose own
     finding is a note (torch wrong) turns the program's finding into a note. A composition bug
     is keyed `("<with OP>", check, category)` when the table lists one for an op of the program,
-    else `("<composition>", check, category)`, which is never known."""
+    else, for a program with an input of no elements, `(NO_ELEMENTS, check, category)` when the
+    table lists that, else `("<composition>", check, category)`, which is never known."""
     for f in check_case(prog, names, report, seed, program=prog.op):
         if f.category in NOTES:
             continue
@@ -287,6 +292,8 @@ def check_program(prog: Case, steps, names, report: Report, seed: int, replay: s
             key = (blamed[0], f.check, blamed[1].category)
         else:
             with_op = [(f"<with {st.op}>", f.check, f.category) for st in steps]
+            if any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in prog.args):
+                with_op.append((NO_ELEMENTS, f.check, f.category))
             key = next((k for k in with_op if known(k)), ("<composition>", f.check, f.category))
         report.add(
             Failure(
