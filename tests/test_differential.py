@@ -402,6 +402,7 @@ def test_a_composition_over_no_elements_is_keyed_by_that():
         ("normal", 3301302, "jacfwd", 2),
         ("empty", 3309639, "jvp", 4),
         ("empty", 3400876, "jacfwd", 2),
+        ("big", 3500294, "jacfwd", 4),  # narrow to length 0 inside: inputs all have elements
     ):
         found = D.reproduce_program(None, edge, seed, check, length=n)
         assert [D.known(k) for k in found] == [key]

@@ -229,6 +229,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with selu>", "hessian", "kink"): "symbolic-zero-derivative",
     ("<with elu>", "hessian", "kink"): "symbolic-zero-derivative",
     ("mv", "hessian", "unresolved"): "bilinear-at-infinity",
+    ("bmm", "hessian", "unresolved"): "bilinear-at-infinity",
     ("<with div_raw>", "hessian", "unresolved"): "symbolic-zero-derivative",
     ("elu", "*", "unresolved"): "nan-derivative-by-kernel-path",
     **{

@@ -214,6 +214,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # norm1 > div_raw by 0: the mixed (x, y) Hessian block of |x|_1 / y at y = 0
     ("<with norm1>", "hessian", "kink"): ("zero", 907364, "hessian", None, 2),
+    # var over no elements (nan) > logsigmoid > bmm: the (y, y) block of bmm(nan, y)
+    ("bmm", "hessian", "unresolved"): ("empty", 3501026, "hessian", None, 3),
     # erfcx > atan > div by a zero entry > mul: the (b, b) entry, inf against torch's nan (the
     # key of every quotient at y = 0 before a later op: softsign > div_raw > xlogy at seed 1010297)
     ("<with div_raw>", "hessian", "unresolved"): ("zero", 3112114, "hessian", None, 4),

@@ -85,8 +85,9 @@ def find_reproducer(op: str, category: str, check: str, edges=EDGES, seeds=range
     return None
 
 
-# the key of a composition's finding in a program with an input of no elements (an empty tensor
-# or index), where no single op is to blame: derivatives through values of no elements
+# the key of a composition's finding in a program with an input or a step's value of no elements
+# (an empty tensor or index, `narrow` to length 0), where no single op is to blame: derivatives
+# through values of no elements
 NO_ELEMENTS = "<with no elements>"
 
 NOTES = ("torch-wrong", "jax-differs", "overflow")  # reported, never a thunderx failure
@@ -273,12 +274,29 @@ def localize(prog: Case, steps: list, check: str, seed: int) -> tuple | None:
     return None
 
 
+def _has_no_elements(prog: Case, steps) -> bool:
+    """Whether an input of the program, or a value one of its steps makes (`narrow` to length
+    0), has no elements."""
+    if any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in prog.args):
+        return True
+    fs, ks = prog.args[: prog.ndiff], prog.args[prog.ndiff :]
+    val = fs[0]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for st in steps:
+            xs = [val if p == -1 else fs[p] for p in st.floats]
+            val = OPS[st.op].fn(*xs, *[ks[p] for p in st.ints], **st.params)
+            if val.numel() == 0:
+                return True
+    return False
+
+
 def check_program(prog: Case, steps, names, report: Report, seed: int, replay: str = "") -> None:
     """Findings of a program are blamed on the first step that fails alone; a step whose own
     finding is a note (torch wrong) turns the program's finding into a note. A composition bug
     is keyed `("<with OP>", check, category)` when the table lists one for an op of the program,
-    else, for a program with an input of no elements, `(NO_ELEMENTS, check, category)` when the
-    table lists that, else `("<composition>", check, category)`, which is never known."""
+    else, for a program with an input or a step's value of no elements, `(NO_ELEMENTS, check,
+    category)` when the table lists that, else `("<composition>", check, category)`, which is never known."""
     for f in check_case(prog, names, report, seed, program=prog.op):
         if f.category in NOTES:
             continue
@@ -292,7 +310,7 @@ def check_program(prog: Case, steps, names, report: Report, seed: int, replay: s
             key = (blamed[0], f.check, blamed[1].category)
         else:
             with_op = [(f"<with {st.op}>", f.check, f.category) for st in steps]
-            if any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in prog.args):
+            if _has_no_elements(prog, steps):
                 with_op.append((NO_ELEMENTS, f.check, f.category))
             key = next((k for k in with_op if known(k)), ("<composition>", f.check, f.category))
         report.add(
