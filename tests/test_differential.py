@@ -393,9 +393,10 @@ def test_a_tangent_with_no_entries_is_the_symbolic_zero():
 
 
 def test_a_composition_over_no_elements_is_keyed_by_that():
-    # findings of programs with an input of no elements, where no single op is to blame
-    # (seeds 3200762 index_select, 3301302 narrow, 3309639 a norm over an empty dim, 3400876
-    # mse_loss of x - s with x empty), share one key instead of one per op
+    # findings of programs with an input or a step's value of no elements, where no single op
+    # is to blame (seeds 3200762 index_select, 3301302 narrow, 3309639 a norm over an empty dim,
+    # 3400876 mse_loss of x - s with x empty, 3500294 narrow to length 0 inside), share one key
+    # instead of one per op
     key = (D.NO_ELEMENTS, "*", "unresolved")
     for edge, seed, check, n in (
         ("zero", 3200762, "jacfwd", 4),
@@ -406,7 +407,8 @@ def test_a_composition_over_no_elements_is_keyed_by_that():
     ):
         found = D.reproduce_program(None, edge, seed, check, length=n)
         assert [D.known(k) for k in found] == [key]
-    # a program whose inputs all have elements never gets that key
-    prog, _ = D.make_program(random.Random(3313647), "zero", 4)
+    # a program whose inputs and step values all have elements never gets that key
+    prog, steps = D.make_program(random.Random(3313647), "zero", 4)
     assert all(a.numel() > 0 for a in prog.args)
+    assert all(v.numel() > 0 for *_, v in D.run_steps(steps, prog.args, prog.ndiff))
     assert all(k[0] != D.NO_ELEMENTS for k in D.reproduce_program(None, "zero", 3313647, "grad", 4))

@@ -9,7 +9,8 @@
 The CI test fails on a finding outside both tables and on an entry whose reproducer no longer
 shows it (fix it, drop it). Keys are (op, check, category); check "*" covers every check.
 "<with OP>" entries cover a finding that shows only in compositions containing OP;
-"<with no elements>" ones a composition's finding where an input has no elements.
+"<with no elements>" ones a composition's finding where an input, or a value one of its steps
+makes, has no elements.
 """
 
 from __future__ import annotations

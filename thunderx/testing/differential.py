@@ -235,15 +235,24 @@ def make_program(rng: random.Random, edge: str, length: int, chain=None):
     nf = len(floats)
 
     def program(*args):
-        fs, ks = args[:nf], args[nf:]
-        val = fs[0]
-        for st in steps:
-            xs = [val if p == -1 else fs[p] for p in st.floats]
-            val = OPS[st.op].fn(*xs, *[ks[p] for p in st.ints], **st.params)
-        return val
+        for step in run_steps(steps, args, nf):
+            val = step[-1]
+        return val  # the last step's
 
     name = ">".join(st.op for st in steps)
     return Case(f"program:{name}", edge, program, floats + ints, nf, {}, scale), steps
+
+
+def run_steps(steps: list, args, ndiff: int):
+    """A program's steps on `args` (its float inputs first, `ndiff` of them): yields each step
+    with its float operands, its integer operands and its value."""
+    fs, ks = args[:ndiff], args[ndiff:]
+    val = fs[0]
+    for st in steps:
+        xs = [val if p == -1 else fs[p] for p in st.floats]
+        its = [ks[p] for p in st.ints]
+        val = OPS[st.op].fn(*xs, *its, **st.params)
+        yield st, xs, its, val
 
 
 # A second derivative of a composition inherits each step's first-derivative convention.
@@ -260,17 +269,12 @@ def localize(prog: Case, steps: list, check: str, seed: int) -> tuple | None:
         rows.append([b[1] for b in ctx.batch] + list(prog.args[prog.ndiff :]))
     names = (check,) + _ALSO_FIRST_ORDER.get(check, ())
     for args in rows:
-        fs, ks = args[: prog.ndiff], args[prog.ndiff :]
-        val = fs[0]
-        for st in steps:
-            xs = [val if p == -1 else fs[p] for p in st.floats]
-            its = [ks[p] for p in st.ints]
+        for st, xs, its, _ in run_steps(steps, args, prog.ndiff):
             fn = (lambda o, p: lambda *a: o.fn(*a, **p))(OPS[st.op], st.params)
             single = Case(st.op, prog.edge, fn, [x.detach() for x in xs] + its, len(xs), st.params)
             found = check_case(single, names, Report(), seed, program="localize")
             if found:
                 return st.op, found[0]
-            val = fn(*xs, *its)
     return None
 
 
@@ -279,24 +283,18 @@ def _has_no_elements(prog: Case, steps) -> bool:
     0), has no elements."""
     if any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in prog.args):
         return True
-    fs, ks = prog.args[: prog.ndiff], prog.args[prog.ndiff :]
-    val = fs[0]
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for st in steps:
-            xs = [val if p == -1 else fs[p] for p in st.floats]
-            val = OPS[st.op].fn(*xs, *[ks[p] for p in st.ints], **st.params)
-            if val.numel() == 0:
-                return True
-    return False
+        return any(val.numel() == 0 for *_, val in run_steps(steps, prog.args, prog.ndiff))
 
 
 def check_program(prog: Case, steps, names, report: Report, seed: int, replay: str = "") -> None:
     """Findings of a program are blamed on the first step that fails alone; a step whose own
     finding is a note (torch wrong) turns the program's finding into a note. A composition bug
-    is keyed `("<with OP>", check, category)` when the table lists one for an op of the program,
+    is keyed `("<with OP>", check, category)` when the table lists one for an op of the program;
     else, for a program with an input or a step's value of no elements, `(NO_ELEMENTS, check,
-    category)` when the table lists that, else `("<composition>", check, category)`, which is never known."""
+    category)` when the table lists that; else `("<composition>", check, category)`, which is
+    never known."""
     for f in check_case(prog, names, report, seed, program=prog.op):
         if f.category in NOTES:
             continue
