@@ -20,6 +20,7 @@ from thunderx.core import Tracer, jvp_rules
 from thunderx.testing import diff_checks as dc
 from thunderx.testing import differential as D
 from thunderx.testing.diff_ops import EDGES, OPS, Case, Op, make_case
+from thunderx.testing.diff_verdict import NOISE_SCALES
 
 SEED = int(os.environ.get("THUNDERX_DIFF_SEED", "0"))
 
@@ -412,3 +413,53 @@ def test_a_composition_over_no_elements_is_keyed_by_that():
     assert all(a.numel() > 0 for a in prog.args)
     assert all(v.numel() > 0 for *_, v in D.run_steps(steps, prog.args, prog.ndiff))
     assert all(k[0] != D.NO_ELEMENTS for k in D.reproduce_program(None, "zero", 3313647, "grad", 4))
+
+
+def test_an_entry_within_the_oracles_own_rounding_noise_is_no_disagreement(monkeypatch):
+    """torch's answers at the inputs scaled by an ulp or a few (NOISE_SCALES) measure the
+    rounding noise of each entry; at a differentiable point a side inside that band agrees,
+    while a wrong value beside noiseless entries is still found."""
+    from thunderx.testing import diff_verdict
+
+    # the tolerance an earlier case's scale set
+    monkeypatch.setattr(diff_verdict, "_CASE_RTOL", [diff_verdict.RTOL])
+    x = torch.tensor([0.3, -1.2, 2.0], dtype=torch.float64)
+    fd = lambda: tuple(j.diagonal() for j in dc.fd_jacobian(torch.sin, [x]))  # noqa: E731
+    right = torch.cos(x)
+
+    def at1(t, v):
+        t = t.clone()
+        t[1] = v
+        return t
+
+    # an entry torch computes as 1e-3 or -2e-3 by the rounding of its inputs: 3e-3 is noise
+    noisy = at1(right, 1e-3)
+    again = lambda: [noisy * 1, at1(noisy, -2e-3)]  # noqa: E731
+    got = at1(noisy, 3e-3)
+    assert dc.classify("jvp", got, noisy, fd, again=again) is None
+    # beyond the band (its width on each side), or where the band has no width: findings
+    assert dc.classify("jvp", at1(noisy, 7e-3), noisy, fd, again=again) is not None
+    assert dc.classify("jvp", got, noisy, fd, again=lambda: [noisy, noisy]) is not None
+    # a wrong entry is found however noisy another entry is
+    wrong = got.clone()
+    wrong[0] *= 1.5
+    assert dc.classify("jvp", wrong, noisy, fd, again=again) is not None
+    assert dc.classify("jvp", at1(wrong, 1e-3), noisy, fd, again=again).category == (
+        "thunderx-wrong"
+    )
+    # the run's findings: cosh > fmod > flip > layer_norm at +-30, fmod's divisor gradient is
+    # -1.8e11 times a sum that is exactly 0 (thunderx's batched order 0.31, torch's 0.044);
+    # square > normalize along a dim of one element, Hessian entries exactly 0 (torch 3e-8)
+    assert D.reproduce_program(None, "big", 3104449, "jit(vmap(grad))", length=4) == set()
+    assert D.reproduce_program(None, "one", 2505379, "hessian", length=2) == set()
+    # the scaled inputs move by an ulp or a few, and keep zeros, signs and ties
+    case = make_case(OPS["maximum"], "tie", random.Random(0))
+    c = dc.Ctx(case, 0)
+    for s in NOISE_SCALES:
+        for x, y in zip(c.xs, c.scaled(s).xs):
+            assert (
+                not torch.equal(x, y)
+                and ((y - x).abs() <= 8 * torch.finfo(x.dtype).eps * x.abs()).all()
+            )
+            assert torch.equal(x == 0, y == 0) and torch.equal(x.sign(), y.sign())
+        assert torch.equal(c.xs[0] == c.xs[1], c.scaled(s).xs[0] == c.scaled(s).xs[1])

@@ -4,6 +4,7 @@ thunderx/testing/diff_verdict.py."""
 
 from __future__ import annotations
 
+import copy
 import random
 from typing import Callable
 
@@ -17,6 +18,7 @@ from thunderx.testing.diff_verdict import (
     _CASE_RTOL,
     ATOL,
     F64,
+    NOISE_SCALES,
     RTOL,
     Finding,
     _close,
@@ -67,6 +69,13 @@ class Ctx:
     def s(self, *xs):
         return (self.f(*xs) * self.w).sum()
 
+    def scaled(self, factor: float) -> "Ctx":
+        """The same case with its differentiable inputs (and batches) times `factor`."""
+        other = copy.copy(self)
+        other.xs = [x * factor for x in self.xs]
+        other.batch = [b * factor for b in self.batch]
+        return other
+
     def s_all(self, *args):
         return (self.case.fn(*args) * self.w).sum()
 
@@ -96,7 +105,8 @@ def _values(check, got, want) -> Finding | None:
     return Finding(check, "forward", why or f"values differ: {_pair(g, w, bad)}")
 
 
-def _derivative(check, got, want, fd, noise: float = 0.0) -> Finding | None:
+def _derivative(check, got, want, fd, noise: float = 0.0, again=None) -> Finding | None:
+    """`again()`: torch's answers at the inputs scaled by NOISE_SCALES (see `classify`)."""
     why = _same_structure(got, want)
     if why is not None:
         return Finding(check, "thunderx-wrong", why)
@@ -106,7 +116,17 @@ def _derivative(check, got, want, fd, noise: float = 0.0) -> Finding | None:
     atol = max(ATOL, 1e-13 * max_finite(_flat(want)), noise)
     if bool(_close(_flat(got), _flat(want), atol=atol).all()):
         return None
-    return classify(check, got, want, fd, atol)
+    return classify(check, got, want, fd, atol, again)
+
+
+def _against(check, c: "Ctx", got, ref: Callable, fd, noise: float = 0.0) -> Finding | None:
+    """`got` against torch's `ref(c)`, whose answers at scaled inputs measure its noise."""
+    want = _oracle(lambda: ref(c))
+    return _derivative(check, got, want, fd, noise, _again(c, ref))
+
+
+def _again(c: "Ctx", ref: Callable) -> Callable[[], list]:
+    return lambda: [ref(c.scaled(s)) for s in NOISE_SCALES]
 
 
 def check_jit(c: Ctx):
@@ -165,41 +185,46 @@ def _fd_of(c: Ctx, fn, project):
 
 def check_grad(c: Ctx):
     got = tx.grad(c.s, argnums=c.argnums)(*c.xs)
-    want = _oracle(lambda: tf.grad(c.s, argnums=c.argnums)(*c.xs))
-    return _derivative("grad", got, want, _fd_of(c, c.s, lambda j: j.reshape(-1)))
+    return _against("grad", c, got, _torch_grad, _fd_of(c, c.s, lambda j: j.reshape(-1)))
+
+
+def _torch_grad(c: "Ctx"):
+    return tf.grad(c.s, argnums=c.argnums)(*c.xs)
 
 
 def check_autograd(c: Ctx):
     """torch.autograd (not torch.func) as the oracle of the same gradient."""
     got = tx.grad(c.s, argnums=c.argnums)(*c.xs)
 
-    def ref():
+    def ref(c):
         leaves = [x.detach().requires_grad_() for x in c.xs]
         return torch.autograd.grad(c.s(*leaves), leaves, allow_unused=True, materialize_grads=True)
 
-    return _derivative("autograd", got, _oracle(ref), _fd_of(c, c.s, lambda j: j.reshape(-1)))
+    return _against("autograd", c, got, ref, _fd_of(c, c.s, lambda j: j.reshape(-1)))
 
 
 def check_jvp(c: Ctx):
     _, got = tx.jvp(c.f, tuple(c.xs), tuple(c.ts))
-    want = _oracle(lambda: tf.jvp(c.f, tuple(c.xs), tuple(c.ts))[1])
     t = _flat(c.ts)
-    return _derivative("jvp", got, want, _fd_of(c, c.f, lambda j: j @ t))
+    return _against("jvp", c, got, _torch_jvp, _fd_of(c, c.f, lambda j: j @ t))
+
+
+def _torch_jvp(c: "Ctx"):
+    return tf.jvp(c.f, tuple(c.xs), tuple(c.ts))[1]
 
 
 def check_linearize(c: Ctx):
     _, f_jvp = tx.linearize(c.f, *c.xs)
     got = f_jvp(*c.ts)
-    want = _oracle(lambda: tf.jvp(c.f, tuple(c.xs), tuple(c.ts))[1])
     t = _flat(c.ts)
-    return _derivative("linearize", got, want, _fd_of(c, c.f, lambda j: j @ t))
+    return _against("linearize", c, got, _torch_jvp, _fd_of(c, c.f, lambda j: j @ t))
 
 
 def check_vjp(c: Ctx):
     got = tx.vjp(c.f, *c.xs)[1](c.w)
-    want = _oracle(lambda: tf.vjp(c.f, *c.xs)[1](c.w))
     w = c.w.reshape(-1)
-    return _derivative("vjp", got, want, _fd_of(c, c.f, lambda j: w @ j))
+    ref = lambda c: tf.vjp(c.f, *c.xs)[1](c.w)  # noqa: E731
+    return _against("vjp", c, got, ref, _fd_of(c, c.f, lambda j: w @ j))
 
 
 def _jac_matrix(jac, c: Ctx):
@@ -209,34 +234,35 @@ def _jac_matrix(jac, c: Ctx):
 
 def check_jacfwd(c: Ctx):
     got = _jac_matrix(tx.jacfwd(c.f, argnums=c.argnums)(*c.xs), c)
-    want = _oracle(lambda: _jac_matrix(tf.jacfwd(c.f, argnums=c.argnums)(*c.xs), c))
-    return _derivative("jacfwd", got, want, _fd_of(c, c.f, lambda j: j.reshape(-1)))
+    ref = lambda c: _jac_matrix(tf.jacfwd(c.f, argnums=c.argnums)(*c.xs), c)  # noqa: E731
+    return _against("jacfwd", c, got, ref, _fd_of(c, c.f, lambda j: j.reshape(-1)))
 
 
 def check_jacrev(c: Ctx):
     got = _jac_matrix(tx.jacrev(c.f, argnums=c.argnums)(*c.xs), c)
+    fd = _fd_of(c, c.f, lambda j: j.reshape(-1))
     if c.out.numel() == 0:
         # no outputs, an empty Jacobian; torch.func.jacrev would vmap the VJP over an empty
         # basis, which kills the process in torch 2.13 (SIGFPE in batch_norm's backward)
-        want = torch.zeros(0, dtype=c.out.dtype)
-    else:
-        want = _oracle(lambda: _jac_matrix(tf.jacrev(c.f, argnums=c.argnums)(*c.xs), c))
-    return _derivative("jacrev", got, want, _fd_of(c, c.f, lambda j: j.reshape(-1)))
+        return _derivative("jacrev", got, torch.zeros(0, dtype=c.out.dtype), fd)
+    ref = lambda c: _jac_matrix(tf.jacrev(c.f, argnums=c.argnums)(*c.xs), c)  # noqa: E731
+    return _against("jacrev", c, got, ref, fd)
 
 
 def check_hessian(c: Ctx):
     got = tx.hessian(c.s, argnums=c.argnums)(*c.xs)
-    want = _oracle(lambda: tf.hessian(c.s, argnums=c.argnums)(*c.xs))
     grad_fn = tf.grad(c.s, argnums=c.argnums)
     # The Hessian's layout (input block i, input block j) flattened; the finite differences of
     # torch's gradient give the rows in the same order.
-    want_flat = _hess_flat(want, c)
+    ref = lambda c: _hess_flat(tf.hessian(c.s, argnums=c.argnums)(*c.xs), c)  # noqa: E731
+    want_flat = _oracle(lambda: ref(c))
     found = _derivative(
         "hessian",
         _hess_flat(got, c),
         want_flat,
         lambda: tuple(j.reshape(-1) for j in fd_jacobian(grad_fn, c.xs)),
         _asymmetry(want_flat),
+        _again(c, ref),
     )
     if found is not None and found.category in ("thunderx-wrong", "torch-wrong"):
         # the differences are of torch's gradient: no oracle where the gradients already differ
@@ -275,25 +301,32 @@ def _hess_flat(h, c: Ctx):
     return torch.cat(rows, 0).reshape(-1)
 
 
-def _rowwise(check, c: Ctx, got, want, per_row: Callable[[int], Callable]):
-    """A batched derivative: the first differing row, classified on its own inputs."""
+def _rowwise(check, c: Ctx, got, ref: Callable, per_row: Callable[[int], Callable]):
+    """A batched derivative against torch's `ref(c)`: the first differing row, classified on
+    its own inputs."""
+    want = _oracle(lambda: ref(c))
     if _same_structure(got, want) is not None:
         return Finding(check, "thunderx-wrong", _same_structure(got, want))
+    again = _again(c, ref)
     for i in range(2):
-        gi, wi = tree.map(lambda t: t[i], got), tree.map(lambda t: t[i], want)
+        row = lambda t, i=i: t[i]  # noqa: E731
+        gi, wi = tree.map(row, got), tree.map(row, want)
         if not bool(_close(_flat(gi), _flat(wi)).all()):
-            return classify(check, gi, wi, per_row(i))
+            found = classify(
+                check, gi, wi, per_row(i), again=lambda: [tree.map(row, a) for a in again()]
+            )
+            if found is not None:
+                return found
     return None
 
 
 def check_jit_vmap_grad(c: Ctx):
     got = tx.jit(tx.vmap(tx.grad(c.s, argnums=c.argnums)))(*c.batch)
-    want = _oracle(lambda: tf.vmap(tf.grad(c.s, argnums=c.argnums))(*c.batch))
     return _rowwise(
         "jit(vmap(grad))",
         c,
         got,
-        want,
+        lambda c: tf.vmap(tf.grad(c.s, argnums=c.argnums))(*c.batch),
         lambda i: lambda: tuple(j.reshape(-1) for j in fd_jacobian(c.s, [b[i] for b in c.batch])),
     )
 
@@ -306,13 +339,12 @@ def check_vmap_jvp(c: Ctx):
         return tf.jvp(c.f, xs, tuple(c.ts))[1]
 
     got = tx.vmap(tx_fn)(*c.batch)
-    want = _oracle(lambda: tf.vmap(tf_fn)(*c.batch))
     t = _flat(c.ts)
     return _rowwise(
         "vmap(jvp)",
         c,
         got,
-        want,
+        lambda c: tf.vmap(tf_fn)(*c.batch),
         lambda i: lambda: tuple(j @ t for j in fd_jacobian(c.f, [b[i] for b in c.batch])),
     )
 
@@ -320,8 +352,7 @@ def check_vmap_jvp(c: Ctx):
 def check_jit_grad(c: Ctx):
     """Integer args travel as jit arguments: traced indices (dynamic_slice and friends)."""
     got = tx.jit(tx.grad(c.s_all, argnums=c.argnums))(*c.case.args)
-    want = _oracle(lambda: tf.grad(c.s, argnums=c.argnums)(*c.xs))
-    return _derivative("jit(grad)", got, want, _fd_of(c, c.s, lambda j: j.reshape(-1)))
+    return _against("jit(grad)", c, got, _torch_grad, _fd_of(c, c.s, lambda j: j.reshape(-1)))
 
 
 def check_jax_grad(c: Ctx):
@@ -331,8 +362,8 @@ def check_jax_grad(c: Ctx):
     if not diff_jax.AVAILABLE or c.case.op not in diff_jax.JAX_FNS:
         raise _NoOracle("no JAX counterpart")
     got = tx.grad(c.s, argnums=c.argnums)(*c.xs)
-    want = _oracle(lambda: diff_jax.jax_grad(c.case.op, c.case.params, c.xs, c.w))
-    found = _derivative("jax(grad)", got, want, _fd_of(c, c.s, lambda j: j.reshape(-1)))
+    ref = lambda c: diff_jax.jax_grad(c.case.op, c.case.params, c.xs, c.w)  # noqa: E731
+    found = _against("jax(grad)", c, got, ref, _fd_of(c, c.s, lambda j: j.reshape(-1)))
     if found is not None and found.category != "thunderx-wrong":
         found.category = "jax-differs"  # a convention (kinks, ties) or JAX's own error: a note
     return found

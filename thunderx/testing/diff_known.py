@@ -29,17 +29,9 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "pow > var > sdpa at +-30: scores of 1e162 whose softmax's derivatives cancel, so the "
         "first derivatives are rounding noise beside entries of 3e177 (7.4e66 against torch's "
         "-1.8e67, both noise) and the Hessian's overflowing entries take that noise's sign "
-        "(inf against -inf); no answer is right at that scale; needs a check that treats "
-        "derivatives below the rounding of their largest terms as noise",
-    ),
-    ("<with fmod>", "jit(vmap(grad))", "unresolved"): (
-        "testing",
-        "cosh > fmod > flip > layer_norm at +-30: the gradient in fmod's divisor is "
-        "-trunc(y / m) = -1.8e11 times the sum of layer_norm's input gradients, which is exactly "
-        "0 (finite differences: 0) but carries their rounding (entries near 5e3): thunderx's "
-        "batched order gives 0.31, torch's 0.044 and thunderx's own unbatched grad 0.044, beside "
-        "x-gradients of 2.8e16 in the same row; needs the same noise-aware check as the entry "
-        "above",
+        "(inf against -inf); no answer is right at that scale. The noise check (torch's answers "
+        "at inputs scaled by an ulp, diff_verdict.NOISE_SCALES) is asked only at differentiable "
+        "points, and the noise makes finite differences call this point a kink",
     ),
     ("<with cumprod>", "hessian", "kink"): (
         "autodiff",
@@ -248,7 +240,6 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("bce_with_logits", "hessian", "kink"): "bce-with-logits-at-minus-infinity",
     ("binary_cross_entropy", "hessian", "unresolved"): "bce-second-derivative-at-the-clamp",
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
-    ("normalize", "hessian", "kink"): "cosine-similarity-rounding",
     **{
         ("cosine_similarity", check, "kink"): "forward-mode-kinks" for check in _FORWARD_MODE_CHECKS
     },

@@ -16,6 +16,10 @@ returns None (agreement), or a `Finding` whose category says what kind of disagr
   neither side is finite where they differ (inf against nan: the derivative overflows, and
   where each chain rule meets inf - inf or inf * 0 decides which non-finite value it gives);
   reported, not a failure.
+
+At a differentiable point, entries within the rounding noise torch's answer shows of itself (its
+answers at the inputs scaled by an ulp or a few, `NOISE_SCALES`) are no disagreement: an entry
+that cancels large terms is noise in every evaluation order.
 """
 
 from __future__ import annotations
@@ -125,6 +129,29 @@ def _smooth(jf, jb) -> bool:
 SHARP_RTOL, SHARP_FACTOR = 1e-8, 30.0
 POLE_FD = 1e10  # |differences| where neither side is finite: the derivative overflows
 
+# The oracle's own rounding noise, measured: the inputs scaled by factors one to four roundings
+# from 1. A common factor keeps zeros, signs and ties (equal inputs stay equal); the derivatives
+# at a differentiable point move by far less than any tolerance, except in entries that cancel
+# large terms, which carry those terms' rounding in every evaluation order: -trunc(y / m) = -1.8e11
+# times a sum of gradients that is exactly 0 gives 0.31 in one order and 0.044 in another.
+NOISE_SCALES = (1 + 2.0**-52, 1 - 2.0**-53, 1 + 2.0**-50, 1 - 2.0**-51)
+
+
+def within_noise(g: torch.Tensor, w: torch.Tensor, again: list) -> torch.Tensor:
+    """Per entry: whether `g` lies within the rounding noise torch's answer `w` shows of itself
+    over `again` (torch's answers at the inputs scaled by NOISE_SCALES): inside the band of those
+    answers widened by its own width on each side, or (non-finite) equal to one of them."""
+    if not again or any(a.shape != w.shape for a in again):
+        return torch.zeros(g.shape, dtype=torch.bool)
+    stack = torch.stack([w, *again])
+    finite = torch.isfinite(stack).all(0)
+    lo = torch.where(finite, stack.amin(0), 0.0)
+    hi = torch.where(finite, stack.amax(0), 0.0)
+    width = hi - lo
+    inside = finite & (width > 0) & (g >= lo - width) & (g <= hi + width)
+    equal = ((stack == g) | (stack.isnan() & g.isnan())).any(0)
+    return inside | (~torch.isfinite(g) & equal)
+
 
 def _closer_than_differences_err(a, other, c) -> bool:
     """Whether `a` agrees with the central differences `c` so closely that `other` cannot."""
@@ -133,14 +160,25 @@ def _closer_than_differences_err(a, other, c) -> bool:
     return bool((near & (do >= SHARP_FACTOR * torch.clamp(da, min=1e-14 * (1 + c.abs())))).all())
 
 
-def classify(check: str, got, want, fd: Callable[[], tuple], atol: float = ATOL) -> Finding:
-    """A derivative disagreement: `fd()` -> (central, forward, backward) of the same quantity."""
+def classify(
+    check: str,
+    got,
+    want,
+    fd: Callable[[], tuple],
+    atol: float = ATOL,
+    again: Callable[[], list] | None = None,
+) -> Finding | None:
+    """A derivative disagreement: `fd()` -> (central, forward, backward) of the same quantity;
+    `again()` -> torch's answers at the inputs scaled by NOISE_SCALES. None where the point is
+    differentiable and every differing entry is within the rounding noise those answers show."""
     g, w = _flat(got), _flat(want)
     bad = ~_close(g, w, atol=atol)
     c, fwd, bwd = fd()
     where = f"{int(bad.sum())} of {bad.numel()} entries differ"
     if not _smooth(fwd, bwd):
         return Finding(check, "kink", f"{where}; non-differentiable point: {_pair(g, w, bad)}")
+    if again is not None and _noise_only(g, w, bad, again):
+        return None
     cb, gb, wb = c[bad], g[bad], w[bad]
     neither_finite = bool(bad.any()) and not (torch.isfinite(gb).any() or torch.isfinite(wb).any())
     if not torch.isfinite(cb).all():
@@ -169,6 +207,17 @@ def classify(check: str, got, want, fd: Callable[[], tuple], atol: float = ATOL)
         else ("unresolved")
     )
     return Finding(check, cat, f"{where}: {_pair(g, w, bad)}, finite differences {cb[:4].tolist()}")
+
+
+def _noise_only(g, w, bad, again: Callable[[], list]) -> bool:
+    """Whether every differing entry is rounding noise of torch's own answer. Asked only at a
+    differentiable point: at a kink or a threshold (an integer, a clamp's bound) a scaled input
+    can cross it and change torch's answer by more than rounding."""
+    try:
+        answers = [_flat(a) for a in again()]
+    except Exception:  # noqa: BLE001 - torch cannot compute a scaled input's answer: no noise known
+        return False
+    return bool(within_noise(g[bad], w[bad], [a[bad] for a in answers if a.shape == w.shape]).all())
 
 
 def _pair(g, w, bad) -> str:
