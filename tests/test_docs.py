@@ -37,6 +37,7 @@ MODULES = [
     thunderx.transforms.linear_transpose,
     thunderx.transforms.vmap,
     thunderx.tree,
+    thunderx.assoc_scan,
     thunderx,
 ]
 

@@ -6,6 +6,7 @@ collectives over named axes (implemented in `thunderx.collectives`).
 tensor(8.)
 """
 
+from thunderx.assoc_scan import associative_scan  # noqa: F401  (re-exported API)
 from thunderx.collectives import (  # noqa: F401  (re-exported API)
     all_gather,
     all_to_all,
@@ -33,6 +34,7 @@ from thunderx.control_flow import (  # noqa: F401  (re-exported API)
 __all__ = [
     "all_gather",
     "all_to_all",
+    "associative_scan",
     "axis_index",
     "axis_size",
     "checkpoint",
