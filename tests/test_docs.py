@@ -32,6 +32,7 @@ MODULES = [
     thunderx.shapes,
     thunderx.transforms.ad,
     thunderx.transforms.jacobians,
+    thunderx.transforms.closure,
     thunderx.transforms.custom,
     thunderx.transforms.jit,
     thunderx.transforms.linear_transpose,

@@ -22,6 +22,7 @@ from thunderx.primitives.higher_order import stop_gradient
 from thunderx.shapes import ShapeDtypeStruct, eval_shape
 from thunderx.shard_map import P, shard_map
 from thunderx.transforms.ad import grad, jvp, linearize, value_and_grad, vjp
+from thunderx.transforms.closure import closure_convert
 from thunderx.transforms.custom import custom_jvp, custom_vjp
 from thunderx.transforms.jacobians import hessian, jacfwd, jacrev
 from thunderx.transforms.jit import jit
@@ -46,6 +47,7 @@ __all__ = [
     "checkpoint_policies",
     "lax",
     "remat",
+    "closure_convert",
     "custom_jvp",
     "custom_vjp",
     "debug",
