@@ -28,6 +28,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     indexing,
     linalg,
     linalg_decomp,
+    linear_solve,
     matrix_functions,
     pooling,
     reductions,

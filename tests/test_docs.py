@@ -39,6 +39,7 @@ MODULES = [
     thunderx.transforms.vmap,
     thunderx.tree,
     thunderx.assoc_scan,
+    thunderx.implicit,
     thunderx,
 ]
 

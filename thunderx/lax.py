@@ -30,6 +30,7 @@ from thunderx.control_flow import (  # noqa: F401  (re-exported API)
     switch,
     while_loop,
 )
+from thunderx.implicit import custom_linear_solve, custom_root  # noqa: F401  (re-exported API)
 
 __all__ = [
     "all_gather",
@@ -40,6 +41,8 @@ __all__ = [
     "checkpoint",
     "checkpoint_policies",
     "cond",
+    "custom_linear_solve",
+    "custom_root",
     "fori_loop",
     "map",
     "pmax",
