@@ -304,3 +304,27 @@ def test_pytree_arguments_take_the_cached_fast_path_and_stay_exact():
     w2 = p["w"].clone().requires_grad_()
     (want_gw,) = torch.autograd.grad(f({"w": w2, "b": p["b"]}, x)["y"].sum(), w2)
     torch.testing.assert_close(gw, want_gw)
+
+
+def test_a_tensor_created_like_a_closed_over_outer_value_inside_jit():
+    """`torch.ones_like(t)` of a value of an enclosing grad/vmap/jvp, inside an inner jit or
+    make_jaxpr, is a constant of the inner trace (it leaked the inner trace's tracer before)."""
+    x = torch.randn(3, dtype=torch.float64)
+
+    def f(t):
+        return (tx.jit(lambda y: y + torch.ones_like(t) * 3)(t) * t).sum()
+
+    def ref(t):
+        return ((t + torch.ones_like(t) * 3) * t).sum()
+
+    torch.testing.assert_close(tx.grad(f)(x), torch.func.grad(ref)(x))
+    xs = torch.randn(2, 3, dtype=torch.float64)
+    torch.testing.assert_close(tx.vmap(tx.grad(f))(xs), torch.func.vmap(torch.func.grad(ref))(xs))
+    _, t_out = tx.jvp(lambda t: tx.jit(lambda y: y * torch.full_like(t, 2.0))(t), (x,), (x,))
+    torch.testing.assert_close(t_out, 2 * x)
+
+    def g(t):
+        closed = tx.make_jaxpr(lambda y: y * torch.zeros_like(t) + y)(t)
+        return tx.eval_jaxpr(closed.jaxpr, closed.consts, t)[0].square().sum()
+
+    torch.testing.assert_close(tx.grad(g)(x), 2 * x)

@@ -231,12 +231,22 @@ def _at_level(fn):
 
     def created(x, *args, **kwargs):
         out = fn(x, *args, **kwargs)
-        if isinstance(x, Tracer) and not (isinstance(out, Tracer) and out._trace is x._trace):
+        if isinstance(x, Tracer) and not (isinstance(out, Tracer) and _above(out._trace, x._trace)):
             return x._trace.lift_created(out)
         return out
 
     created.__name__ = fn.__name__
     return created
+
+
+def _above(trace, level) -> bool:
+    """Whether `trace` is `level` or a trace nested inside it: a value made there (`ones_like` of
+    a closed-over outer value inside an inner jit) is already at least at that level."""
+    while trace is not None:
+        if trace is level:
+            return True
+        trace = trace.parent
+    return False
 
 
 def _like_dtype(x, dt):
