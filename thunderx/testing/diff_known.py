@@ -240,6 +240,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("bce_with_logits", "hessian", "kink"): "bce-with-logits-at-minus-infinity",
     ("binary_cross_entropy", "hessian", "unresolved"): "bce-second-derivative-at-the-clamp",
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
+    ("<with cosine_similarity>", "hessian", "kink"): "cosine-similarity-rounding",
     **{
         ("cosine_similarity", check, "kink"): "forward-mode-kinks" for check in _FORWARD_MODE_CHECKS
     },
