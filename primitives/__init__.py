@@ -31,6 +31,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     linear_solve,
     matrix_functions,
     pooling,
+    pure_callback,
     reductions,
     remat,
     scan,

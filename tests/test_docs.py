@@ -40,6 +40,7 @@ MODULES = [
     thunderx.tree,
     thunderx.assoc_scan,
     thunderx.implicit,
+    thunderx.host_callback,
     thunderx,
 ]
 

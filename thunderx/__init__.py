@@ -17,6 +17,7 @@ from thunderx.api import functional_call, make_jaxpr, stack_module_state
 from thunderx.control_flow import checkpoint, checkpoint_policies, remat
 from thunderx.control_flow import install_torch_control_flow as _install_cf
 from thunderx.explain import explain
+from thunderx.host_callback import pure_callback
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from thunderx.primitives.higher_order import stop_gradient
 from thunderx.shapes import ShapeDtypeStruct, eval_shape
@@ -67,6 +68,7 @@ __all__ = [
     "linear_transpose",
     "linearize",
     "make_jaxpr",
+    "pure_callback",
     "shard_map",
     "stack_module_state",
     "stop_gradient",

@@ -20,6 +20,21 @@ from thunderx.core import is_tensor_like
 from thunderx.primitives.debug import debug_callback
 
 
+def split_arrays(args: tuple, kwargs: dict) -> tuple[list, Callable]:
+    """The tensors among the leaves of (args, kwargs), and a function rebuilding (args, kwargs)
+    from run-time values of those tensors (the other leaves kept as they are)."""
+    leaves, treedef = tree.flatten((args, kwargs))
+    is_array = [is_tensor_like(x) for x in leaves]
+    others = [x for x, a in zip(leaves, is_array) if not a]
+
+    def rebuild(values) -> tuple:
+        it_values, it_others = iter(values), iter(others)
+        full = [next(it_values) if a else next(it_others) for a in is_array]
+        return tree.unflatten(treedef, full)
+
+    return [x for x, a in zip(leaves, is_array) if a], rebuild
+
+
 def callback(fn: Callable[..., Any], *args, **kwargs) -> None:
     """Call `fn(*args, **kwargs)` with the run-time values of `args` (pytrees of tensors and
     other values; non-tensor leaves are passed as they are). Its return value is ignored.
@@ -32,15 +47,10 @@ def callback(fn: Callable[..., Any], *args, **kwargs) -> None:
     """
     if not callable(fn):
         raise TypeError(f"debug.callback: expected a callable, got {type(fn).__name__}")
-    leaves, treedef = tree.flatten((args, kwargs))
-    is_array = [is_tensor_like(x) for x in leaves]
-    arrays = [x for x, a in zip(leaves, is_array) if a]
-    others = [x for x, a in zip(leaves, is_array) if not a]
+    arrays, rebuild = split_arrays(args, kwargs)
 
     def flat_callback(*values):
-        it_values, it_others = iter(values), iter(others)
-        full = [next(it_values) if a else next(it_others) for a in is_array]
-        call_args, call_kwargs = tree.unflatten(treedef, full)
+        call_args, call_kwargs = rebuild(values)
         fn(*call_args, **call_kwargs)
 
     flat_callback.__name__ = getattr(fn, "__name__", type(fn).__name__)
