@@ -30,6 +30,45 @@ stop_gradient_p = declare(
 )
 
 
+def _name_jvp(primals, tangents, *, name):
+    return name_p.bind(primals[0], name=name), tangents[0]
+
+
+# checkpoint_name's tag: the identity, whose outputs checkpoint policies can select by name
+name_p = declare(
+    "name",
+    impl=lambda x, *, name: x,
+    abstract_eval=lambda x, *, name: x.strip_weak(),
+    jvp=_name_jvp,
+    transpose=lambda ct, x, *, name: [ct],
+    linear=True,
+    batch=lambda args, dims, *, name: (name_p.bind(args[0], name=name), dims[0]),
+    torch_codegen=lambda args, avals, *, name: args[0],
+    nvfuser=lambda fd, x, *, name: x,
+    aliases=(0,),  # the identity: its operand itself
+    elementwise=True,
+)
+
+
+def checkpoint_name(x, name: str):
+    """`x` tagged with `name` (JAX's `checkpoint_name`): inside `checkpoint`, the policies
+    `checkpoint_policies.save_only_these_names` / `save_any_names_but_these` choose by these
+    names which values reverse mode keeps from the forward pass.
+
+    >>> f = thunderx.checkpoint(lambda x: torch.sin(thunderx.checkpoint_name(x.exp(), "e")),
+    ...     policy=thunderx.checkpoint_policies.save_only_these_names("e"))
+    >>> thunderx.grad(f)(torch.tensor(0.))
+    tensor(0.5403)
+    """
+    from thunderx import tree, validate
+    from thunderx.core import Tracer
+
+    if not isinstance(name, str):
+        raise TypeError(f"checkpoint_name: name must be a str, got {type(name).__name__}")
+    validate.check_leaves(x, "checkpoint_name", "its argument")
+    return tree.map(lambda v: name_p.bind(v, name=name) if isinstance(v, Tracer) else v, x)
+
+
 def _no_grad_jvp(primals, tangents):
     out = no_grad_p.bind(primals[0])
     return out, Zero(get_aval(out))

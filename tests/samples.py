@@ -491,6 +491,11 @@ def _(d):
     return Sample([d.tensor(d.shape())], {})
 
 
+@sample("name")
+def _(d):
+    return Sample([d.tensor(d.shape())], {"name": d.choice(["e", "layer1"])})
+
+
 @sample("no_grad")
 def _(d):
     return Sample([d.tensor(d.shape())], {})

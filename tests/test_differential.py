@@ -33,6 +33,7 @@ NOT_IN_TABLE = {
     "custom_vjp_call": "user-defined rules: tests/test_ad.py and the custom-rule tests",
     "jit_call": "reached by every nested check (jit(grad), jit(vmap(grad)))",
     "stop_gradient": "an identity with a zero derivative: tests/test_ad.py",
+    "name": "checkpoint_name's identity tag: tests/test_jax_api_extras.py",
     "device_put": "a move between devices, made only when a CPU scalar meets a GPU tensor: "
     "tests/test_devices.py (rules on the CPU) and tests/test_cuda.py",
     "log_softmax_jvp": "log_softmax's tangent, only in forward mode (the table stages f and grad): "

@@ -19,7 +19,7 @@ from thunderx.control_flow import install_torch_control_flow as _install_cf
 from thunderx.explain import explain
 from thunderx.host_callback import pure_callback
 from thunderx.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
-from thunderx.primitives.higher_order import stop_gradient
+from thunderx.primitives.higher_order import checkpoint_name, stop_gradient
 from thunderx.shapes import ShapeDtypeStruct, eval_shape
 from thunderx.shard_map import P, shard_map
 from thunderx.transforms.ad import grad, jvp, linearize, value_and_grad, vjp
@@ -45,6 +45,7 @@ __all__ = [
     "P",
     "ShapeDtypeStruct",
     "checkpoint",
+    "checkpoint_name",
     "checkpoint_policies",
     "lax",
     "remat",

@@ -333,15 +333,41 @@ def scan(
     return tree.unflatten(c_tree, outs[:nc]), tree.unflatten(y_tree, outs[nc:])
 
 
-def map(f: Callable, xs):  # noqa: A001 - JAX's name
+def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - JAX's name
     """`f` applied to each slice of `xs` along the leading axis, results stacked (a scan with no
-    carry).
+    carry). With `batch_size`, as JAX: each scan step applies `vmap(f)` to `batch_size` slices,
+    and the slices left over (fewer than `batch_size`) go through one more `vmap(f)`.
 
     >>> map(lambda x: x.sum(), torch.ones(3, 2))
     tensor([2., 2., 2.])
+    >>> map(lambda x: x.sum(), torch.ones(5, 2), batch_size=2)
+    tensor([2., 2., 2., 2., 2.])
     """
-    _, ys = scan(lambda c, x: (c, f(x)), None, xs)
-    return ys
+    if batch_size is None:
+        _, ys = scan(lambda c, x: (c, f(x)), None, xs)
+        return ys
+    from thunderx.transforms.vmap import vmap
+
+    where = user_frame()
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"map: batch_size must be a positive int, got {batch_size!r} (at {where})")
+    leaves, treedef = _flatten(xs, "map")
+    lengths = {int(get_aval(x).shape[0]) for x in leaves if get_aval(x).shape}
+    if len(lengths) != 1 or any(get_aval(x).shape == () for x in leaves):
+        raise ValueError(f"map: xs leaves need one common leading axis (at {where})")
+    n = lengths.pop()
+    steps, rest = divmod(n, batch_size)
+    batched = vmap(f)
+    parts = []
+    if steps:
+        chunks = [x[: steps * batch_size].reshape(steps, batch_size, *x.shape[1:]) for x in leaves]
+        _, ys = scan(lambda c, x: (c, batched(x)), None, tree.unflatten(treedef, chunks))
+        parts.append(tree.map(lambda y: y.reshape(steps * batch_size, *y.shape[2:]), ys))
+    if rest:
+        parts.append(batched(tree.unflatten(treedef, [x[steps * batch_size :] for x in leaves])))
+    if len(parts) == 1:
+        return parts[0]
+    return tree.map(lambda a, b: torch.cat([a, b]), *parts)
 
 
 # -------------------------------------------------------------------------------- checkpoint
@@ -362,6 +388,35 @@ class checkpoint_policies:  # noqa: N801 - JAX's name
     @staticmethod
     def dots_saveable(prim, *avals, **params) -> bool:
         return prim.name == "dot_general"
+
+    checkpoint_dots = dots_saveable
+
+    @staticmethod
+    def dots_with_no_batch_dims_saveable(prim, *avals, **params) -> bool:
+        """Products without batch dimensions (matmuls, not batched matmuls)."""
+        if prim.name != "dot_general":
+            return False
+        (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+        return not lhs_batch and not rhs_batch
+
+    @staticmethod
+    def save_only_these_names(*names: str) -> Callable:
+        """Values tagged by `checkpoint_name` with one of `names`, and nothing else."""
+        wanted = frozenset(names)
+        return lambda prim, *avals, **params: prim.name == "name" and params["name"] in wanted
+
+    @staticmethod
+    def save_any_names_but_these(*names: str) -> Callable:
+        """Values tagged by `checkpoint_name` with any name but `names`."""
+        unwanted = frozenset(names)
+        return lambda prim, *avals, **params: prim.name == "name" and params["name"] not in unwanted
+
+    @staticmethod
+    def save_from_both_policies(first: Callable, second: Callable) -> Callable:
+        """What either policy saves."""
+        return lambda prim, *avals, **params: bool(
+            first(prim, *avals, **params) or second(prim, *avals, **params)
+        )
 
 
 def checkpoint(fun: Callable, policy: Callable | None = None, prevent_cse: bool = True):

@@ -256,19 +256,25 @@ def jvp(
     return out, t
 
 
-def linearize(fun: Callable, *primals):
+def linearize(fun: Callable, *primals, has_aux: bool = False):
     """Returns `(fun(*primals), f_jvp)` where `f_jvp(*tangents)` applies the linearized map;
-    the primal computation is done once.
+    the primal computation is done once. With `has_aux` (`fun` returns `(out, aux)`), returns
+    `(out, f_jvp, aux)` as JAX does.
 
     >>> y, f_jvp = thunderx.linearize(torch.sin, torch.tensor(0.))
     >>> f_jvp(torch.tensor(2.))
     tensor(2.)
     """
-    validate.check_callable(fun, "linearize")
+    _check_api(fun, has_aux, "linearize")
     leaves, in_tree = _flatten_args(primals, "linearize")
-    checked = _checked_outputs(fun, "linearize")
+    user_fun = validate.AuxPassthrough(fun, "linearize") if has_aux else fun
+    checked = _checked_outputs(user_fun, "linearize")
     lin = linearize_flat(
-        lambda *xs: checked(*tree.unflatten(in_tree, xs)), leaves, name="linearize", reverse=False
+        lambda *xs: checked(*tree.unflatten(in_tree, xs)),
+        leaves,
+        has_aux,
+        name="linearize",
+        reverse=False,
     )
 
     def f_jvp(*tangents):
@@ -281,7 +287,8 @@ def linearize(fun: Callable, *primals):
         validate.check_tangents(lin.in_avals, t_leaves, "linearize's f_jvp")
         return tree.unflatten(lin.out_tree, _apply_linearized(lin, t_leaves))
 
-    return tree.unflatten(lin.out_tree, lin.primal_outs), f_jvp
+    out = tree.unflatten(lin.out_tree, lin.primal_outs)
+    return (out, f_jvp, user_fun.rebuild(lin.aux)) if has_aux else (out, f_jvp)
 
 
 def vjp(fun: Callable, *primals, has_aux: bool = False):

@@ -14,6 +14,7 @@ NOT_GENERATED = {
     "jit_call": "a nested jit is staged by jit composition tests (torch.func cannot run it)",
     "custom_vjp_call": "user-defined rules: tested by the custom_vjp tests",
     "custom_lin": "exists only in reverse mode of custom_vjp; tested there",
+    "name": "checkpoint_name's identity tag: tests/test_jax_api_extras.py",
     "pure_callback": "a user's Python callback: tests/test_pure_callback.py",
     "linear_solve": "custom_linear_solve / custom_root with the user's solvers: "
     "tests/test_implicit.py",
