@@ -21,6 +21,7 @@ from thunderx.primitives import (  # noqa: F401  (importing registers the primit
     conv_input_grad,
     creation,
     custom,
+    custom_vmap,
     debug,
     eig,
     fft,

@@ -35,6 +35,7 @@ EXCLUDED = {
     "custom_jvp_call": "tested through custom_jvp tests",
     "custom_vjp_call": "tested through custom_vjp tests",
     "custom_lin": "only exists inside reverse mode of custom_vjp; tested there",
+    "custom_vmap_call": "user-defined batching rules: tests/test_custom_vmap.py",
     "pure_callback": "runs a Python callback with no derivative: tests/test_pure_callback.py",
     "linear_solve": "its solve's operands must solve its matvec's system (random operands would "
     "not): the rule checks run on consistent systems in tests/test_implicit.py",

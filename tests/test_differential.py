@@ -26,6 +26,7 @@ SEED = int(os.environ.get("THUNDERX_DIFF_SEED", "0"))
 
 # Differentiable primitives the op table does not reach directly, with the reason.
 NOT_IN_TABLE = {
+    "custom_vmap_call": "user-defined batching rules: tests/test_custom_vmap.py",
     "pure_callback": "a user's Python callback, not differentiable: tests/test_pure_callback.py",
     "linear_solve": "custom_linear_solve / custom_root with the user's solvers: "
     "tests/test_implicit.py",

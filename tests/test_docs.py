@@ -33,6 +33,7 @@ MODULES = [
     thunderx.transforms.ad,
     thunderx.transforms.jacobians,
     thunderx.transforms.closure,
+    thunderx.transforms.custom_batching,
     thunderx.transforms.custom,
     thunderx.transforms.jit,
     thunderx.transforms.linear_transpose,

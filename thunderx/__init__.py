@@ -25,6 +25,7 @@ from thunderx.shard_map import P, shard_map
 from thunderx.transforms.ad import grad, jvp, linearize, value_and_grad, vjp
 from thunderx.transforms.closure import closure_convert
 from thunderx.transforms.custom import custom_jvp, custom_vjp
+from thunderx.transforms.custom_batching import custom_vmap
 from thunderx.transforms.jacobians import hessian, jacfwd, jacrev
 from thunderx.transforms.jit import jit
 from thunderx.transforms.linear_transpose import linear_transpose
@@ -52,6 +53,7 @@ __all__ = [
     "closure_convert",
     "custom_jvp",
     "custom_vjp",
+    "custom_vmap",
     "debug",
     "errors",
     "eval_jaxpr",

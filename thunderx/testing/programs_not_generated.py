@@ -15,6 +15,7 @@ NOT_GENERATED = {
     "custom_vjp_call": "user-defined rules: tested by the custom_vjp tests",
     "custom_lin": "exists only in reverse mode of custom_vjp; tested there",
     "name": "checkpoint_name's identity tag: tests/test_jax_api_extras.py",
+    "custom_vmap_call": "user-defined batching rules: tests/test_custom_vmap.py",
     "pure_callback": "a user's Python callback: tests/test_pure_callback.py",
     "linear_solve": "custom_linear_solve / custom_root with the user's solvers: "
     "tests/test_implicit.py",
