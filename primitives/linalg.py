@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import string
 
@@ -38,8 +39,18 @@ def _einsum_spec(xn, yn, dimension_numbers) -> str:
 def _dot_impl(x, y, *, dimension_numbers):
     (lc, rc), (lb, rb) = dimension_numbers
     if not lb:
-        return torch.tensordot(x, y, dims=(list(lc), list(rc)))
+        # the torch executor's own kernel choice (mm, matmul, a flattened mm), so that eager
+        # transforms compute the bits jit does, at mm's cost rather than tensordot's reshapes
+        return _unbatched_dot(tuple(x.shape), tuple(y.shape), dimension_numbers)(x, y)
     return torch.einsum(_einsum_spec(x.ndim, y.ndim, dimension_numbers), x, y)
+
+
+@functools.lru_cache(maxsize=1024)
+def _unbatched_dot(x_shape: tuple, y_shape: tuple, dimension_numbers):
+    """`lambda x, y: <_dot_codegen's expression>` for operands of these shapes."""
+    avals = [ShapedArray(x_shape, torch.float32), ShapedArray(y_shape, torch.float32)]
+    src = _dot_codegen(["x", "y"], avals, dimension_numbers=dimension_numbers)
+    return eval(f"lambda x, y: {src}", {"torch": torch})  # noqa: S307 - source made above
 
 
 def _dot_codegen(args, avals, *, dimension_numbers):

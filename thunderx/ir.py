@@ -67,6 +67,18 @@ class Jaxpr:
             check = _CHECK_TYPES
         check_jaxpr(self, full=check)
 
+    @classmethod
+    def built(cls, constvars, invars, eqns, outvars) -> "Jaxpr":
+        """A jaxpr a trace built, each variable defined once by construction: not walked again
+        (the linear map of every eager `grad` call is one), except with THUNDERX_CHECK_TYPES."""
+        if _CHECK_TYPES:
+            return cls(constvars, invars, eqns, outvars)
+        self = cls.__new__(cls)
+        self.constvars, self.invars = list(constvars), list(invars)
+        self.eqns, self.outvars = list(eqns), list(outvars)
+        self._cache = {}
+        return self
+
     @property
     def in_avals(self):
         return [v.aval for v in self.invars]
