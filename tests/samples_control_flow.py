@@ -68,7 +68,7 @@ def while_sample(d, Sample):
 
 
 def checkpoint_sample(d, Sample):
-    from thunderx.control_flow import checkpoint_policies as P
+    from thunderx.checkpointing import checkpoint_policies as P
 
     shape = d.shape(max_rank=2)
     x, w = d.tensor(shape), d.tensor(shape)

@@ -42,6 +42,7 @@ MODULES = [
     thunderx.assoc_scan,
     thunderx.implicit,
     thunderx.host_callback,
+    thunderx.checkpointing,
     thunderx,
 ]
 

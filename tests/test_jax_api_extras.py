@@ -152,3 +152,32 @@ def test_agrees_with_jax():
     t = np.ones(3)
     np.testing.assert_allclose(tf_jvp(torch.from_numpy(t)).numpy(), np.asarray(f_jvp(t)))
     np.testing.assert_allclose(taux.numpy(), np.asarray(aux))
+
+
+def test_checkpoint_with_static_arguments():
+    """Python values the function branches on, at static_argnums / static_argnames."""
+
+    def power(x, n):
+        return x**n if n > 1 else x * 2
+
+    f = tx.checkpoint(power, static_argnums=1)
+    x = torch.tensor(2.0, dtype=F64)
+    for n in (1, 3):
+        want = tf.grad(power)(x, n)
+        torch.testing.assert_close(tx.grad(f)(x, n), want)
+        torch.testing.assert_close(tx.jit(tx.grad(f), static_argnums=1)(x, n), want)
+    xs = torch.tensor([1.0, 2.0], dtype=F64)
+    torch.testing.assert_close(tx.vmap(tx.grad(f), in_axes=(0, None))(xs, 3), 3 * xs**2)
+    g = tx.checkpoint(
+        lambda x, *, mode: x.sin() if mode == "sin" else x.cos(), static_argnames="mode"
+    )
+    torch.testing.assert_close(tx.grad(lambda v: g(v, mode="sin"))(x), x.cos())
+    torch.testing.assert_close(tx.grad(lambda v: g(v, mode="cos"))(x), -x.sin())
+    with pytest.raises(ValueError, match="static_argnums entry 1 is out of range"):
+        tx.grad(f)(x)
+    with pytest.raises(TypeError, match="static_argnums must be ints"):
+        tx.checkpoint(power, static_argnums="n")
+    jax = pytest.importorskip("jax", reason="JAX not installed: the test extra installs it")
+    jax.config.update("jax_enable_x64", True)
+    jf = jax.checkpoint(lambda x, n: x**n if n > 1 else x * 2, static_argnums=1)
+    assert float(jax.grad(jf)(2.0, 3)) == float(tx.grad(f)(x, 3)) == 12.0

@@ -14,7 +14,7 @@ from thunderx import lang as _lang  # noqa: F401  (installs the language layer)
 from thunderx import primitives as _primitives  # noqa: F401  (registers the primitive set)
 from thunderx import printing as _printing  # noqa: F401  (attaches the IR's text form)
 from thunderx.api import functional_call, make_jaxpr, stack_module_state
-from thunderx.control_flow import checkpoint, checkpoint_policies, remat
+from thunderx.checkpointing import checkpoint, checkpoint_policies, remat
 from thunderx.control_flow import install_torch_control_flow as _install_cf
 from thunderx.explain import explain
 from thunderx.host_callback import pure_callback

@@ -1,5 +1,5 @@
 """Structured control flow with JAX's names and semantics: `cond`, `switch`, `while_loop`,
-`fori_loop`, `scan`, `map`, and `checkpoint` (alias `remat`) with `checkpoint_policies`.
+`fori_loop`, `scan` and `map` (`checkpoint` is in thunderx/checkpointing.py).
 
 Under a transform each traces its functions once into sub-jaxprs of a higher-order primitive
 (primitives/cond.py, scan.py, while_loop.py, remat.py), so `jit(grad(...))` of a loop costs the
@@ -22,12 +22,9 @@ from thunderx.core import Tracer, get_aval, is_top_level
 from thunderx.errors import user_frame
 
 __all__ = [
-    "checkpoint",
-    "checkpoint_policies",
     "cond",
     "fori_loop",
     "map",
-    "remat",
     "scan",
     "switch",
     "while_loop",
@@ -369,82 +366,6 @@ def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - JAX'
         return parts[0]
     return tree.map(lambda a, b: torch.cat([a, b]), *parts)
 
-
-# -------------------------------------------------------------------------------- checkpoint
-
-
-class checkpoint_policies:  # noqa: N801 - JAX's name
-    """Which intermediate values reverse mode may keep from the forward pass of a checkpointed
-    function (the rest are recomputed): `policy(prim, *avals, **params) -> bool`."""
-
-    @staticmethod
-    def nothing_saveable(prim, *avals, **params) -> bool:
-        return False
-
-    @staticmethod
-    def everything_saveable(prim, *avals, **params) -> bool:
-        return True
-
-    @staticmethod
-    def dots_saveable(prim, *avals, **params) -> bool:
-        return prim.name == "dot_general"
-
-    checkpoint_dots = dots_saveable
-
-    @staticmethod
-    def dots_with_no_batch_dims_saveable(prim, *avals, **params) -> bool:
-        """Products without batch dimensions (matmuls, not batched matmuls)."""
-        if prim.name != "dot_general":
-            return False
-        (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
-        return not lhs_batch and not rhs_batch
-
-    @staticmethod
-    def save_only_these_names(*names: str) -> Callable:
-        """Values tagged by `checkpoint_name` with one of `names`, and nothing else."""
-        wanted = frozenset(names)
-        return lambda prim, *avals, **params: prim.name == "name" and params["name"] in wanted
-
-    @staticmethod
-    def save_any_names_but_these(*names: str) -> Callable:
-        """Values tagged by `checkpoint_name` with any name but `names`."""
-        unwanted = frozenset(names)
-        return lambda prim, *avals, **params: prim.name == "name" and params["name"] not in unwanted
-
-    @staticmethod
-    def save_from_both_policies(first: Callable, second: Callable) -> Callable:
-        """What either policy saves."""
-        return lambda prim, *avals, **params: bool(
-            first(prim, *avals, **params) or second(prim, *avals, **params)
-        )
-
-
-def checkpoint(fun: Callable, policy: Callable | None = None, prevent_cse: bool = True):
-    """`fun` whose intermediates reverse mode recomputes instead of storing (those `policy`
-    allows are stored). Works inside `scan` bodies, where it shrinks the per-step residuals.
-
-    >>> g = thunderx.grad(checkpoint(lambda x: torch.sin(torch.sin(x))))
-    >>> g(torch.tensor(0.))
-    tensor(1.)
-    """
-    from thunderx.primitives.remat import checkpoint_p
-
-    @functools.wraps(fun)
-    def wrapper(*args, **kwargs):
-        if _concrete(args, kwargs):
-            return fun(*args, **kwargs)
-        leaves, in_tree = _flatten((args, kwargs), "checkpoint")
-        j, consts, out_tree = _trace(
-            lambda ak: fun(*ak[0], **ak[1]), [in_tree], _avals(leaves), "checkpoint"
-        )
-        outs = checkpoint_p.bind(*consts, *leaves, jaxpr=j, policy=policy)
-        return tree.unflatten(out_tree, outs)
-
-    del prevent_cse  # the primitive is never merged by CSE with the forward computation
-    return wrapper
-
-
-remat = checkpoint
 
 # ------------------------------------------------------------------ torch's own control flow
 

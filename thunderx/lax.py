@@ -7,6 +7,7 @@ tensor(8.)
 """
 
 from thunderx.assoc_scan import associative_scan  # noqa: F401  (re-exported API)
+from thunderx.checkpointing import checkpoint, checkpoint_policies, remat  # noqa: F401
 from thunderx.collectives import (  # noqa: F401  (re-exported API)
     all_gather,
     all_to_all,
@@ -20,12 +21,9 @@ from thunderx.collectives import (  # noqa: F401  (re-exported API)
     psum_scatter,
 )
 from thunderx.control_flow import (  # noqa: F401  (re-exported API)
-    checkpoint,
-    checkpoint_policies,
     cond,
     fori_loop,
     map,
-    remat,
     scan,
     switch,
     while_loop,
