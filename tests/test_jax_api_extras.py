@@ -173,9 +173,9 @@ def test_checkpoint_with_static_arguments():
     )
     torch.testing.assert_close(tx.grad(lambda v: g(v, mode="sin"))(x), x.cos())
     torch.testing.assert_close(tx.grad(lambda v: g(v, mode="cos"))(x), -x.sin())
-    with pytest.raises(ValueError, match="static_argnums entry 1 is out of range"):
+    with pytest.raises(ValueError, match="static_argnums 1 is out of range for a call with 1"):
         tx.grad(f)(x)
-    with pytest.raises(TypeError, match="static_argnums must be ints"):
+    with pytest.raises(TypeError, match="static_argnums must be an int or a tuple of ints"):
         tx.checkpoint(power, static_argnums="n")
     jax = pytest.importorskip("jax", reason="JAX not installed: the test extra installs it")
     jax.config.update("jax_enable_x64", True)

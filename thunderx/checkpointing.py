@@ -9,9 +9,8 @@ from __future__ import annotations
 import functools
 from typing import Callable, Sequence
 
-from thunderx import tree
+from thunderx import tree, validate
 from thunderx.control_flow import _avals, _concrete, _flatten, _trace
-from thunderx.errors import user_frame
 
 __all__ = ["checkpoint", "checkpoint_policies", "remat"]
 
@@ -83,23 +82,14 @@ def checkpoint(
     """
     from thunderx.primitives.remat import checkpoint_p
 
-    nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
-    names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
-    if not all(isinstance(i, int) and not isinstance(i, bool) for i in nums):
-        raise TypeError(f"checkpoint: static_argnums must be ints, got {static_argnums!r}")
+    nums, names = validate.check_static_args(fun, static_argnums, static_argnames, "checkpoint")
 
     @functools.wraps(fun)
     def wrapper(*args, **kwargs):
         if _concrete(args, kwargs):
             return fun(*args, **kwargs)
         n = len(args)
-        for i in nums:
-            if not -n <= i < n:
-                raise ValueError(
-                    f"checkpoint: static_argnums entry {i} is out of range for a call with {n} "
-                    f"positional arguments (at {user_frame()})"
-                )
-        static = {i % n: args[i] for i in nums}
+        static = {i: args[i] for i in validate.static_positions(nums, n, "checkpoint")}
         static_kw = {k: v for k, v in kwargs.items() if k in names}
         dyn = (
             [a for i, a in enumerate(args) if i not in static],
