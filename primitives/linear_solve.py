@@ -31,16 +31,20 @@ def _impl(*args, matvec, solve, tsolve, n_mv, n_s, n_ts, n_aux):
     return run_jaxpr(solve, [*s, *b])
 
 
-def _abstract_eval(*avals, matvec, solve, tsolve, n_mv, n_s, n_ts, n_aux):
-    _, _, _, b = _split(avals, n_mv, n_s, n_ts)
-    outs = solve.out_avals
-    for i, (a, o) in enumerate(zip(b, outs)):
+def check_solution(jaxpr, b_avals, what: str) -> None:
+    """A solver's jaxpr returns x (then aux) with b's shapes and dtypes."""
+    for i, (o, a) in enumerate(zip(jaxpr.out_avals, b_avals)):
         if a.shape != o.shape or a.dtype != o.dtype:
             raise type_error(
-                f"custom_linear_solve: solve returned {o.str_short()} for b's leaf {i} of type "
+                f"custom_linear_solve: {what} returned {o.str_short()} for b's leaf {i} of type "
                 f"{a.str_short()}; x must have b's shapes and dtypes"
             )
-    return list(outs)
+
+
+def _abstract_eval(*avals, matvec, solve, tsolve, n_mv, n_s, n_ts, n_aux):
+    _, _, _, b = _split(avals, n_mv, n_s, n_ts)
+    check_solution(solve, b, "solve")
+    return list(solve.out_avals)
 
 
 def _jvp(primals, tangents, **params):

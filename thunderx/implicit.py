@@ -92,7 +92,7 @@ def custom_linear_solve(
     With `has_aux`, `solve` (and `transpose_solve`) return `(x, aux)` and the call returns
     `(x, aux)`; aux has no derivative.
     """
-    from thunderx.primitives.linear_solve import linear_solve_p
+    from thunderx.primitives.linear_solve import check_solution, linear_solve_p
 
     where = user_frame()
     for name, fn in (("matvec", matvec), ("solve", solve)):
@@ -133,7 +133,7 @@ def custom_linear_solve(
         return _trace(flat, b_avals, f"custom_linear_solve: {what}", where)
 
     s_j, s_c, s_tree = solver(solve, matvec, "solve")
-    _check_x(s_j, b_avals, "solve", where)
+    check_solution(s_j, b_avals, "solve")
     params = dict(matvec=mv_j, solve=s_j, tsolve=None, n_mv=len(mv_c), n_s=len(s_c), n_ts=0)
     operands = [*mv_c, *s_c]
     if transpose_solve is not None:
@@ -141,7 +141,7 @@ def custom_linear_solve(
             raise TypeError(f"custom_linear_solve: transpose_solve must be callable (at {where})")
         vecmat = matvec if symmetric else _vecmat(mv_j, mv_c, b_tree)
         t_j, t_c, t_tree = solver(transpose_solve, vecmat, "transpose_solve")
-        _check_x(t_j, b_avals, "transpose_solve", where)
+        check_solution(t_j, b_avals, "transpose_solve")
         if t_tree != s_tree:
             raise TypeError(
                 f"custom_linear_solve: transpose_solve returned the structure "
@@ -153,15 +153,6 @@ def custom_linear_solve(
     params["n_aux"] = len(s_j.outvars) - n_x
     outs = linear_solve_p.bind(*operands, *b_leaves, **params)
     return tree.unflatten(s_tree, outs)
-
-
-def _check_x(jaxpr, b_avals, what: str, where: str) -> None:
-    for i, (o, a) in enumerate(zip(jaxpr.out_avals, b_avals)):
-        if o.shape != a.shape or o.dtype != a.dtype:
-            raise TypeError(
-                f"custom_linear_solve: {what} returned {o.str_short()} for b's leaf {i} of type "
-                f"{a.str_short()}; x must have b's shapes and dtypes (at {where})"
-            )
 
 
 def _vecmat(mv_j, mv_c: list, b_tree) -> Callable:
