@@ -197,7 +197,6 @@ def custom_root(
     guess = tree.unflatten(g_tree, [stop_gradient(v) for v in g_leaves])
     # the values f closes over become explicit, so the rule below can differentiate in them
     f_c, consts = closure_convert(f, guess)
-    n_aux = [0]
 
     @custom_jvp
     def root(guess, *consts):
@@ -211,8 +210,6 @@ def custom_root(
                 f"custom_root: solve returned {x_tree} of other shapes than the initial guess "
                 f"{g_tree} (at {where})"
             )
-        aux_leaves = tree.leaves(aux) if has_aux else []
-        n_aux[0] = len(aux_leaves)
         return (x, aux) if has_aux else x
 
     @root.defjvp
@@ -225,11 +222,10 @@ def custom_root(
         _, moved = jvp(lambda *c: f_c(x, *c), tuple(cs), tuple(dcs))
         rhs = tree.map(lambda t: -t, moved)
         _, jac = linearize(lambda z: f_c(z, *cs), x)
-
         dx = custom_linear_solve(
             _weak(jac, x),
             rhs,
-            lambda mv, y: tangent_solve(mv, y),
+            tangent_solve,
             transpose_solve=lambda vm, y: tangent_solve(_weak(vm, x), y),
         )
         if has_aux:
