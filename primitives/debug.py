@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.core import declare, get_aval
+from thunderx.core import declare
 
 
 def _snapshot(x):
@@ -34,16 +34,12 @@ def _jvp(primals, tangents, *, callback):
 
 
 def _batch(args, dims, *, callback):
-    from thunderx.primitives import shape as S
-    from thunderx.primitives.slicing import slice_in_dim
+    from thunderx.primitives.custom import _batch_size
+    from thunderx.primitives.slicing import batch_element
 
-    size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
+    size = _batch_size(args, dims)
     for i in range(size):
-        elems = [
-            a if d is None else S.squeeze(slice_in_dim(a, i, i + 1, 1, d), (d,))
-            for a, d in zip(args, dims)
-        ]
-        debug_callback_p.bind(*elems, callback=callback)
+        debug_callback_p.bind(*batch_element(args, dims, i), callback=callback)
     return [], []
 
 

@@ -57,20 +57,20 @@ def _jvp(primals, tangents, **params):
 
 def _batch(args, dims, *, callback, out_avals, vmap_method):
     from thunderx.primitives import shape as S
-    from thunderx.primitives.slicing import concatenate, slice_in_dim
+    from thunderx.primitives.custom import _batch_size
+    from thunderx.primitives.slicing import batch_element, concatenate
 
-    size = next(get_aval(a).shape[d] for a, d in zip(args, dims) if d is not None)
+    size = _batch_size(args, dims)
     batched_avals = tuple(a.update(shape=(size,) + tuple(a.shape)) for a in out_avals)
     if vmap_method == "sequential":
         rows = []
         for i in range(size):
-            elems = [
-                a if d is None else S.squeeze(slice_in_dim(a, i, i + 1, 1, d), (d,))
-                for a, d in zip(args, dims)
-            ]
             rows.append(
                 pure_callback_p.bind(
-                    *elems, callback=callback, out_avals=out_avals, vmap_method=vmap_method
+                    *batch_element(args, dims, i),
+                    callback=callback,
+                    out_avals=out_avals,
+                    vmap_method=vmap_method,
                 )
             )
         outs = [

@@ -105,6 +105,17 @@ def slice_in_dim(x, start: int, limit: int, stride: int = 1, axis: int = 0):
 # -------------------------------------------------------------------------------------------- pad
 
 
+def batch_element(args, dims, i: int) -> list:
+    """Element `i` of each operand along its batch dim (`dims`, None: unbatched, as it is): what
+    a rule that runs a primitive once per batch element passes to each run."""
+    from thunderx.primitives.shape import squeeze
+
+    return [
+        a if d is None else squeeze(slice_in_dim(a, i, i + 1, 1, d), (d,))
+        for a, d in zip(args, dims)
+    ]
+
+
 def _pad_shape(shape, config):
     return tuple(
         lo + hi + n + max(0, n - 1) * interior for n, (lo, hi, interior) in zip(shape, config)
