@@ -57,7 +57,12 @@ class Jaxpr:
 
     __slots__ = ("constvars", "invars", "eqns", "outvars", "__weakref__", "_cache")
 
-    def __init__(self, constvars, invars, eqns, outvars, check: bool | None = None):
+    def __init__(
+        self, constvars, invars, eqns, outvars, check: bool | None = None, walk: bool = True
+    ):
+        """`check`: also rerun abstract evaluation (default: THUNDERX_CHECK_TYPES). `walk=False`:
+        a jaxpr a trace built, each variable defined once by construction (the linear map of
+        every eager `grad` call), is not walked again unless THUNDERX_CHECK_TYPES asks."""
         self.constvars = list(constvars)
         self.invars = list(invars)
         self.eqns = list(eqns)
@@ -65,19 +70,8 @@ class Jaxpr:
         self._cache: dict = {}
         if check is None:
             check = _CHECK_TYPES
-        check_jaxpr(self, full=check)
-
-    @classmethod
-    def built(cls, constvars, invars, eqns, outvars) -> "Jaxpr":
-        """A jaxpr a trace built, each variable defined once by construction: not walked again
-        (the linear map of every eager `grad` call is one), except with THUNDERX_CHECK_TYPES."""
-        if _CHECK_TYPES:
-            return cls(constvars, invars, eqns, outvars)
-        self = cls.__new__(cls)
-        self.constvars, self.invars = list(constvars), list(invars)
-        self.eqns, self.outvars = list(eqns), list(outvars)
-        self._cache = {}
-        return self
+        if walk or check:
+            check_jaxpr(self, full=check)
 
     @property
     def in_avals(self):

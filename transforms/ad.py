@@ -130,7 +130,7 @@ def linearize_flat(
     lin.aux = tree.unflatten(meta["aux_tree"], p_outs[meta["n_out"] :]) if has_aux else None
     lin.out_tree = meta["out_tree"]
     lin.residuals = trace.consts
-    lin.linear = Jaxpr.built([], trace.constvars + invars, trace.eqns, outvars)
+    lin.linear = Jaxpr([], trace.constvars + invars, trace.eqns, outvars, walk=False)
     lin.tangent_unknown = unknown
     lin.tangent_avals = [t.aval if type(t) is Zero else get_aval(t).strip_weak() for t in t_outs]
     lin.in_diff = in_diff
