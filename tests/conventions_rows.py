@@ -190,6 +190,9 @@ def batched_rule_at_nan():
     assert torch.isnan(tx.jacrev(f)(x0)) and torch.isnan(tx.grad(f)(x0))
     assert tf.jacrev(f)(x0) == 0 and torch.isnan(tf.grad(f)(x0))
     assert torch.isnan(tx.hessian(f)(x0)) and tf.hessian(f)(x0) == 0
+    f = lambda v: torch.softmax(v, 0)  # noqa: E731
+    assert torch.isnan(tx.hessian(f)(x0)) and torch.isnan(tx.grad(f)(x0))
+    assert tf.hessian(f)(x0) == 0 and torch.isnan(tf.grad(f)(x0))
 
     # 0-d, with hypot's nan cotangent at 0 after it
     def g(v, b):

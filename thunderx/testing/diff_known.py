@@ -206,6 +206,12 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with cumprod>", "autograd", "kink"): "nan-cotangent-dropped",
     ("<with round>", "*", "kink"): "symbolic-zero-derivative",
     ("i1e", "hessian", "kink"): "bessel-ratio-near-zero",
+    ("<with i1>", "hessian", "kink"): "bessel-ratio-near-zero",
+    ("softmax", "hessian", "unresolved"): "batched-rule-at-nan",
+    **{
+        ("<with instance_norm>", check, "kink"): "batched-norm-per-example"
+        for check in ("jit(vmap(grad))", "vmap(jvp)")
+    },
     **{
         ("<with gru>", check, "forward"): "batched-recurrent-rounding"
         for check in ("vmap", "vmap_axes")

@@ -194,6 +194,15 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # sinc of 30 (-1.1e-16) > i1e: its one-sided second derivative there
     ("i1e", "hessian", "kink"): ("big", 660254, "hessian", None, 2),
+    # sinc(-30) = -1.1e-16 > asin > abs > i1: i1's second derivative there (torch's cancels)
+    ("<with i1>", "hessian", "kink"): ("big", 4014994, "hessian", None, 4),
+    # var of one value (nan) > softmax of the 0-d nan > hardtanh > floor
+    ("softmax", "hessian", "unresolved"): ("one", 4011283, "hessian", None, 4),
+    # relu6 > instance_norm (torch's batched kernel rounds otherwise) > log > cummax of near ties
+    **{
+        ("<with instance_norm>", check, "kink"): ("tie", 4013344, check, None, 4)
+        for check in ("jit(vmap(grad))", "vmap(jvp)")
+    },
     # mish > std over a dim > pad, batched: torch's vectorized mish rounds equal inputs an ulp
     # apart, so a constant column becomes [a, a, a + 1 ulp]
     **{
