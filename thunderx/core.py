@@ -327,7 +327,22 @@ class EvalTrace(Trace):
             rule = impl_rules[prim]
         except KeyError:
             raise missing_rule(prim, "impl") from None
+        if _any_autocast() and torch.is_autocast_enabled("cpu"):
+            # a primitive's inputs have the dtypes it computes in: CPU autocast's casts are
+            # explicit equations (lang/autocast.py), and torch's would add others
+            return _without_cpu_autocast(rule, args, params)
         return rule(*args, **params)
+
+
+_any_autocast = torch._C._is_any_autocast_enabled
+
+
+def _without_cpu_autocast(fn, args, params):
+    torch.set_autocast_enabled("cpu", False)
+    try:
+        return fn(*args, **params)
+    finally:
+        torch.set_autocast_enabled("cpu", True)
 
 
 class _State(threading.local):

@@ -18,6 +18,8 @@ from thunderx.core import EvalTrace, Tracer, _state, axis_env, get_aval, is_top_
 from thunderx.errors import ArgumentValueError, user_frame
 from thunderx.executors import default_executor, executor_names
 from thunderx.ir import ClosedJaxpr
+from thunderx.lang.autocast import cpu_autocast_off, other_autocast_on
+from thunderx.lang.autocast import state as autocast_state
 from thunderx.lang.captured import check_write_aliases, write_back, write_traced
 from thunderx.passes import closure_convert
 from thunderx.tracing import trace_flat
@@ -162,7 +164,8 @@ class JitFunction:
             leaves = [_scalar_leaf(x) if type(x) in _SCALARS else x for x in leaves]
         # named axes in scope (vmap axis_name, shard_map mesh dims) shape the trace
         # torch's default dtype shapes the trace too (torch.zeros(3), an int tensor times 0.5)
-        key = (treedef, keys, (statics, axis_env(), torch.get_default_dtype()))
+        # and CPU autocast's state (its casts are part of the trace)
+        key = (treedef, keys, (statics, axis_env(), torch.get_default_dtype(), autocast_state()))
         if self._grad_keyed:
             key += (_grad_flags(leaves),)
         return key, leaves, dyn_args, dyn_kwargs
@@ -301,45 +304,56 @@ class JitFunction:
 
     def _call_slow(self, args, kwargs):
         if torch._C._is_any_autocast_enabled() and is_top_level():
-            # its program would run under autocast's casts, which its trace did not see
-            from thunderx.lang import autocast_refused
+            if other_autocast_on():
+                # its program would run under autocast's casts, which its trace did not see
+                from thunderx.lang import autocast_refused
 
-            raise autocast_refused(f"around a call of the jitted {self.__name__}")
+                raise autocast_refused(f"around a call of the jitted {self.__name__}")
+            # CPU autocast: traced with its casts (the cache key has its state), run without it
+            entry, leaves = self._lookup(args, kwargs)
+            with cpu_autocast_off():
+                return self._run_top(entry, leaves, args, kwargs, remember=False)
         entry, leaves = self._lookup(args, kwargs)
         if is_top_level():
-            prog = entry.program
-            if prog is None:
-                prog = entry.program = compiled_for(entry.jaxpr, self._executor_for(leaves))
-            if entry.writes:
-                operands = (*entry.consts, *leaves)
-                check_write_aliases(operands, entry.writes, self.__name__, len(entry.consts))
-            if _needs_autograd(leaves, entry.consts):
-                outs = prog.fn_plain(*entry.consts, *leaves)
-            else:
-                outs = prog.fn(*entry.consts, *leaves)
-            if entry.writes:
-                outs = write_back(operands, entry.writes, outs)
-            # the fast path's key has no axis env: only programs traced without one go there
-            fast = self._fast_ok and not kwargs and not axis_env() and not self._grad_keyed
-            if fast and all(type(a) in _PLAIN for a in args):
-                key = self._remember_fast(args, entry, prog)
-                self._remember_call(args, leaves, key)
-            elif fast and all(type(a) in _PLAIN for a in leaves):
-                flat, treedef = tree.flatten(args)
-                if len(flat) == len(leaves) and all(a is b for a, b in zip(flat, leaves)):
-                    keys = tuple((a.shape, a.dtype, a.device) for a in leaves)
-                    self._remember_fast(leaves, entry, prog, key=(treedef, keys))
-                    self._remember_call(args, leaves, (treedef, keys))
+            return self._run_top(entry, leaves, args, kwargs)
+        from thunderx.primitives.higher_order import jit_call_p
+
+        outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
+        if entry.writes:
+            outs = write_traced((*entry.consts, *leaves), entry.writes, outs, self.__name__)
+        if not torch.is_grad_enabled():  # called in a no_grad block of a traced function
+            from thunderx.primitives.higher_order import stop_gradient
+
+            outs = stop_gradient(outs)
+        return tree.unflatten(entry.out_tree, outs)
+
+    def _run_top(self, entry, leaves, args, kwargs, remember=True):
+        """The program for `entry` called on concrete `leaves` (compiled on its first call);
+        `remember`: the signature goes to the fast path (not for a program traced under CPU
+        autocast, which the fast path's key does not tell apart)."""
+        prog = entry.program
+        if prog is None:
+            prog = entry.program = compiled_for(entry.jaxpr, self._executor_for(leaves))
+        if entry.writes:
+            operands = (*entry.consts, *leaves)
+            check_write_aliases(operands, entry.writes, self.__name__, len(entry.consts))
+        if _needs_autograd(leaves, entry.consts):
+            outs = prog.fn_plain(*entry.consts, *leaves)
         else:
-            from thunderx.primitives.higher_order import jit_call_p
-
-            outs = jit_call_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.__name__)
-            if entry.writes:
-                outs = write_traced((*entry.consts, *leaves), entry.writes, outs, self.__name__)
-            if not torch.is_grad_enabled():  # called in a no_grad block of a traced function
-                from thunderx.primitives.higher_order import stop_gradient
-
-                outs = stop_gradient(outs)
+            outs = prog.fn(*entry.consts, *leaves)
+        if entry.writes:
+            outs = write_back(operands, entry.writes, outs)
+        # the fast path's key has no axis env: only programs traced without one go there
+        fast = remember and self._fast_ok and not kwargs and not axis_env() and not self._grad_keyed
+        if fast and all(type(a) in _PLAIN for a in args):
+            key = self._remember_fast(args, entry, prog)
+            self._remember_call(args, leaves, key)
+        elif fast and all(type(a) in _PLAIN for a in leaves):
+            flat, treedef = tree.flatten(args)
+            if len(flat) == len(leaves) and all(a is b for a, b in zip(flat, leaves)):
+                keys = tuple((a.shape, a.dtype, a.device) for a in leaves)
+                self._remember_fast(leaves, entry, prog, key=(treedef, keys))
+                self._remember_call(args, leaves, (treedef, keys))
         return tree.unflatten(entry.out_tree, outs)
 
     def _remember_call(self, args, leaves, key):

@@ -13,6 +13,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     array_funcs,
     assertions,
     attention,
+    autocast,
     autograd_function,
     autograd_grad,
     compare,
@@ -78,9 +79,15 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
     impl = torch_table.get(func)
     if impl is None:
         _check_autocast()
+        if _any_autocast() and autocast.cpu_autocast_on():
+            raise autocast_refused(
+                f"in a call of {getattr(func, '__name__', func)}",
+                "it has no decomposition, so thunderx would run torch's own function without "
+                "autocast's casts",
+            )
         out = opaque_call(func, args, kwargs or {})
     else:
-        out = _decompose(impl, args, kwargs or {})
+        out = _decompose(impl, args, kwargs or {}, func)
     return out if _grad_enabled() else _no_grad(out, args)
 
 
@@ -112,9 +119,19 @@ def _with_out(cls, func, types, args, kwargs):
     return out
 
 
-def _decompose(impl, args, kwargs):
-    """impl(*args, **kwargs), the constants it makes going to the device of the call's tensors."""
-    _check_autocast()
+def _decompose(impl, args, kwargs, func=None, name=None):
+    """impl(*args, **kwargs), the constants it makes going to the device of the call's tensors;
+    under CPU autocast, with torch's cast policy for `func` (or the method `name`) applied."""
+    if _any_autocast():
+        _check_autocast()
+        if autocast.cpu_autocast_on():
+            if func is None:
+                func = getattr(torch.Tensor, name, None)
+            return autocast.call(impl, func, name, args, kwargs, _run)
+    return _run(impl, args, kwargs)
+
+
+def _run(impl, args, kwargs):
     device = _call_device(args)
     if device is None:
         return impl(*args, **kwargs)
@@ -129,10 +146,11 @@ _any_autocast = torch._C._is_any_autocast_enabled
 
 
 def _check_autocast() -> None:
-    """torch.autocast is refused where thunderx stages or differentiates: primitives take their
-    inputs' dtypes, so its casts would be lost in a staged program or mismatch the derivative's
-    dtypes. An eager vmap runs torch's kernels, which apply it, and is let through."""
-    if not _any_autocast():
+    """CPU autocast's policy is applied by the language layer (lang/autocast.py). Other devices'
+    autocast is refused where thunderx stages or differentiates: primitives take their inputs'
+    dtypes, so its casts would be lost in a staged program or mismatch the derivative's dtypes.
+    An eager vmap runs torch's kernels, which apply it, and is let through."""
+    if not _any_autocast() or not autocast.other_autocast_on():
         return
     from thunderx.core import EvalTrace, current_trace
     from thunderx.transforms.vmap import BatchTrace
@@ -147,14 +165,16 @@ def _check_autocast() -> None:
         )
 
 
-def autocast_refused(where: str) -> UnsupportedOperationError:
-    dev = next((d for d in ("cuda", "cpu") if torch.is_autocast_enabled(d)), "cpu")
+def autocast_refused(where: str, why: str | None = None) -> UnsupportedOperationError:
+    """The error for autocast where thunderx cannot apply its casts: `where` (after the user's
+    line), and `why` (default: a device other than the CPU, whose policy is not applied)."""
+    dev = next((d for d in ("cuda", "xpu", "mps", "hpu") if torch.is_autocast_enabled(d)), "cpu")
+    why = why or "thunderx applies CPU autocast's cast policy only"
     return UnsupportedOperationError(
         f"torch.autocast({dev!r}, dtype={torch.get_autocast_dtype(dev)}) is active at "
-        f"{user_frame()} {where}, where thunderx would not apply its casts: cast explicitly "
-        "where lower precision is wanted "
-        "(x.to(torch.bfloat16), a module's .to(dtype)); under an eager vmap autocast applies "
-        "as in torch"
+        f"{user_frame()} {where}: {why}; cast explicitly where lower precision is wanted "
+        "(x.to(torch.bfloat16), a module's .to(dtype)), or call it in a "
+        f"`torch.autocast({dev!r}, enabled=False)` block"
     )
 
 
@@ -175,7 +195,7 @@ def _call_device(args):
 
 def _method(name, impl):
     def method(self, *args, **kwargs):
-        out = _decompose(impl, (self,) + args, kwargs)
+        out = _decompose(impl, (self,) + args, kwargs, None, name)
         return out if _grad_enabled() else _no_grad(out, (self,) + args)
 
     method.__name__ = name
