@@ -43,6 +43,7 @@ MODULES = [
     thunderx.implicit,
     thunderx.host_callback,
     thunderx.checkpointing,
+    thunderx.config,
     thunderx,
 ]
 

@@ -15,6 +15,7 @@ from thunderx import primitives as _primitives  # noqa: F401  (registers the pri
 from thunderx import printing as _printing  # noqa: F401  (attaches the IR's text form)
 from thunderx.api import functional_call, make_jaxpr, stack_module_state
 from thunderx.checkpointing import checkpoint, checkpoint_policies, remat
+from thunderx.config import disable_jit
 from thunderx.control_flow import install_torch_control_flow as _install_cf
 from thunderx.explain import explain
 from thunderx.host_callback import pure_callback
@@ -55,6 +56,7 @@ __all__ = [
     "custom_vjp",
     "custom_vmap",
     "debug",
+    "disable_jit",
     "errors",
     "eval_jaxpr",
     "eval_shape",

@@ -14,6 +14,7 @@ import optree
 import torch
 
 from thunderx import tree, validate
+from thunderx.config import switches
 from thunderx.core import EvalTrace, Tracer, _state, axis_env, get_aval, is_top_level
 from thunderx.errors import ArgumentValueError, user_frame
 from thunderx.executors import default_executor, executor_names
@@ -249,6 +250,8 @@ class JitFunction:
             return tree.unflatten(out_tree, write_back(operands, writes, fn(*operands)))
 
         def jitted(*args, **kwargs):
+            if switches.jit_disabled:  # thunderx.disable_jit(): the function itself, op by op
+                return self.fun(*args, **kwargs)
             if fast_ok and not kwargs and not any_autocast() and default_dtype() is fast_default[0]:
                 # a generated check of a signature seen before, and the call (jit_guard.py)
                 for call in guards[0]:
