@@ -180,6 +180,11 @@ POLICY_CASES = [
     ("l1_loss", F.l1_loss, (_t(4, 5, dtype=torch.bfloat16), _t(4, 5, seed=1))),
     ("prod", lambda x: torch.prod(x, 1), (_t(4, 5, dtype=torch.bfloat16),)),
     ("cdist", torch.cdist, (_t(4, 3), _t(5, 3, seed=1))),
+    (
+        "cdist_bf16",
+        torch.cdist,
+        (_t(4, 3, dtype=torch.bfloat16), _t(5, 3, seed=1, dtype=torch.bfloat16)),
+    ),
     ("solve", torch.linalg.solve, (_t(3, 3) + 3 * torch.eye(3), _t(3, 2, seed=1))),
     (
         "bce_logits",
@@ -345,3 +350,19 @@ def test_other_devices_autocast_is_refused_at_the_users_line(name, cuda_autocast
     with pytest.raises(UnsupportedOperationError, match=r"autocast\('cuda'.*test_autocast.py"):
         ours(_loss)(*args)
     assert type(current_trace()) is EvalTrace
+
+
+def test_indexing_by_a_traced_integer_under_autocast():
+    # torch's dtypes are found with 0 standing for the index (a fake run needs a value there)
+    def f(x, i, n):
+        return torch.narrow(x[i] @ B, 0, n, 1) * 2
+
+    i, n = torch.tensor(2), torch.tensor(1)
+    with autocast():
+        _same(tx.jit(f)(A, i, n), f(A, i, n))
+        _same(
+            tx.grad(lambda x: f(x, i, n).float().sum())(A),
+            tf.grad(lambda x: f(x, i, n).float().sum())(A),
+            **BF16,
+        )
+    _clean()

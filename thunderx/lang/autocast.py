@@ -262,6 +262,22 @@ def _torch_dtypes(func, args, kwargs):
 
 
 def _fake_run(func, args, kwargs):
+    """Result dtypes of `func` run by torch on fake tensors of the arguments' shapes and dtypes.
+    Where that needs a value (an index or length given as a 0-dim integer tensor: `x[i]`,
+    `narrow`), it runs again with 0 for such scalars: dtypes do not depend on their values."""
+    out = _fake_call(func, args, kwargs, scalars=False)
+    if out is _UNKNOWN and any(_int_scalar(x) for x in _leaves(args, kwargs)):
+        out = _fake_call(func, args, kwargs, scalars=True)
+    return out
+
+
+def _int_scalar(x) -> bool:
+    if not isinstance(x, (Tracer, torch.Tensor)):
+        return False
+    return tuple(x.shape) == () and not (x.dtype.is_floating_point or x.dtype.is_complex)
+
+
+def _fake_call(func, args, kwargs, scalars: bool):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from thunderx.core import EvalTrace, set_trace
@@ -269,6 +285,8 @@ def _fake_run(func, args, kwargs):
     mode = FakeTensorMode()
 
     def fake(x):
+        if scalars and _int_scalar(x):
+            return False if x.dtype is torch.bool else 0
         if isinstance(x, Tracer):
             a = x.aval
             return torch.empty(tuple(a.shape), dtype=a.dtype, device=a.device)
