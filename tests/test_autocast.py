@@ -366,3 +366,24 @@ def test_indexing_by_a_traced_integer_under_autocast():
             **BF16,
         )
     _clean()
+
+
+@pytest.mark.parametrize("executor", ["torch", "nvfuser", "inductor"])
+def test_every_executor_runs_the_casts_of_a_program_traced_under_autocast(executor):
+    if executor == "inductor":
+        from thunderx.executors.inductor_exec import inductor_unavailable_reason
+
+        if inductor_unavailable_reason() is not None:
+            pytest.skip(inductor_unavailable_reason())
+    g = torch.Generator().manual_seed(3)
+    w1, w2 = torch.randn(16, 32, generator=g), torch.randn(32, 4, generator=g)
+    x, y = torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g)
+
+    def loss(p, x):
+        return F.cross_entropy(torch.relu(x @ p[0]) @ p[1], y)
+
+    with autocast():
+        want = tf.grad(loss)((w1, w2), x)
+        got = tx.jit(tx.grad(loss), executor=executor)((w1, w2), x)
+    _same(got, want)  # the nvFuser program through its reference interpreter on CPU
+    _clean()
