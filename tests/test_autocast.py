@@ -387,3 +387,37 @@ def test_every_executor_runs_the_casts_of_a_program_traced_under_autocast(execut
         got = tx.jit(tx.grad(loss), executor=executor)((w1, w2), x)
     _same(got, want)  # the nvFuser program through its reference interpreter on CPU
     _clean()
+
+
+def test_repeated_jit_calls_under_autocast_keep_every_guarantee():
+    f = tx.jit(lambda p, x: {"y": torch.tanh(x @ p["w"]) * 2, "s": (x @ p["w"]).float().sum()})
+    p = {"w": B}
+    with autocast():
+        want = f.__wrapped__(p, A)
+        for _ in range(3):  # the first call traces, the others find the program again
+            _same(f(p, A), want)
+        with autocast(torch.float16):
+            _same(f(p, A), f.__wrapped__(p, A))
+        # torch autograd through a call: the program variant without in-place reuse
+        a = A.clone().requires_grad_()
+        f(p, a)["s"].backward()
+        a2 = A.clone().requires_grad_()
+        f.__wrapped__(p, a2)["s"].backward()
+        _same(a.grad, a2.grad)
+        f.clear_cache()
+        _same(f(p, A), want)
+    _clean()
+
+    # a program that writes a captured tensor back is called through the general path
+    count = torch.zeros(())
+
+    def step(x):
+        count.add_(1)
+        return x @ B
+
+    g = tx.jit(step)
+    with autocast():
+        for _ in range(3):
+            _same(g(A), A @ B)
+    _clean()
+    assert count.item() == 3

@@ -19,12 +19,12 @@ from thunderx.core import EvalTrace, Tracer, _state, axis_env, get_aval, is_top_
 from thunderx.errors import ArgumentValueError, user_frame
 from thunderx.executors import default_executor, executor_names
 from thunderx.ir import ClosedJaxpr
-from thunderx.lang.autocast import cpu_autocast_off, other_autocast_on
-from thunderx.lang.autocast import state as autocast_state
+from thunderx.lang import autocast
 from thunderx.lang.captured import check_write_aliases, write_back, write_traced
 from thunderx.passes import closure_convert
 from thunderx.tracing import trace_flat
 from thunderx.transforms.jaxpr_cache import compiled_for
+from thunderx.transforms.jit_autocast import AutocastCalls
 from thunderx.transforms.jit_guard import LEAF_TYPES, MISS, fast_call
 
 _SCALARS = (bool, int, float, complex)
@@ -110,6 +110,7 @@ class JitFunction:
         self._fast: dict = {}
         self._fast_hits = [0]
         self._fast_ok = not self.static_argnums and not self.static_argnames
+        self._autocast_calls = AutocastCalls(self)
         # generated checks-and-calls for the signatures seen on the fast path (jit_guard.py),
         # the newest first
         self._guards: list = [()]
@@ -166,7 +167,7 @@ class JitFunction:
         # named axes in scope (vmap axis_name, shard_map mesh dims) shape the trace
         # torch's default dtype shapes the trace too (torch.zeros(3), an int tensor times 0.5)
         # and CPU autocast's state (its casts are part of the trace)
-        key = (treedef, keys, (statics, axis_env(), torch.get_default_dtype(), autocast_state()))
+        key = (treedef, keys, (statics, axis_env(), torch.get_default_dtype(), autocast.state()))
         if self._grad_keyed:
             key += (_grad_flags(leaves),)
         return key, leaves, dyn_args, dyn_kwargs
@@ -239,7 +240,7 @@ class JitFunction:
         grad_enabled = torch.is_grad_enabled
         any_autocast = torch._C._is_any_autocast_enabled
         default_dtype, fast_default = torch.get_default_dtype, self._fast_default
-        fast_ok = self._fast_ok
+        fast_ok, autocast_calls = self._fast_ok, self._autocast_calls
         name = self.__name__
         guards = self._guards
 
@@ -252,7 +253,9 @@ class JitFunction:
         def jitted(*args, **kwargs):
             if switches.jit_disabled:  # thunderx.disable_jit(): the function itself, op by op
                 return self.fun(*args, **kwargs)
-            if fast_ok and not kwargs and not any_autocast() and default_dtype() is fast_default[0]:
+            if any_autocast():  # programs traced with autocast's casts (jit_autocast.py)
+                return autocast_calls(args, kwargs)
+            if fast_ok and not kwargs and default_dtype() is fast_default[0]:
                 # a generated check of a signature seen before, and the call (jit_guard.py)
                 for call in guards[0]:
                     out = call(args)
@@ -307,14 +310,10 @@ class JitFunction:
 
     def _call_slow(self, args, kwargs):
         if torch._C._is_any_autocast_enabled() and is_top_level():
-            if other_autocast_on():
-                # its program would run under autocast's casts, which its trace did not see
-                from thunderx.lang import autocast_refused
-
-                raise autocast_refused(f"around a call of the jitted {self.__name__}")
+            autocast.check_jit_call(self.__name__)  # other devices' autocast: refused
             # CPU autocast: traced with its casts (the cache key has its state), run without it
             entry, leaves = self._lookup(args, kwargs)
-            with cpu_autocast_off():
+            with autocast.cpu_autocast_off():
                 return self._run_top(entry, leaves, args, kwargs, remember=False)
         entry, leaves = self._lookup(args, kwargs)
         if is_top_level():
@@ -411,6 +410,7 @@ class JitFunction:
             self._cache.clear()
             self._fast.clear()
             self._guards[0] = ()
+            self._autocast_calls.clear()
 
     def trace(self, *args, **kwargs) -> ClosedJaxpr:
         entry, _ = self._lookup(args, kwargs)

@@ -83,6 +83,15 @@ def other_autocast_on() -> bool:
     return any(torch.is_autocast_enabled(d) for d in ("cuda", "xpu", "mps", "hpu"))
 
 
+def check_jit_call(name: str) -> None:
+    """A jitted function called under another device's autocast is refused: its program would
+    run under casts its trace did not see."""
+    if other_autocast_on():
+        from thunderx.lang import autocast_refused
+
+        raise autocast_refused(f"around a call of the jitted {name}")
+
+
 class cpu_autocast_off:
     """Runs a block with CPU autocast disabled (kernels of primitives, generated programs: their
     casts are explicit), restoring the previous state on any exit."""
