@@ -15,6 +15,7 @@ from thunderx.lang.autocast import other_autocast_on
 _flatten, _NAMESPACE = optree.tree_flatten, tree.NAMESPACE
 _autocast_dtype, _default_dtype = torch.get_autocast_dtype, torch.get_default_dtype
 _grad_enabled, _set_autocast = torch.is_grad_enabled, torch.set_autocast_enabled
+_autocast_on = torch.is_autocast_enabled
 
 
 class AutocastCalls:
@@ -37,6 +38,7 @@ class AutocastCalls:
             or not impl._fast_ok
             or impl._grad_keyed
             or _state.trace.__class__ is not EvalTrace
+            or not _autocast_on("cpu")
             or other_autocast_on()
         ):
             return impl._call_slow(args, kwargs)
