@@ -17,7 +17,7 @@ PACKAGES["transforms"] = "thunderx.transforms"
 # Lowest first. The IR and core never import printing, HTML or executors; presentation (HTML,
 # SVG, explain) sits above the executors; the package, the API and testing helpers on top.
 LAYERS = [
-    ("base", ["thunderx.errors", "thunderx.avals", "thunderx.tree"]),
+    ("base", ["thunderx.errors", "thunderx.avals", "thunderx.tree", "thunderx.config"]),
     ("core", ["thunderx.ad_util", "thunderx.properties", "thunderx.axes", "thunderx.core"]),
     ("ir", ["thunderx.ir", "thunderx.validate"]),
     ("text", ["thunderx.printing"]),
