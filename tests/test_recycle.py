@@ -90,7 +90,15 @@ def test_the_out_forms_cover_the_kernels_that_make_large_results():
     # runs after the parametrized test above (pytest keeps file order)
     if not RECYCLED_PRIMS:
         pytest.skip("run with the parametrized out-form test")
-    for name in ("mul", "add", "exp", "dot_general", "reduce_sum", "tanh_backward"):
+    for name in (
+        "mul",
+        "add",
+        "exp",
+        "dot_general",
+        "reduce_sum",
+        "tanh_backward",
+        "convert_element_type",
+    ):
         assert name in RECYCLED_PRIMS, f"{name} has no recycled out= form"
 
 

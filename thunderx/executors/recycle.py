@@ -144,6 +144,7 @@ _OUT_FUNCS = frozenset(
     {"mm", "bmm", "addmm", "baddbmm", "matmul", "tensordot", "mul", "add", "sub", "sum"}
 )
 _CALL = re.compile(r"torch\.(\w+)\(")
+_CONVERT = re.compile(r"(\w+)\.to\(torch\.\w+\)")  # convert_element_type's source
 _LINEAR = "torch.nn.functional.linear("
 
 
@@ -248,7 +249,11 @@ def _takes_out(name: str, arity: int) -> bool:
 
 def _call_with_out(expr: str, out: str) -> str | None:
     """`torch.f(...)` spanning all of `expr`, f in _OUT_FUNCS, with `out=` added; `(a * b)` as
-    `torch.mul(a, b, out=...)`; None for anything else."""
+    `torch.mul(a, b, out=...)`; a conversion `x.to(dtype)` as `out.copy_(x)`; None for anything
+    else."""
+    m = _CONVERT.fullmatch(expr)
+    if m is not None:
+        return f"{out}.copy_({m.group(1)})"
     if expr.startswith(_LINEAR) and closes_at_end(expr, len(_LINEAR) - 1):
         # F.linear has no out=: the addmm it runs on the rows (torch's own for a contiguous
         # input), into a 2-D view of the buffer

@@ -47,7 +47,7 @@ from thunderx.primitives.binary import add_p
 from thunderx.primitives.custom import keep_derivative_call, keeps_derivative
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
 from thunderx.primitives.linalg import dot_general_p
-from thunderx.primitives.unary import select_p
+from thunderx.primitives.unary import convert_p, select_p
 from thunderx.printing import _names
 
 _RESERVED = {"torch", "math", "inf", "nan", "device"}
@@ -331,6 +331,8 @@ def generate_source(
             else:
                 expr = _default_codegen(e.prim, args, e.params, namespace)
             aliases = e.prim.props.alias_positions(len(e.inputs))
+            if e.prim is convert_p and avals[0].dtype != out[0].aval.dtype:
+                aliases = ()  # `x.to(dtype)` to another dtype: a new tensor (recyclable)
         lhs = ", ".join(namer(v) for v in out)
         if e.prim.multiple_results:
             lhs += "," if len(out) == 1 else ""
