@@ -150,6 +150,41 @@ def per_example_mlp(rounds):
     return rows
 
 
+def autocast_per_example(rounds):
+    """Per-example gradients of the ReLU MLP (issue #20's size) under
+    torch.autocast("cpu", dtype=torch.bfloat16): each side computes its matrix products in
+    bfloat16 and returns float32 gradients (thunderx: the casts are equations of its program)."""
+    dims, batch = PER_EXAMPLE_MLP_SIZES[1]
+    params = mlp_init(dims)
+    x, y = torch.randn(batch, 1, dims[0]), torch.randint(0, dims[-1], (batch, 1))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ours = tx.jit(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0)))
+        theirs = tf.vmap(tf.grad(mlp_loss), in_dims=(None, 0, 0))
+        compile_s = timed(lambda: ours(params, x, y))
+        _check(ours(params, x, y), theirs(params, x, y), tol=2e-2)
+        comp, comp_first, why = compile_peer(theirs, params, x, y)
+        res = compare(
+            lambda: theirs(params, x, y),
+            with_compile({"t": lambda: ours(params, x, y)}, comp and (lambda: comp(params, x, y))),
+            rounds,
+            target_s=0.1,
+        )
+    case = (
+        f"per-example grads under bfloat16 autocast, MLP {'-'.join(map(str, dims))}, batch {batch}"
+    )
+    return [
+        _row(
+            case,
+            "jit(vmap(grad))",
+            "torch.func vmap(grad)",
+            res,
+            "t",
+            f"trace+compile {compile_s * 1e3:.0f} ms",
+        ),
+        compile_row(case, "jit(vmap(grad))", "vmap(grad)", res, "t", comp_first, compile_s, why),
+    ]
+
+
 class SmallCNN(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -145,6 +145,7 @@ def main():
     print(header)
     suite = [
         cases.per_example_mlp,
+        cases.autocast_per_example,
         cases.per_example_cnn,
         cases.ensembling,
         cases.jacobians,

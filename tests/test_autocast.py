@@ -286,15 +286,41 @@ def test_per_example_gradients_of_a_cnn_under_autocast_match_torch_func():
     _clean()
 
 
-def test_a_function_whose_autocast_dtype_is_unknown_is_refused_at_the_users_line():
+def test_functions_torch_implements_with_a_listed_operator_get_its_dtypes():
     with autocast():
         assert torch.cov(A).dtype == torch.bfloat16  # torch runs its product in bfloat16
-        with pytest.raises(UnsupportedOperationError, match="cov at .*test_autocast.py"):
-            tx.jit(torch.cov)(A)
-        with pytest.raises(UnsupportedOperationError, match="autocast"):
-            tx.grad(lambda a: torch.cov(a).sum())(A)
+        _same(tx.jit(torch.cov)(A), torch.cov(A), **BF16)
+        assert tx.grad(lambda a: torch.cov(a).float().sum())(A).dtype == torch.float32
     _clean()
-    _same(tx.jit(torch.cov)(A), torch.cov(A))  # outside autocast: computed as usual
+    _same(tx.jit(torch.cov)(A), torch.cov(A))  # outside autocast: float32 as usual
+
+
+@pytest.mark.parametrize("found", ["float64", "unknown"])
+def test_a_call_whose_dtypes_cannot_be_matched_is_refused_at_the_users_line(found, monkeypatch):
+    from thunderx.lang import autocast as policy
+
+    found_dtypes = torch.float64 if found == "float64" else policy._UNKNOWN
+    monkeypatch.setattr(policy, "_torch_dtypes", lambda *a: found_dtypes)
+    with autocast():
+        with pytest.raises(UnsupportedOperationError, match=r"sin at .*test_autocast.py"):
+            tx.jit(lambda a: torch.sin(a) * 2)(A)
+    _clean()
+
+
+def test_finding_torchs_dtypes_draws_no_random_numbers():
+    def f(x):  # the in-place draws are torch calls whose dtypes are found by running them
+        return (x @ B).uniform_() + (x @ B).normal_().abs()
+
+    g = tx.jit(f)
+    with autocast():
+        torch.manual_seed(0)
+        first = g(A)  # traced: torch's dtypes found by running its functions once
+        state = torch.get_rng_state()
+        torch.manual_seed(0)
+        again = g(A)  # the cached program alone
+        assert torch.equal(state, torch.get_rng_state())
+    _same(first, again)
+    _clean()
 
 
 F32_CASES = [c for c in POLICY_CASES if all(a.dtype != torch.bfloat16 for a in c[2])]

@@ -17,12 +17,12 @@ decomposition makes run without the policy.
 
 A torch function that is not listed may still reach a listed operator inside its C++ or Python
 implementation (`einsum` and `tensordot` run `bmm`/`mm`, `multi_head_attention_forward` runs
-`linear`). For those, torch's own result dtypes under autocast are found by running the function
-on fake tensors (`FakeTensorMode`: shapes and dtypes only, no data), once per signature: where
-torch returns the autocast dtype and the decomposition would not, the inputs are cast to it first;
-where the dtypes still differ, or torch's cannot be found (a data-dependent function such as
-`cov`), the call is refused naming the function and the user's line, so that a program never
-silently computes in another precision than torch would.
+`linear`). For those, torch's own result dtypes under autocast are found by running torch's
+function once per signature, on stand-in tensors of the arguments' shapes and dtypes (or, where
+that fails, on fake tensors: `FakeTensorMode`): where torch returns the autocast dtype and the
+decomposition would not, the inputs are cast to it first; where the dtypes still differ, or
+torch's cannot be found, the call is refused naming the function and the user's line, so that a
+program never silently computes in another precision than torch would.
 
 CUDA (and other devices') autocast stays refused under staging and differentiating transforms:
 its policy lists differ and are not checked here without a GPU."""
@@ -253,21 +253,57 @@ def _key(x):
 
 
 def _torch_dtypes(func, args, kwargs):
-    """Result dtypes of `func(*args, **kwargs)` in torch under the current autocast state, from a
-    run on fake tensors (cached per signature); _UNKNOWN where that run fails (data-dependent
-    output, no fake kernel)."""
+    """Result dtypes of `func(*args, **kwargs)` in torch under the current autocast state
+    (cached per signature): from a run on stand-in tensors, else on fake ones; _UNKNOWN where
+    both fail."""
     try:
         key = (func, _key(args), _key(kwargs), torch.get_autocast_dtype("cpu"))
     except TypeError:  # an unhashable argument: no caching
         key = None
     if key is not None and key in _probed:
         return _probed[key]
-    result = _fake_run(func, args, kwargs)
+    result = _real_run(func, args, kwargs)
+    if result is _UNKNOWN:
+        result = _fake_run(func, args, kwargs)
     if key is not None:
         if len(_probed) >= _PROBE_CACHE:
             _probed.clear()
         _probed[key] = result
     return result
+
+
+def _real_run(func, args, kwargs):
+    """Result dtypes of `func` run by torch itself, under the current autocast, on stand-ins:
+    a traced value's shape and dtype filled with ones (zeros for integers and booleans: valid
+    indices), a concrete tensor's copy (its values, never written). The random number
+    generators are restored afterwards. Cheaper than fake tensors, whose first use in a process
+    costs about a second."""
+    from thunderx.core import EvalTrace, set_trace
+
+    def stand_in(x):
+        if isinstance(x, Tracer):
+            a = x.aval
+            fill = torch.ones if a.dtype.is_floating_point or a.dtype.is_complex else torch.zeros
+            return fill(tuple(a.shape), dtype=a.dtype, device=a.device)
+        if isinstance(x, torch.Tensor):
+            return x.detach().clone()
+        if isinstance(x, (list, tuple)):
+            return type(x)(stand_in(v) for v in x)
+        return x
+
+    devices = {getattr(x, "device", None) for x in _leaves(args, kwargs)}
+    cuda = [d.index or 0 for d in devices if d is not None and d.type == "cuda"]
+    try:
+        with (
+            set_trace(EvalTrace(None)),
+            torch._C.DisableTorchFunction(),
+            torch.random.fork_rng(devices=cuda),
+            torch.no_grad(),
+        ):
+            out = func(*[stand_in(a) for a in args], **{k: stand_in(v) for k, v in kwargs.items()})
+        return _dtypes(out)
+    except Exception:  # noqa: BLE001 - any failure only means this run cannot tell
+        return _UNKNOWN
 
 
 def _fake_run(func, args, kwargs):
