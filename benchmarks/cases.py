@@ -104,6 +104,21 @@ def mlp_loss(params, x, y):
 PER_EXAMPLE_MLP_SIZES = [([128, 128, 128, 10], 256), ([256, 256, 256, 10], 128)]
 
 
+def _vmap_grad_rows(case, res, compile_s, comp_first, why):
+    """thunderx's jit(vmap(grad)) ("t") against torch.func's vmap(grad) and torch.compile's."""
+    return [
+        _row(
+            case,
+            "jit(vmap(grad))",
+            "torch.func vmap(grad)",
+            res,
+            "t",
+            f"trace+compile {compile_s * 1e3:.0f} ms",
+        ),
+        compile_row(case, "jit(vmap(grad))", "vmap(grad)", res, "t", comp_first, compile_s, why),
+    ]
+
+
 def per_example_mlp(rounds):
     """Per-example gradients of a ReLU MLP with cross-entropy (DP-SGD style), two sizes."""
     rows = []
@@ -131,19 +146,7 @@ def per_example_mlp(rounds):
             target_s=0.1,
         )
         case = f"per-example grads, MLP {'-'.join(map(str, dims))}, batch {batch}"
-        rows += [
-            _row(
-                case,
-                "jit(vmap(grad))",
-                "torch.func vmap(grad)",
-                res,
-                "t",
-                f"trace+compile {compile_s * 1e3:.0f} ms",
-            ),
-            compile_row(
-                case, "jit(vmap(grad))", "vmap(grad)", res, "t", comp_first, compile_s, why
-            ),
-        ]
+        rows += _vmap_grad_rows(case, res, compile_s, comp_first, why)
         if "ti" in res:
             cand = "jit(vmap(grad)), inductor"
             rows.append(compile_row(case, cand, "vmap(grad)", res, "ti", comp_first, ind_first))
@@ -172,17 +175,7 @@ def autocast_per_example(rounds):
     case = (
         f"per-example grads under bfloat16 autocast, MLP {'-'.join(map(str, dims))}, batch {batch}"
     )
-    return [
-        _row(
-            case,
-            "jit(vmap(grad))",
-            "torch.func vmap(grad)",
-            res,
-            "t",
-            f"trace+compile {compile_s * 1e3:.0f} ms",
-        ),
-        compile_row(case, "jit(vmap(grad))", "vmap(grad)", res, "t", comp_first, compile_s, why),
-    ]
+    return _vmap_grad_rows(case, res, compile_s, comp_first, why)
 
 
 class SmallCNN(torch.nn.Module):
@@ -223,17 +216,7 @@ def per_example_cnn(rounds):
         max(3, rounds // 3),
     )
     case = "per-example grads, tutorial CNN, batch 64"
-    return [
-        _row(
-            case,
-            "jit(vmap(grad))",
-            "torch.func vmap(grad)",
-            res,
-            "t",
-            f"trace+compile {compile_s * 1e3:.0f} ms",
-        ),
-        compile_row(case, "jit(vmap(grad))", "vmap(grad)", res, "t", comp_first, compile_s, why),
-    ]
+    return _vmap_grad_rows(case, res, compile_s, comp_first, why)
 
 
 def ensembling(rounds):
