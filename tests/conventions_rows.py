@@ -81,6 +81,16 @@ def forward_mode_unselected_tangent():
         assert torch.isnan(tf.jvp(fn, (three, one), tangents)[1])
         _close(tx.grad(fn, argnums=(0, 1))(three, one), tf.grad(fn, (0, 1))(three, one))
 
+    # a Hessian (forward over reverse) through minimum where x / 0 is not selected: the b block
+    # is the selected branch's i0e'' (the unselected branch's infinite derivative ignored)
+    def h(x, b):
+        return (torch.special.i0e(torch.minimum(x / 0.0, b)) * T(-2.0, -0.25)).sum()
+
+    x, b = T(0.75, -0.75), S(0.75)
+    i0e_d2 = tf.grad(tf.grad(torch.special.i0e))(b)
+    _close(tx.hessian(h, argnums=(0, 1))(x, b)[1][1], -2.0 * i0e_d2)
+    assert torch.isnan(tf.hessian(h, argnums=(0, 1))(x, b)[1][1])
+
 
 def extremum_of_nan():
     nan, one = S(math.nan), S(1.0)

@@ -207,6 +207,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with round>", "*", "kink"): "symbolic-zero-derivative",
     ("i1e", "hessian", "kink"): "bessel-ratio-near-zero",
     ("<with i1>", "hessian", "kink"): "bessel-ratio-near-zero",
+    ("<with minimum>", "hessian", "kink"): "forward-mode-unselected-tangent",
     ("softmax", "hessian", "unresolved"): "batched-rule-at-nan",
     **{
         ("<with instance_norm>", check, "kink"): "batched-norm-per-example"

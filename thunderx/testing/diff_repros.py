@@ -196,6 +196,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("i1e", "hessian", "kink"): ("big", 660254, "hessian", None, 2),
     # sinc(-30) = -1.1e-16 > asin > abs > i1: i1's second derivative there (torch's cancels)
     ("<with i1>", "hessian", "kink"): ("big", 4014994, "hessian", None, 4),
+    # x / 0 > minimum selecting the other operand > i0e: the Hessian's forward over reverse
+    ("<with minimum>", "hessian", "kink"): ("tie", 4213962, "hessian", None, 3),
     # var of one value (nan) > softmax of the 0-d nan > hardtanh > floor
     ("softmax", "hessian", "unresolved"): ("one", 4011283, "hessian", None, 4),
     # relu6 > instance_norm (torch's batched kernel rounds otherwise) > log > cummax of near ties
