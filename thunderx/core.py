@@ -330,19 +330,27 @@ class EvalTrace(Trace):
         if _any_autocast() and torch.is_autocast_enabled("cpu"):
             # a primitive's inputs have the dtypes it computes in: CPU autocast's casts are
             # explicit equations (lang/autocast.py), and torch's would add others
-            return _without_cpu_autocast(rule, args, params)
+            with cpu_autocast_off():
+                return rule(*args, **params)
         return rule(*args, **params)
 
 
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
-def _without_cpu_autocast(fn, args, params):
-    torch.set_autocast_enabled("cpu", False)
-    try:
-        return fn(*args, **params)
-    finally:
-        torch.set_autocast_enabled("cpu", True)
+class cpu_autocast_off:
+    """Runs a block with CPU autocast disabled (kernels of primitives, generated programs: their
+    casts are explicit), restoring the previous state on any exit."""
+
+    __slots__ = ("prev",)
+
+    def __enter__(self):
+        self.prev = torch.is_autocast_enabled("cpu")
+        torch.set_autocast_enabled("cpu", False)
+
+    def __exit__(self, *exc):
+        torch.set_autocast_enabled("cpu", self.prev)
+        return False
 
 
 class _State(threading.local):

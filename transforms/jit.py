@@ -311,10 +311,7 @@ class JitFunction:
     def _call_slow(self, args, kwargs):
         if torch._C._is_any_autocast_enabled() and is_top_level():
             autocast.check_jit_call(self.__name__)  # other devices' autocast: refused
-            # CPU autocast: traced with its casts (the cache key has its state), run without it
-            entry, leaves = self._lookup(args, kwargs)
-            with autocast.cpu_autocast_off():
-                return self._run_top(entry, leaves, args, kwargs, remember=False)
+            return self._autocast_calls.run(args, kwargs)[1]
         entry, leaves = self._lookup(args, kwargs)
         if is_top_level():
             return self._run_top(entry, leaves, args, kwargs)

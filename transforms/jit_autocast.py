@@ -9,12 +9,11 @@ import optree
 import torch
 
 from thunderx import tree
-from thunderx.core import EvalTrace, _state, axis_env
+from thunderx.core import EvalTrace, _state, axis_env, cpu_autocast_off
 from thunderx.lang.autocast import other_autocast_on
 
 _flatten, _NAMESPACE = optree.tree_flatten, tree.NAMESPACE
 _autocast_dtype, _default_dtype = torch.get_autocast_dtype, torch.get_default_dtype
-_grad_enabled, _set_autocast = torch.is_grad_enabled, torch.set_autocast_enabled
 _autocast_on = torch.is_autocast_enabled
 
 
@@ -50,27 +49,21 @@ class AutocastCalls:
         key = (_autocast_dtype("cpu"), _default_dtype(), treedef, sig)
         entry = self.table.get(key)
         if entry is None:
-            return self._first(key, args, kwargs)
-        prog, consts = entry.program, entry.consts
-        # torch autograd through the call needs the variant without in-place reuse
-        grad = _grad_enabled() and any(t.requires_grad for t in (*consts, *flat))
-        _set_autocast("cpu", False)
-        try:
-            outs = (prog.fn_plain if grad else prog.fn)(*consts, *flat)
-        finally:
-            _set_autocast("cpu", True)
-        return tree.unflatten(entry.out_tree, outs)
-
-    def _first(self, key, args, kwargs):
-        """The general path; its entry is kept for the next call when nothing but the
-        signature decides it (no writes back, no values read at trace time, no named axes)."""
-        impl = self.impl
-        out = impl._call_slow(args, kwargs)
-        if axis_env():
+            entry, out = self.run(args, kwargs)
+            # kept for the next call when nothing but the signature decides it (no writes
+            # back, no values read at trace time, no named axes)
+            if not axis_env() and not entry.writes and not entry.value_reads:
+                if len(self.table) >= impl.cache_size:
+                    self.table.clear()
+                self.table[key] = entry
             return out
-        entry, _ = impl._lookup(args, kwargs)
-        if entry.program is not None and not entry.writes and not entry.value_reads:
-            if len(self.table) >= impl.cache_size:
-                self.table.clear()
-            self.table[key] = entry
-        return out
+        with cpu_autocast_off():
+            return impl._run_top(entry, flat, args, kwargs, remember=False)
+
+    def run(self, args, kwargs):
+        """(entry, outputs): the general path at the top level under CPU autocast, the program
+        traced with autocast's casts (the cache key has its state) and run without it."""
+        impl = self.impl
+        entry, leaves = impl._lookup(args, kwargs)
+        with cpu_autocast_off():
+            return entry, impl._run_top(entry, leaves, args, kwargs, remember=False)

@@ -168,7 +168,7 @@ def _check_autocast() -> None:
 def autocast_refused(where: str, why: str | None = None) -> UnsupportedOperationError:
     """The error for autocast where thunderx cannot apply its casts: `where` (after the user's
     line), and `why` (default: a device other than the CPU, whose policy is not applied)."""
-    dev = next((d for d in ("cuda", "xpu", "mps", "hpu") if torch.is_autocast_enabled(d)), "cpu")
+    dev = next((d for d in autocast.OTHER_DEVICES if torch.is_autocast_enabled(d)), "cpu")
     why = why or "thunderx applies CPU autocast's cast policy only"
     return UnsupportedOperationError(
         f"torch.autocast({dev!r}, dtype={torch.get_autocast_dtype(dev)}) is active at "

@@ -29,6 +29,7 @@ its policy lists differ and are not checked here without a GPU."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import torch
@@ -78,9 +79,13 @@ def cpu_autocast_on() -> bool:
     return torch._C._is_any_autocast_enabled() and torch.is_autocast_enabled("cpu")
 
 
+# device types whose autocast is refused under staging and differentiating transforms
+OTHER_DEVICES = ("cuda", "xpu", "mps", "hpu")
+
+
 def other_autocast_on() -> bool:
     """Autocast enabled for a device other than the CPU (refused under transforms)."""
-    return any(torch.is_autocast_enabled(d) for d in ("cuda", "xpu", "mps", "hpu"))
+    return any(torch.is_autocast_enabled(d) for d in OTHER_DEVICES)
 
 
 def check_jit_call(name: str) -> None:
@@ -90,21 +95,6 @@ def check_jit_call(name: str) -> None:
         from thunderx.lang import autocast_refused
 
         raise autocast_refused(f"around a call of the jitted {name}")
-
-
-class cpu_autocast_off:
-    """Runs a block with CPU autocast disabled (kernels of primitives, generated programs: their
-    casts are explicit), restoring the previous state on any exit."""
-
-    __slots__ = ("prev",)
-
-    def __enter__(self):
-        self.prev = torch.is_autocast_enabled("cpu")
-        torch.set_autocast_enabled("cpu", False)
-
-    def __exit__(self, *exc):
-        torch.set_autocast_enabled("cpu", self.prev)
-        return False
 
 
 def state() -> tuple:
@@ -278,7 +268,6 @@ def _real_run(func, args, kwargs):
     indices), a concrete tensor's copy (its values, never written). The random number
     generators are restored afterwards. Cheaper than fake tensors, whose first use in a process
     costs about a second."""
-    from thunderx.core import EvalTrace, set_trace
 
     def stand_in(x):
         if isinstance(x, Tracer):
@@ -287,23 +276,13 @@ def _real_run(func, args, kwargs):
             return fill(tuple(a.shape), dtype=a.dtype, device=a.device)
         if isinstance(x, torch.Tensor):
             return x.detach().clone()
-        if isinstance(x, (list, tuple)):
-            return type(x)(stand_in(v) for v in x)
         return x
 
     devices = {getattr(x, "device", None) for x in _leaves(args, kwargs)}
     cuda = [d.index or 0 for d in devices if d is not None and d.type == "cuda"]
-    try:
-        with (
-            set_trace(EvalTrace(None)),
-            torch._C.DisableTorchFunction(),
-            torch.random.fork_rng(devices=cuda),
-            torch.no_grad(),
-        ):
-            out = func(*[stand_in(a) for a in args], **{k: stand_in(v) for k, v in kwargs.items()})
-        return _dtypes(out)
-    except Exception:  # noqa: BLE001 - any failure only means this run cannot tell
-        return _UNKNOWN
+    return _dtypes_of_run(
+        func, args, kwargs, stand_in, torch.random.fork_rng(devices=cuda), torch.no_grad()
+    )
 
 
 def _fake_run(func, args, kwargs):
@@ -325,8 +304,6 @@ def _int_scalar(x) -> bool:
 def _fake_call(func, args, kwargs, scalars: bool):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from thunderx.core import EvalTrace, set_trace
-
     mode = FakeTensorMode()
 
     def fake(x):
@@ -337,15 +314,28 @@ def _fake_call(func, args, kwargs, scalars: bool):
             return torch.empty(tuple(a.shape), dtype=a.dtype, device=a.device)
         if isinstance(x, torch.Tensor):
             return mode.from_tensor(x)
-        if isinstance(x, (list, tuple)):
-            return type(x)(fake(v) for v in x)
         return x
 
+    return _dtypes_of_run(func, args, kwargs, fake, mode)
+
+
+def _dtypes_of_run(func, args, kwargs, leaf, *contexts):
+    """The result dtypes of torch's `func` on the arguments with each tensor leaf (in lists and
+    tuples too) replaced by `leaf(x)`, made and run inside `contexts`; _UNKNOWN where it fails.
+    It runs outside any thunderx trace and torch function mode (jit's tracking of the tensors a
+    function makes): a stand-in is not a traced value."""
+    from thunderx.core import EvalTrace, set_trace
+
+    def convert(x):
+        if isinstance(x, (list, tuple)):
+            return type(x)(convert(v) for v in x)
+        return leaf(x)
+
     try:
-        # torch itself, outside any thunderx trace and torch function mode (jit's tracking of
-        # the tensors a function makes): a fake tensor is not a traced value
-        with set_trace(EvalTrace(None)), torch._C.DisableTorchFunction(), mode:
-            out = func(*[fake(a) for a in args], **{k: fake(v) for k, v in kwargs.items()})
+        with contextlib.ExitStack() as stack:
+            for c in (set_trace(EvalTrace(None)), torch._C.DisableTorchFunction(), *contexts):
+                stack.enter_context(c)
+            out = func(*[convert(a) for a in args], **{k: convert(v) for k, v in kwargs.items()})
         return _dtypes(out)
-    except Exception:  # noqa: BLE001 - any failure only means torch's dtypes are unknown
+    except Exception:  # noqa: BLE001 - any failure only means this run cannot tell
         return _UNKNOWN
