@@ -105,7 +105,7 @@ class Compiled:
 
     def __call__(self, *args, **kwargs):
         from thunderx.lang.captured import check_write_aliases, write_back
-        from thunderx.transforms.jit import _leaf_key, _needs_autograd
+        from thunderx.transforms.jit_key import leaf_key, needs_autograd
 
         expected = self._nargs - len(self._static_pos)
         if len(args) != expected:
@@ -126,7 +126,7 @@ class Compiled:
                 f"{self.name} (compiled): arguments have structure {treedef}, lowered for "
                 f"{self._treedef} (at {user_frame()})"
             )
-        keys = tuple(_leaf_key(x) for x in leaves)
+        keys = tuple(leaf_key(x) for x in leaves)
         if keys != self._keys:
             bad = next(i for i, (a, b) in enumerate(zip(keys, self._keys)) if a != b)
             raise TypeError(
@@ -135,7 +135,7 @@ class Compiled:
             )
         leaves = [torch.tensor(x) if type(x) in (bool, int, float) else x for x in leaves]
         prog = self._program
-        fn = prog.fn_plain if _needs_autograd(leaves, self._consts) else prog.fn
+        fn = prog.fn_plain if needs_autograd(leaves, self._consts) else prog.fn
         writes = self.lowered.entry.writes
         if writes:
             operands = (*self._consts, *leaves)

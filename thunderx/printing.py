@@ -29,11 +29,21 @@ class Namer:
 
     def __call__(self, v) -> str:
         if isinstance(v, Literal):
-            return repr(v.val)
+            return self.literal(v.val)
         key = id(v)
-        if key not in self.names:
-            self.names[key] = next(self.gen)
-        return self.names[key]
+        name = self.names.get(key)
+        if name is None:
+            name = next(self.gen)
+            while not self.usable(name):
+                name = next(self.gen)
+            self.names[key] = name
+        return name
+
+    def literal(self, val) -> str:
+        return repr(val)
+
+    def usable(self, name: str) -> bool:
+        return True
 
     def typed(self, v) -> str:
         return f"{self(v)}:{v.aval.str_short()}"

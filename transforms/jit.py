@@ -26,10 +26,18 @@ from thunderx.tracing import trace_flat
 from thunderx.transforms.jaxpr_cache import compiled_for
 from thunderx.transforms.jit_autocast import AutocastCalls
 from thunderx.transforms.jit_guard import LEAF_TYPES, MISS, fast_call
-
-_SCALARS = (bool, int, float, complex)
-_SCALAR_KEYS = frozenset(_SCALARS)
-
+from thunderx.transforms.jit_key import (
+    SCALAR_KEYS,
+    SCALARS,
+    any_requires_grad,
+    complete_statics,
+    grad_flags,
+    leaf_key,
+    needs_autograd,
+    reads_hold,
+    scalar_leaf,
+    weak_aval,
+)
 
 # ----------------------------------------------------------------------------------- jit API
 
@@ -49,37 +57,6 @@ class _Entry:
     )
 
 
-def _leaf_key(x):
-    t = type(x)
-    if t is torch.Tensor or isinstance(x, torch.Tensor):
-        return (x.shape, x.dtype, x.device)
-    if t in _SCALARS:
-        return t
-    if isinstance(x, Tracer):
-        a = x.aval
-        return (a.shape, a.dtype, a.device)
-    raise TypeError(
-        f"jit: arguments must be tensors, Python scalars or pytrees of them, got {t.__name__} "
-        f"(at {user_frame()}); mark non-array arguments static with static_argnums"
-    )
-
-
-def _scalar_leaf(x):
-    if type(x) is float:
-        return torch.tensor(x, dtype=torch.float64)
-    if type(x) is complex:
-        return torch.tensor(x, dtype=torch.complex128)
-    return torch.tensor(x)
-
-
-def _weak(aval):
-    """A Python scalar argument's aval: weakly typed, so it takes the dtype of the tensors it
-    meets (torch's rule for Python scalars), while its value keeps float64 precision."""
-    from thunderx.avals import ShapedArray
-
-    return ShapedArray(aval.shape, aval.dtype, aval.device, weak_type=True)
-
-
 class JitFunction:
     """The callable `jit` returns; see `jit`."""
 
@@ -88,7 +65,7 @@ class JitFunction:
         if not hasattr(self, "__name__"):  # a module or other callable object
             self.__name__ = type(fun).__name__
         self.fun = fun
-        static_argnums, static_argnames = _complete_statics(fun, static_argnums, static_argnames)
+        static_argnums, static_argnames = complete_statics(fun, static_argnums, static_argnames)
         self.static_argnums = tuple(static_argnums)
         self.static_argnames = tuple(static_argnames)
         try:
@@ -159,17 +136,17 @@ class JitFunction:
     def _key(self, args, kwargs):
         dyn_args, dyn_kwargs, statics = self._split(args, kwargs)
         leaves, treedef = tree.flatten((dyn_args, dyn_kwargs))
-        keys = tuple(_leaf_key(x) for x in leaves)
-        if _SCALAR_KEYS.intersection(keys):
+        keys = tuple(leaf_key(x) for x in leaves)
+        if SCALAR_KEYS.intersection(keys):
             # Python scalars are dynamic and weakly typed (as in JAX): they travel as 0-dim
             # tensors, floats in float64 so that no precision is lost before they meet a tensor
-            leaves = [_scalar_leaf(x) if type(x) in _SCALARS else x for x in leaves]
+            leaves = [scalar_leaf(x) if type(x) in SCALARS else x for x in leaves]
         # named axes in scope (vmap axis_name, shard_map mesh dims) shape the trace
         # torch's default dtype shapes the trace too (torch.zeros(3), an int tensor times 0.5)
         # and CPU autocast's state (its casts are part of the trace)
         key = (treedef, keys, (statics, axis_env(), torch.get_default_dtype(), autocast.state()))
         if self._grad_keyed:
-            key += (_grad_flags(leaves),)
+            key += (grad_flags(leaves),)
         return key, leaves, dyn_args, dyn_kwargs
 
     # -- tracing
@@ -186,7 +163,8 @@ class JitFunction:
             return out_leaves, out_tree
 
         in_avals = [
-            _weak(get_aval(x)) if k in _SCALAR_KEYS else get_aval(x) for x, k in zip(leaves, keys)
+            weak_aval(get_aval(x)) if k in SCALAR_KEYS else get_aval(x)
+            for x, k in zip(leaves, keys)
         ]
         closed, out_tree = trace_flat(flat, in_avals, writeback=True, grad_args=grad_args)
         entry = _Entry()
@@ -210,7 +188,7 @@ class JitFunction:
         # `get` and `move_to_end` would raise KeyError.
         with self._lock:
             entry = self._cache.get(key)
-            if entry is not None and not _reads_hold(entry.value_reads):
+            if entry is not None and not reads_hold(entry.value_reads):
                 entry = None  # a value it read from a captured tensor at trace time has changed
             if entry is not None:
                 self.hits += 1
@@ -218,7 +196,7 @@ class JitFunction:
                 return entry, leaves
             self.misses += 1
             _, treedef = tree.flatten((dyn_args, dyn_kwargs))
-            flags = _grad_flags(leaves)
+            flags = grad_flags(leaves)
             entry = self._trace(args, kwargs, leaves, treedef, key[1], flags)
             if entry.closed.reads_arg_grad and not self._grad_keyed:
                 self._grad_keyed = True  # earlier programs stay valid: they read no flags
@@ -268,7 +246,7 @@ class JitFunction:
                         hit = fast.get((a.shape, a.dtype, a.device))
                         if hit is not None and state.trace.__class__ is EvalTrace:
                             fn, fn_plain, consts, single, consts_need_grad, writes, reads = hit
-                            if reads and not _reads_hold(reads):
+                            if reads and not reads_hold(reads):
                                 return slow(args, kwargs)
                             if (consts_need_grad or a.requires_grad) and grad_enabled():
                                 fn = fn_plain
@@ -291,10 +269,10 @@ class JitFunction:
                 hit = fast.get(key)
                 if hit is not None and state.trace.__class__ is EvalTrace:
                     fn, fn_plain, consts, single, consts_need_grad, writes, reads = hit
-                    if reads and not _reads_hold(reads):
+                    if reads and not reads_hold(reads):
                         return slow(args, kwargs)
                     # torch autograd through the call needs the variant without in-place reuse
-                    if grad_enabled() and (consts_need_grad or _any_requires_grad(flat)):
+                    if grad_enabled() and (consts_need_grad or any_requires_grad(flat)):
                         fn = fn_plain
                     counts[0] += 1
                     if writes is not None:
@@ -336,7 +314,7 @@ class JitFunction:
         if entry.writes:
             operands = (*entry.consts, *leaves)
             check_write_aliases(operands, entry.writes, self.__name__, len(entry.consts))
-        if _needs_autograd(leaves, entry.consts):
+        if needs_autograd(leaves, entry.consts):
             outs = prog.fn_plain(*entry.consts, *leaves)
         else:
             outs = prog.fn(*entry.consts, *leaves)
@@ -381,7 +359,7 @@ class JitFunction:
                 prog.fn_single_plain if single_fn else prog.fn_plain,
                 tuple(entry.consts),
                 True if single_fn else entry.out_tree,
-                _any_requires_grad(entry.consts),
+                any_requires_grad(entry.consts),
                 tuple(entry.writes) if entry.writes else None,
                 entry.value_reads,
             )
@@ -428,45 +406,6 @@ class JitFunction:
 _PLAIN = LEAF_TYPES
 # generated calls kept per jit function (the signatures tried first, newest first)
 _GUARDS = 4
-
-
-def _complete_statics(fun, argnums, argnames):
-    """As JAX does: a static parameter named in one list is static however it is passed, so
-    each list gains the other's entries where the signature connects them."""
-    try:
-        params = list(inspect.signature(fun).parameters.values())
-    except (TypeError, ValueError):
-        return tuple(argnums), tuple(argnames)
-    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    nums, names = list(argnums), list(argnames)
-    for name in argnames:
-        if name in positional and positional.index(name) not in nums:
-            nums.append(positional.index(name))
-    for i in argnums:
-        if 0 <= i < len(positional) and positional[i] not in names:
-            names.append(positional[i])
-    return tuple(nums), tuple(names)
-
-
-def _reads_hold(reads) -> bool:
-    """Whether every captured tensor whose value the trace read still has that version."""
-    return all(t._version == v for t, v in reads)
-
-
-def _grad_flags(leaves) -> tuple:
-    """Which arguments are tensors that require grad where torch would record them (grad mode
-    on): the leaves torch.autograd.grad inside the function may differentiate with respect to."""
-    on = torch.is_grad_enabled()
-    return tuple(on and isinstance(x, torch.Tensor) and x.requires_grad for x in leaves)
-
-
-def _any_requires_grad(*groups) -> bool:
-    return any(isinstance(t, torch.Tensor) and t.requires_grad for g in groups for t in g)
-
-
-def _needs_autograd(leaves, consts) -> bool:
-    """torch autograd through a call needs the program variant without in-place reuse."""
-    return torch.is_grad_enabled() and _any_requires_grad(leaves, consts)
 
 
 def jit(

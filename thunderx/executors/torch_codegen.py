@@ -9,7 +9,6 @@ against its implementation by the property tests.
 
 from __future__ import annotations
 
-import keyword
 import math
 from typing import Callable
 
@@ -17,7 +16,6 @@ import torch
 
 from thunderx.core import (
     impl_rules,
-    missing_rule,
     statement_rules,
     torch_codegen_rules,
 )
@@ -25,6 +23,7 @@ from thunderx.executors import cpu_gemm, cpu_outer
 from thunderx.executors.base import Executor, register_executor
 from thunderx.executors.inplace import Buffers, inplace_source, plain_view, reusable
 from thunderx.executors.kernel_groups import kernel_groups
+from thunderx.executors.names import default_codegen, literal, new_namer, param_src
 from thunderx.executors.patterns import (
     fresh_index_adds,
     gemm_patterns,
@@ -42,71 +41,12 @@ from thunderx.executors.recycle import (
 from thunderx.executors.release import release_line, releases
 from thunderx.executors.sources import exec_source
 from thunderx.executors.split_phase import split_phase_plan
-from thunderx.ir import Jaxpr, Literal, Var
+from thunderx.ir import Jaxpr, Var
 from thunderx.primitives.binary import add_p
 from thunderx.primitives.custom import keep_derivative_call, keeps_derivative
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
 from thunderx.primitives.linalg import dot_general_p
 from thunderx.primitives.unary import convert_p, select_p
-from thunderx.printing import _names
-
-_RESERVED = {"torch", "math", "inf", "nan", "device"}
-
-
-class _Namer:
-    def __init__(self):
-        self.names: dict[int, str] = {}
-        self.gen = _names()
-
-    def __call__(self, v) -> str:
-        if isinstance(v, Literal):
-            return _literal(v.val)
-        key = id(v)
-        name = self.names.get(key)
-        if name is None:
-            name = next(self.gen)
-            while keyword.iskeyword(name) or name in _RESERVED or name.startswith("_"):
-                name = next(self.gen)
-            self.names[key] = name
-        return name
-
-
-def _literal(val) -> str:
-    if isinstance(val, float):
-        if math.isnan(val):
-            return "nan"
-        if math.isinf(val):
-            return "inf" if val > 0 else "-inf"
-    if isinstance(val, complex):  # repr gives "(nan+infj)" for non-finite parts
-        return f"complex({_literal(val.real)}, {_literal(val.imag)})"
-    return repr(val)
-
-
-def _default_codegen(prim, args, params, namespace) -> str:
-    fn_name = f"_impl_{prim.name}"
-    if fn_name not in namespace:
-        if prim not in impl_rules:
-            raise missing_rule(prim, "torch codegen")
-        namespace[fn_name] = impl_rules[prim]
-    parts = list(args) + [f"{k}={_param_src(v, namespace)}" for k, v in params.items()]
-    return f"{fn_name}({', '.join(parts)})"
-
-
-def _param_src(v, namespace) -> str:
-    if isinstance(v, (int, float, bool, str, type(None))):
-        return _literal(v)
-    if isinstance(v, (tuple, list)):
-        inner = ", ".join(_param_src(x, namespace) for x in v)
-        if isinstance(v, tuple):
-            return f"({inner},)" if v else "()"
-        return f"[{inner}]"
-    if isinstance(v, torch.dtype):
-        return str(v)
-    if isinstance(v, torch.device):
-        return f"device({str(v)!r})"
-    name = f"_param_{len(namespace)}"
-    namespace[name] = v
-    return name
 
 
 class CompiledProgram:
@@ -157,7 +97,7 @@ class CodegenContext:
         return name
 
     def param(self, value) -> str:
-        return _param_src(value, self.namespace)
+        return param_src(value, self.namespace)
 
 
 def generate_source(
@@ -179,7 +119,7 @@ def generate_source(
     (see recycle.py). `onednn` (cpu_gemm.py): None, the products oneDNN runs faster call it in
     the variant with buffer reuse, beside the MKL call taken under torch.func transforms and
     dispatch modes; True, they call it alone (a program traced for inductor); False, never."""
-    namer = _Namer()
+    namer = new_namer()
     top = prelude is None
     prelude = [] if prelude is None else prelude
     if namespace is None:
@@ -229,7 +169,7 @@ def generate_source(
 
     linears = gemm_patterns(jaxpr, last_use, keep)
     skipped |= {j for fused in linears.values() for j in fused[2]}
-    starts, waits = split_phase_plan(jaxpr, namer, namespace, _param_src)
+    starts, waits = split_phase_plan(jaxpr, namer, namespace, param_src)
     hoisted = read_only_constants(jaxpr) if hoist_constants else set()
     release = releases(jaxpr, last_use, skipped | hoisted, affine)
     reused: dict[int, int] = {}  # equation index -> the input it wrote its result into
@@ -261,8 +201,8 @@ def generate_source(
             v = e.outputs[0]
             with torch.inference_mode(False):  # usable by autograd later, whatever mode now
                 value = impl_rules[e.prim](**e.params)
-            shown = f"{e.params['shape']}, {_literal(e.params['fill_value'])}"
-            lines.append(f"    {namer(v)} = {_param_src(value, namespace)}  # full({shown})")
+            shown = f"{e.params['shape']}, {literal(e.params['fill_value'])}"
+            lines.append(f"    {namer(v)} = {param_src(value, namespace)}  # full({shown})")
             root[id(v)] = id(v)
             live_views[id(v)] = live_views.get(id(v), 0) + 1
             continue
@@ -329,7 +269,7 @@ def generate_source(
             elif rule is not None:
                 expr = rule(args, avals, **e.params)
             else:
-                expr = _default_codegen(e.prim, args, e.params, namespace)
+                expr = default_codegen(e.prim, args, e.params, namespace)
             aliases = e.prim.props.alias_positions(len(e.inputs))
             if e.prim is convert_p and avals[0].dtype != out[0].aval.dtype:
                 aliases = ()  # `x.to(dtype)` to another dtype: a new tensor (recyclable)
@@ -468,16 +408,11 @@ def eqn_source(e, namer, namespace, prelude: list) -> list[str]:
     if rule is not None:
         expr = rule(args, avals, **e.params)
     else:
-        expr = _default_codegen(e.prim, args, e.params, namespace)
+        expr = default_codegen(e.prim, args, e.params, namespace)
     if not outs:  # a statement (a debug callback)
         return [f"    {expr}"]
     lhs = ", ".join(outs) + ("," if e.prim.multiple_results and len(outs) == 1 else "")
     return [f"    {lhs} = {expr}"]
-
-
-def new_namer() -> _Namer:
-    """Names for generated source: valid identifiers, never a keyword or a namespace entry."""
-    return _Namer()
 
 
 def base_namespace() -> dict:
