@@ -201,6 +201,8 @@ def _cond_codegen(args, avals, *, ctx, branches):
     index, ops = args[0], ", ".join(args[1:])
     lhs = ", ".join(ctx.outs) + ("," if len(ctx.outs) == 1 else "")
     call = [f"    {lhs} = {n}({ops})" if ctx.outs else f"    {n}({ops})" for n in names]
+    if len(names) == 1:  # the index is clamped: the one branch runs whatever it is
+        return [call[0].removeprefix("    ")]
     if len(names) == 2:  # the index is clamped: anything above 0 takes branch 1
         return [f"if {index} > 0:", call[1], "else:", call[0]]
     i = f"_i{len(ctx.prelude)}"

@@ -48,13 +48,23 @@ def _batch(args, dims, *, jaxpr, policy):
 
 
 def _partial_eval(eqn, unknowns):
-    from thunderx.transforms.partial_eval import partial_eval_jaxpr
+    from thunderx.transforms.partial_eval import partial_eval_jaxpr, without_residuals
 
     jaxpr, policy = eqn.params["jaxpr"], eqn.params["policy"]
     known, unknown, out_unk, n_res = partial_eval_jaxpr(jaxpr, list(unknowns))
-    if not any(out_unk):
-        return eqn, None, out_unk, []
     n_known_out = len(known.outvars) - n_res
+    if not any(out_unk):
+        if not any(unknowns):
+            return eqn, None, out_unk, []
+        # no output depends on the unknown operands: the known part alone, without them
+        body = without_residuals(known, n_res)
+        k_ins = [x for x, u in zip(eqn.inputs, unknowns) if not u]
+        return (
+            Eqn(checkpoint_p, k_ins, list(eqn.outputs), dict(eqn.params, jaxpr=body)),
+            None,
+            out_unk,
+            [],
+        )
     residuals = list(known.outvars[n_known_out:])
     invar_pos = {id(v): i for i, v in enumerate(jaxpr.invars)}
 

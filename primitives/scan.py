@@ -161,7 +161,7 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
 
 def _scan_partial_eval(eqn, unknowns):
     from thunderx.primitives.remat import remat_inner_while_loops
-    from thunderx.transforms.partial_eval import partial_eval_jaxpr
+    from thunderx.transforms.partial_eval import partial_eval_jaxpr, without_residuals
 
     p = eqn.params
     jaxpr, num_consts, num_carry = p["jaxpr"], p["num_consts"], p["num_carry"]
@@ -181,9 +181,17 @@ def _scan_partial_eval(eqn, unknowns):
         # a run-time length comes from a known xs: with none, the known loop could not run
         return None, eqn, [True] * len(eqn.outputs), []
     known, unknown, out_unk, n_res = partial_eval_forced(jaxpr, unknowns, carry_u + [False] * n_ys)
-    if not any(out_unk):
-        return eqn, None, out_unk, []
     n_known_out = len(known.outvars) - n_res
+    if not any(out_unk):
+        if not any(unknowns):
+            return eqn, None, out_unk, []
+        # no output depends on the unknown operands (a stack or a constant the body ignores):
+        # the loop without them
+        n_kc, n_kcr = _counts(unknowns, num_consts, num_carry, False)
+        body = without_residuals(known, n_res)
+        k_ins = [x for x, u in zip(eqn.inputs, unknowns) if not u]
+        params = dict(p, jaxpr=body, num_consts=n_kc, num_carry=n_kcr)
+        return Eqn(scan_p, k_ins, list(eqn.outputs), params), None, out_unk, []
     residuals = known.outvars[n_known_out:]
     const_pos = {id(v): i for i, v in enumerate(jaxpr.invars[:num_consts])}
     invariant = [id(r) in const_pos for r in residuals]

@@ -44,6 +44,7 @@ MODULES = [
     thunderx.host_callback,
     thunderx.checkpointing,
     thunderx.config,
+    importlib.import_module("thunderx.testing.diff_control"),
     thunderx,
 ]
 

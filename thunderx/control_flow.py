@@ -353,6 +353,8 @@ def map(f: Callable, xs, *, batch_size: int | None = None):  # noqa: A001 - JAX'
     if len(lengths) != 1 or any(get_aval(x).shape == () for x in leaves):
         raise ValueError(f"map: xs leaves need one common leading axis (at {where})")
     n = lengths.pop()
+    if n == 0:  # no slices: the unbatched map gives the stacks of length 0 (f's output shapes)
+        return map(f, xs)
     steps, rest = divmod(n, batch_size)
     batched = vmap(f)
     parts = []

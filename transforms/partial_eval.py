@@ -88,6 +88,14 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, unknowns: list[bool]):
     return known, unknown, out_unknowns, len(residuals)
 
 
+def without_residuals(known: Jaxpr, n_res: int) -> Jaxpr:
+    """The known jaxpr of `partial_eval_jaxpr` without its `n_res` residual outputs (for a
+    primitive whose outputs are all known: nothing unknown is left to read them), dead equations
+    dropped."""
+    outs = known.outvars[: len(known.outvars) - n_res]
+    return dce(Jaxpr(known.constvars, known.invars, known.eqns, list(outs), check=False))
+
+
 class PartialEvalTrace(StagingTrace):
     """Online partial evaluation. Its own tracers are unknown and staged into its jaxpr; every
     other value (a tensor, or a tracer of an enclosing trace) is known. A primitive whose inputs
