@@ -17,9 +17,15 @@ def _stop_gradient_jvp(primals, tangents):
     return out, Zero(get_aval(out))
 
 
+def _cut(x):
+    """The identity for thunderx's transforms; for torch autograd running through an eager
+    transform (a tensor that requires grad), the cut of its graph that `x.detach()` makes."""
+    return x.detach() if x.requires_grad else x
+
+
 stop_gradient_p = declare(
     "stop_gradient",
-    impl=lambda x: x,
+    impl=_cut,
     abstract_eval=lambda x: x.strip_weak(),
     jvp=_stop_gradient_jvp,
     batch=lambda args, dims: (stop_gradient_p.bind(args[0]), dims[0]),
@@ -83,7 +89,7 @@ def _no_grad_forward_jvp(primals, tangents):
 # jacrev), while forward-mode levels (jvp, jacfwd) carry its tangent, as torch's forward AD does.
 no_grad_p = declare(
     "no_grad",
-    impl=lambda x: x,
+    impl=_cut,
     abstract_eval=lambda x: x.strip_weak(),
     jvp=_no_grad_jvp,
     forward_jvp=_no_grad_forward_jvp,

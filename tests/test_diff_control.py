@@ -24,7 +24,7 @@ def test_random_control_flow_programs_agree_with_torch_autograd_on_python_contro
     report = DC.run(programs=PROGRAMS, seed=0)
     assert report.programs >= PROGRAMS * 0.9, report.summary()
     # every check ran on every program (a refusal would be a missing feature, and is counted)
-    assert report.checks == report.programs * 14, report.summary()
+    assert report.checks == report.programs * 16, report.summary()
     assert not report.refused, report.summary()
     assert report.findings == [], report.summary()
 
@@ -156,3 +156,52 @@ def test_map_with_batch_size_over_no_slices():
     assert torch.equal(tx.jit(lambda xs: lax.map(f, xs, batch_size=2))(xs), want)
     got = tx.vmap(lambda xs: lax.map(f, xs, batch_size=2))(torch.ones(3, 0, 2, 3))
     assert got.shape == (3, 0, 2)
+
+
+def test_detach_under_eager_vmap_cuts_torch_autograd():
+    """Found by the fuzzer (its oracle runs `lax.map(batch_size=...)`, an eager vmap, under
+    torch autograd): stop_gradient's kernel was the identity, so torch autograd differentiated
+    through a `.detach()` inside an eager vmap (twice the gradient of `x.detach() * x`)."""
+    import torch.func as tf
+
+    xs = torch.randn(4, 3, dtype=F64, requires_grad=True)
+    for vmap in (tx.vmap, tf.vmap):
+        out = vmap(lambda x: x.detach() * x + x.sin().detach())(xs)
+        (g,) = torch.autograd.grad(out.sum(), xs)
+        torch.testing.assert_close(g, xs.detach())
+
+    def no_grad_block(x):
+        with torch.no_grad():
+            y = x * 2
+        return y * x
+
+    (g,) = torch.autograd.grad(tx.vmap(no_grad_block)(xs).sum(), xs)
+    torch.testing.assert_close(g, 2 * xs.detach())
+
+
+def test_a_layout_op_read_by_a_kept_equation_stays_in_its_fusion_region():
+    """Found by the fuzzer: refining the fusion partition peeled a broadcast out of its region
+    when one of its two readers in the region was peeled, although the other stayed; the region
+    then both fed and read the peeled op (a cycle the nvFuser and inductor executors refused)."""
+    from thunderx.executors import regions as R
+    from thunderx.passes import optimize
+
+    X = torch.randn(3, 4, dtype=F64)
+
+    def f(h, w):
+        ys = lax.map(lambda x: ((x + h) ** 3) * 0.125, X, batch_size=2)
+        return ((h + ys.sum(0) * 0.3) * w).sum()
+
+    hs, ws = torch.randn(3, 4, dtype=F64), torch.randn(3, 4, dtype=F64)
+    g = tx.jit(tx.vmap(tx.grad(f, argnums=(0, 1))), executor="nvfuser")
+    got = g(hs, ws)
+    for i in range(3):
+        h, w = hs[i].clone().requires_grad_(), ws[i].clone().requires_grad_()
+        want = torch.autograd.grad(f(h, w), (h, w))
+        torch.testing.assert_close(got[0][i], want[0])
+        torch.testing.assert_close(got[1][i], want[1])
+    entry, _ = g.jit_function._lookup((hs, ws), {})
+    jaxpr = optimize(entry.jaxpr)
+    regions = R.refine(jaxpr, R.partition(jaxpr))
+    R.schedule(jaxpr, regions)  # raises on a cycle
+    assert any(r is not None for r in regions)

@@ -100,26 +100,35 @@ def refine(jaxpr: Jaxpr, regions: list[int | None], min_compute: int = 2) -> lis
     >>> refine(jaxpr, partition(jaxpr))  # doctest: +SKIP
     """
     regions = list(regions)
-    inside_use: dict[int, set] = collections.defaultdict(set)  # var -> regions reading it
+    # var -> region -> how many of the region's equations read it (a peeled reader leaves the
+    # others: a value two equations of a region read stays read inside after one is peeled)
+    inside_use: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
     for e, r in zip(jaxpr.eqns, regions):
         if r is not None:
-            for x in e.inputs:
-                if isinstance(x, Var):
-                    inside_use[id(x)].add(r)
+            for x in _var_inputs(e):
+                inside_use[id(x)][r] += 1
     # Walking backwards peels chains of trailing layout ops in one pass.
     for i in reversed(range(len(jaxpr.eqns))):
         e, r = jaxpr.eqns[i], regions[i]
         if r is None or not is_layout(e):
             continue
-        if not any(r in inside_use.get(id(v), ()) for v in e.outputs):
+        if not any(inside_use[id(v)][r] for v in e.outputs):
             regions[i] = None
-            for x in e.inputs:
-                if isinstance(x, Var):
-                    inside_use[id(x)].discard(r)
+            for x in _var_inputs(e):
+                inside_use[id(x)][r] -= 1
     compute = collections.Counter(
         r for e, r in zip(jaxpr.eqns, regions) if r is not None and not is_layout(e)
     )
     return [r if r is not None and compute[r] >= min_compute else None for r in regions]
+
+
+def _var_inputs(e) -> list[Var]:
+    """The distinct variables an equation reads."""
+    seen: dict[int, Var] = {}
+    for x in e.inputs:
+        if isinstance(x, Var):
+            seen.setdefault(id(x), x)
+    return list(seen.values())
 
 
 class Unit:

@@ -174,6 +174,18 @@ def checks(prog: Program, args: list, batch: list, weight, tangents) -> dict[str
                 )[1]
             ),
         ),
+        # the nvFuser executor's lowering (fusions in loop bodies), through its reference
+        # interpreter on CPU
+        "jit[nvfuser]": lambda: (tx.jit(f, executor="nvfuser")(*args), f(*args)),
+        "jit[nvfuser](vmap(grad))": lambda: (
+            tx.jit(tx.vmap(tx.grad(s, argnums=(0, 1)), in_axes=axes), executor="nvfuser")(*vargs),
+            _stack_pairs(
+                [
+                    _grads(_autograd_grad(f, per_example(i), weight), per_example(i))[:2]
+                    for i in range(batch[0].shape[0])
+                ]
+            ),
+        ),
         "jit(vmap(grad))": lambda: (
             tx.jit(tx.vmap(tx.grad(s, argnums=(0, 1)), in_axes=axes))(*vargs),
             _stack_pairs(
