@@ -11,6 +11,8 @@ the jaxpr becomes the definition of the primal.
 
 from __future__ import annotations
 
+import torch
+
 from thunderx.ad_util import Zero, instantiate
 from thunderx.avals import is_float
 from thunderx.core import ALL_OPERANDS, call_primitives, declare, get_aval
@@ -21,6 +23,109 @@ def _call_impl(*args, call, jaxpr, num_consts, **params):
     if jaxpr is not None:
         return eval_jaxpr(jaxpr, [], *args)
     return call(*args[num_consts:])
+
+
+# ------------------------------------------------------- torch autograd through an eager call
+
+
+def torch_records(args) -> bool:
+    """Whether torch autograd records an eager call on `args` (grad mode on and an operand
+    that requires grad): its derivative must then be the call's rule, as thunderx's own."""
+    return torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in args
+    )
+
+
+class _TorchRule(torch.autograd.Function):
+    """torch autograd through a custom_jvp / custom_vjp call run on concrete tensors (eagerly,
+    under an eager vmap, or in the program torch autograd runs through `jit`): the forward
+    computes the outputs, the backward is the call's rule, so that `torch.autograd.grad`
+    agrees with `thunderx.grad` (and a `torch.autograd.Function`'s `backward` keeps running, as
+    under torch.compile). `run(xs) -> (outputs, pullback)`."""
+
+    @staticmethod
+    def forward(ctx, run, *xs):
+        outs, ctx.pullback = run(xs)
+        ctx.mark_non_differentiable(*[o for o in outs if not _differentiable(o)])
+        return tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *gs):
+        return (None, *ctx.pullback(gs))
+
+
+def _differentiable(x) -> bool:
+    return isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex())
+
+
+def _conj(x):
+    return x.conj() if isinstance(x, torch.Tensor) and x.is_complex() else x
+
+
+def _consts_checked(args, num_consts, what):
+    if any(isinstance(c, torch.Tensor) and c.requires_grad for c in args[:num_consts]):
+        raise _closure_error(what)
+
+
+def _vjp_through_torch(args, fwd, bwd, num_consts):
+    _consts_checked(args, num_consts, "custom_vjp")
+
+    def run(xs):
+        outs, res = fwd(*xs[num_consts:])
+
+        def pullback(gs):
+            # torch's cotangents are the conjugates of thunderx's (transforms/holomorphic)
+            cts = [torch.zeros_like(o) if g is None else _conj(g) for o, g in zip(outs, gs)]
+            return [None] * num_consts + [_conj(c) for c in bwd(res, cts)]
+
+        return list(outs), pullback
+
+    return list(_TorchRule.apply(run, *args))
+
+
+def _jvp_through_torch(args, call, jvp, jaxpr, num_consts):
+    from thunderx.transforms.ad import vjp
+
+    _consts_checked(args, num_consts, "custom_jvp")
+
+    def run(xs):
+        primals = list(xs[num_consts:])
+        outs = _call_impl(*xs, call=call, jaxpr=jaxpr, num_consts=num_consts)
+        floats = [i for i, p in enumerate(primals) if _differentiable(p)]
+
+        def pullback(gs):
+            # the transpose of the rule's tangent map (JAX's reverse mode of a custom_jvp)
+            def tangent_map(*ts):
+                full = [torch.zeros_like(p) for p in primals]
+                for i, t in zip(floats, ts):
+                    full[i] = t
+                t_out = jvp(primals, full)[1]
+                return tuple(instantiate(t) for t, o in zip(t_out, outs) if _differentiable(o))
+
+            zeros = [torch.zeros_like(primals[i]) for i in floats]
+            _, pull = vjp(tangent_map, *zeros)
+            wanted = [g if g is not None else torch.zeros_like(o) for o, g in zip(outs, gs)]
+            cts = pull(tuple(_conj(g) for o, g in zip(outs, wanted) if _differentiable(o)))
+            out = [None] * (num_consts + len(primals))
+            for i, c in zip(floats, cts):
+                out[num_consts + i] = _conj(c)
+            return out
+
+        return list(outs), pullback
+
+    return list(_TorchRule.apply(run, *args))
+
+
+def _custom_jvp_impl(*args, call, jvp, jaxpr, num_consts, name):
+    if _users(name) and torch_records(args):
+        return _jvp_through_torch(args, call, jvp, jaxpr, num_consts)
+    return _call_impl(*args, call=call, jaxpr=jaxpr, num_consts=num_consts)
+
+
+def _custom_vjp_impl(*args, call, fwd, bwd, jaxpr, num_consts, name):
+    if _users(name) and torch_records(args):
+        return _vjp_through_torch(args, fwd, bwd, num_consts)
+    return _call_impl(*args, call=call, jaxpr=jaxpr, num_consts=num_consts)
 
 
 def _call_abstract_eval(*avals, jaxpr, **params):
@@ -117,6 +222,30 @@ def _custom_jvp_batch(args, dims, *, jvp, num_consts, **params):
 # calls (passes.optimize) so that the program torch autograd runs through keeps the derivative:
 # `keep_derivative_source`.
 DERIVATIVE_KEEPERS = frozenset({"thunderx_keep_derivative", "thunderx_keep_reverse_derivative"})
+# the name prefix of the calls of thunderx's own rules (its decompositions' derivative
+# conventions): torch autograd differentiates their primal, as it always has
+INTERNAL_RULE = "thunderx."
+
+
+def has_rule(e) -> bool:
+    """A call of a user's custom_jvp / custom_vjp function (or torch.autograd.Function), whose
+    rule torch autograd takes as the derivative."""
+    return e.prim in (custom_jvp_call_p, custom_vjp_call_p) and _users(e.params["name"])
+
+
+def _users(name: str) -> bool:
+    return not name.startswith(INTERNAL_RULE) and name not in DERIVATIVE_KEEPERS
+
+
+def holds_rules(jaxpr) -> bool:
+    """Whether `jaxpr` calls a user's custom rule, directly or in a call it inlines."""
+    for e in jaxpr.eqns:
+        if has_rule(e):
+            return True
+        if e.prim in call_primitives and e.params.get("jaxpr") is not None:
+            if holds_rules(e.params["jaxpr"]):
+                return True
+    return False
 
 
 def keeps_derivative(e) -> bool:
@@ -135,14 +264,17 @@ def keep_derivative_call(source, value):
 custom_jvp_call_p = declare(
     "custom_jvp_call",
     multiple_results=True,
-    impl=_call_impl,
+    impl=_custom_jvp_impl,
     abstract_eval=_call_abstract_eval,
     stage=_stage,
     jvp=_custom_jvp_jvp,
     batch=_custom_jvp_batch,
     aliases=ALL_OPERANDS,
-    # reached only for DERIVATIVE_KEEPERS (jit inlines every other call): their value
-    torch_codegen=lambda args, avals, **params: f"({args[-1]},)",
+    # the value of DERIVATIVE_KEEPERS; other calls (kept only in the program torch autograd
+    # runs through, passes.optimize) call the impl, whose rule torch autograd then runs
+    torch_codegen=lambda args, avals, **params: (
+        f"({args[-1]},)" if params["name"] in DERIVATIVE_KEEPERS else None
+    ),
 )
 
 # ---------------------------------------------------------------------------- custom_vjp_call
@@ -184,7 +316,7 @@ def _custom_vjp_batch(args, dims, *, fwd, bwd, num_consts, **params):
 custom_vjp_call_p = declare(
     "custom_vjp_call",
     multiple_results=True,
-    impl=_call_impl,
+    impl=_custom_vjp_impl,
     abstract_eval=_call_abstract_eval,
     stage=_stage,
     jvp=_custom_vjp_jvp,

@@ -328,3 +328,40 @@ def test_a_tensor_created_like_a_closed_over_outer_value_inside_jit():
         return tx.eval_jaxpr(closed.jaxpr, closed.consts, t)[0].square().sum()
 
     torch.testing.assert_close(tx.grad(g)(x), 2 * x)
+
+
+def test_a_call_nested_two_deep_that_returns_its_input_inlines():
+    """Inlining a call inside an inlined call substituted the inner call's outputs only at the
+    top level, so `jit(jit(jit(identity)))` read a variable nothing defined."""
+    x = torch.randn(4)
+    f = tx.jit(lambda x: tx.jit(lambda y: tx.jit(lambda z: z)(y) + 1)(x) * 2)
+    assert torch.equal(f(x), (x + 1) * 2)
+    g = tx.jit(lambda x: tx.jit(lambda y: tx.jit(lambda z: z * 1.0)(y).sin())(x))
+    assert torch.equal(g(x), x.sin())
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: torch.clamp(x, 0.0, 2.0),
+        torch.nn.functional.relu6,
+        torch.tril,
+        lambda x: torch.nansum(x, dim=None, keepdim=True),
+        lambda x: torch.special.xlogy(x, x + 2),
+        lambda x: torch.where(x > 0.5, 0.0, x.sin()),
+    ],
+    ids=["clamp", "relu6", "tril", "nansum", "xlogy", "where_zero"],
+)
+def test_torch_autograd_through_jit_differentiates_selects_of_zero(fn):
+    """The torch executor writes `where(mask, 0, x)` as a mask of x's bits, which torch autograd
+    cannot differentiate: the program torch autograd runs through (a jitted model's
+    `loss.backward()`) got zero gradients there until it kept `torch.where` (found by the
+    differential test's autograd(jit) check)."""
+    x = torch.randn(3, 4, dtype=torch.float64) + 0.5
+    w = torch.randn(3, 4, dtype=torch.float64)
+
+    def grad_of(f):
+        xr = x.clone().requires_grad_()
+        return torch.autograd.grad((f(xr) * w).sum(), xr)[0]
+
+    torch.testing.assert_close(grad_of(tx.jit(fn)), grad_of(fn))

@@ -67,7 +67,10 @@ def inline_calls(jaxpr: Jaxpr, prims=None, keep: Callable | None = None) -> Jaxp
         local: dict[int, object] = {id(v): x for v, x in zip(sub.invars, inputs)}
 
         def read(x):
-            return local.get(id(x), x) if isinstance(x, Var) else x
+            if not isinstance(x, Var):
+                return x
+            y = local.get(id(x), x)  # a nested call's output: what its inlining substituted
+            return subst.get(id(y), y) if isinstance(y, Var) else y
 
         for e in sub.eqns:
             ins = [read(x) for x in e.inputs]
@@ -320,8 +323,10 @@ def _fold_layout(e, ins, producers):
     return None
 
 
-def optimize(jaxpr: Jaxpr) -> Jaxpr:
-    """The pass pipeline jit runs before lowering; every step is exact (NaN-safe)."""
+def optimize(jaxpr: Jaxpr, keep_custom_rules: bool = False) -> Jaxpr:
+    """The pass pipeline jit runs before lowering; every step is exact (NaN-safe).
+    `keep_custom_rules`: custom_jvp / custom_vjp calls stay calls (for the program torch
+    autograd runs through, whose derivative of such a call is its rule)."""
     from thunderx.rewrites import (
         absorb_transposes,
         batch_horizontal,
@@ -331,10 +336,11 @@ def optimize(jaxpr: Jaxpr) -> Jaxpr:
 
     inputs = _input_ids(jaxpr)
     computed = [not (isinstance(v, Var) and id(v) in inputs) for v in jaxpr.outvars]
-    from thunderx.primitives.custom import keeps_derivative
+    from thunderx.primitives.custom import has_rule, keeps_derivative
 
     # a write torch autograd must not see stays one call (torch_codegen: keep_derivative_call)
-    jaxpr = fold_constants(simplify(inline_calls(jaxpr, keep=keeps_derivative)))
+    keep = (lambda e: keeps_derivative(e) or has_rule(e)) if keep_custom_rules else keeps_derivative
+    jaxpr = fold_constants(simplify(inline_calls(jaxpr, keep=keep)))
     jaxpr = batch_horizontal(cse(merge_slice_transposes(absorb_transposes(jaxpr))))
     # CSE can make `add l m` an `add l l`; simplify then doubles it
     return _fresh_outputs(dce(simplify(jaxpr)), computed)

@@ -24,7 +24,18 @@ def compiled_for(jaxpr: Jaxpr, executor: str = "torch"):
 
 
 def _compile(jaxpr: Jaxpr, executor: str):
-    return get_executor(executor).lower(optimize(jaxpr))
+    from thunderx.primitives.custom import holds_rules
+
+    prog = get_executor(executor).lower(optimize(jaxpr))
+    if holds_rules(jaxpr):
+        # the variant torch autograd runs through calls custom rules (whose derivative there is
+        # the rule, primitives/custom.py) where the others inline them
+        from thunderx.executors.torch_codegen import compile_jaxpr
+
+        plain = compile_jaxpr(optimize(jaxpr, keep_custom_rules=True))
+        prog.fn_plain, prog.fn_single_plain = plain.fn_plain, plain.fn_single_plain
+        prog.source_plain = plain.source_plain
+    return prog
 
 
 def jvp_of_jaxpr(jaxpr: Jaxpr, nonzero: tuple, instantiate: tuple | bool = False):

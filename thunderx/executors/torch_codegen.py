@@ -86,7 +86,8 @@ class CodegenContext:
         self.prelude.append(None)  # reserve the name before nested bodies take theirs
         index = len(self.prelude) - 1
         src, _ = generate_source(
-            optimize(jaxpr),
+            # the variant torch autograd runs through keeps custom rules as calls
+            optimize(jaxpr, keep_custom_rules=not self.reuse_buffers),
             name,
             self.reuse_buffers,
             bare_return,
@@ -226,7 +227,9 @@ def generate_source(
             expr = template.format(*(namer(x) for x in operands))
         elif i in bias_adds and e.prim is add_p:
             expr = f"({args[0]}.unsqueeze(0) + {args[1]}.unsqueeze(0)).squeeze(0)"
-        elif e.prim is select_p:
+        elif e.prim is select_p and reuse_buffers:
+            # a mask of the bits, which torch autograd cannot differentiate: not in the variant
+            # torch autograd runs through
             expr = select_with_zero(e, args)
         elif i in waits:
             expr = waits[i]
@@ -268,7 +271,7 @@ def generate_source(
                 expr = bmm  # this machine's faster kernel for a batched outer product
             elif rule is not None:
                 expr = rule(args, avals, **e.params)
-            else:
+            if expr is None:  # no rule, or one that declines this equation: the impl's call
                 expr = default_codegen(e.prim, args, e.params, namespace)
             aliases = e.prim.props.alias_positions(len(e.inputs))
             if e.prim is convert_p and avals[0].dtype != out[0].aval.dtype:

@@ -5,8 +5,9 @@ traced naively, `forward`'s operations would be recorded with no derivative at a
 zero gradient). So when `Function.apply` sees a traced value, the call becomes a
 `thunderx.custom_vjp` function: the primal is `forward`, reverse mode runs `backward` with a
 context holding what `setup_context` (or a ctx-style `forward`) saved; `vmap` and `jit` trace
-`forward` itself (torch.func would need a `vmap` staticmethod; thunderx batches the operations).
-As in torch, an enclosing derivative of the output also goes through `backward` (JAX's custom_vjp
+`forward` itself (torch.func would need a `vmap` staticmethod; thunderx batches the operations),
+and torch autograd running through them (a `jit` program, an eager `vmap`) still runs `backward`
+(primitives/custom.py: `_TorchRule`). As in torch, an enclosing derivative of the output also goes through `backward` (JAX's custom_vjp
 would differentiate the forward instead); `backward`'s own operations are differentiated.
 Forward mode (`jvp`, `jacfwd`) of such a call is refused with a clear error, as for any custom_vjp.
 Calls on plain tensors go to torch's own `apply`, untouched, and `Function.apply` is torch's own
@@ -147,6 +148,7 @@ def apply(cls, *args, **kwargs):
 
     primal.__name__ = f"{cls.__name__}.forward"
     f = custom_vjp(primal, nondiff_argnums=nondiff)
+    f.torch_rule = True  # the user's backward, though `primal` is defined here
     f.defvjp(fwd, bwd)
     return f(*args)
 

@@ -195,12 +195,27 @@ def _torch_grad(c: "Ctx"):
 def check_autograd(c: Ctx):
     """torch.autograd (not torch.func) as the oracle of the same gradient."""
     got = tx.grad(c.s, argnums=c.argnums)(*c.xs)
+    return _against("autograd", c, got, _eager_autograd, _fd_of(c, c.s, lambda j: j.reshape(-1)))
 
-    def ref(c):
-        leaves = [x.detach().requires_grad_() for x in c.xs]
-        return torch.autograd.grad(c.s(*leaves), leaves, allow_unused=True, materialize_grads=True)
 
-    return _against("autograd", c, got, ref, _fd_of(c, c.s, lambda j: j.reshape(-1)))
+def _autograd_of(fn, xs):
+    leaves = [x.detach().requires_grad_() for x in xs]
+    out = fn(*leaves)
+    if not out.requires_grad:  # nothing of it depends on the inputs
+        return [torch.zeros_like(x) for x in xs]
+    return torch.autograd.grad(out, leaves, allow_unused=True, materialize_grads=True)
+
+
+def _eager_autograd(c: "Ctx"):
+    return _autograd_of(c.s, c.xs)
+
+
+def check_autograd_through_jit(c: Ctx):
+    """torch autograd running through jit's program (`loss.backward()` of a jitted model: the
+    program variant without buffer reuse) against torch autograd on the eager function."""
+    got = _autograd_of(tx.jit(c.s), c.xs)
+    fd = _fd_of(c, c.s, lambda j: j.reshape(-1))
+    return _against("autograd(jit)", c, got, _eager_autograd, fd)
 
 
 def check_jvp(c: Ctx):
@@ -375,6 +390,7 @@ CHECKS: dict[str, Callable[[Ctx], Finding | None]] = {
     "vmap_axes": check_vmap_axes,
     "grad": check_grad,
     "autograd": check_autograd,
+    "autograd(jit)": check_autograd_through_jit,
     "jvp": check_jvp,
     "vjp": check_vjp,
     "linearize": check_linearize,
@@ -439,5 +455,7 @@ def _reference_only(name: str, c: Ctx) -> None:
         diff_jax.jax_grad(c.case.op, c.case.params, c.xs, c.w)
     elif name == "jacfwd":
         tf.jacfwd(c.f, argnums=c.argnums)(*c.xs)
+    elif name == "autograd(jit)":
+        _eager_autograd(c)
     else:
         tf.grad(c.s, argnums=c.argnums)(*c.xs)
