@@ -210,6 +210,23 @@ def _eager_autograd(c: "Ctx"):
     return _autograd_of(c.s, c.xs)
 
 
+def check_autograd_through_vmap(c: Ctx):
+    """torch autograd running through an eager vmap (each primitive's kernel on the batch)
+    against torch autograd through a loop of the eager function."""
+    n = c.batch[0].shape[0]
+
+    def loop(*bs):
+        return sum(c.s(*[b[i] for b in bs]) for i in range(n))
+
+    got = _autograd_of(lambda *bs: tx.vmap(c.s)(*bs).sum(), c.batch)
+    fd = _fd_of_batch(c, loop)
+    return _against("autograd(vmap)", c, got, lambda c: _autograd_of(loop, c.batch), fd)
+
+
+def _fd_of_batch(c: "Ctx", fn):
+    return lambda: tuple(j.reshape(-1) for j in fd_jacobian(fn, list(c.batch)))
+
+
 def check_autograd_through_jit(c: Ctx):
     """torch autograd running through jit's program (`loss.backward()` of a jitted model: the
     program variant without buffer reuse) against torch autograd on the eager function."""
@@ -391,6 +408,7 @@ CHECKS: dict[str, Callable[[Ctx], Finding | None]] = {
     "grad": check_grad,
     "autograd": check_autograd,
     "autograd(jit)": check_autograd_through_jit,
+    "autograd(vmap)": check_autograd_through_vmap,
     "jvp": check_jvp,
     "vjp": check_vjp,
     "linearize": check_linearize,
@@ -457,5 +475,7 @@ def _reference_only(name: str, c: Ctx) -> None:
         tf.jacfwd(c.f, argnums=c.argnums)(*c.xs)
     elif name == "autograd(jit)":
         _eager_autograd(c)
+    elif name == "autograd(vmap)":
+        c.s(*[b[0] for b in c.batch])
     else:
         tf.grad(c.s, argnums=c.argnums)(*c.xs)
