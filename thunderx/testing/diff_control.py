@@ -136,6 +136,11 @@ def checks(prog: Program, args: list, batch: list, weight, tangents) -> dict[str
         ),
         "grad": lambda: (tx.grad(s, argnums=(0, 1, 2))(*args), ref_grad()),
         "jit(grad)": lambda: (tx.jit(tx.grad(s, argnums=(0, 1, 2)))(*args), ref_grad()),
+        # torch autograd through jit's program (a jitted model's loss.backward())
+        "autograd(jit)": lambda: (
+            _grads(_autograd_grad(tx.jit(f), args, weight), args),
+            ref_grad(),
+        ),
         "jvp": lambda: (
             tx.jvp(lambda h, w, X: f(h, w, X, k), (h, w, X), tangents)[1],
             torch.autograd.functional.jvp(lambda h, w, X: f(h, w, X, k), (h, w, X), tangents)[1],
