@@ -84,8 +84,6 @@ def _vjp_through_torch(args, fwd, bwd, num_consts):
 
 
 def _jvp_through_torch(args, call, jvp, jaxpr, num_consts):
-    from thunderx.transforms.ad import vjp
-
     _consts_checked(args, num_consts, "custom_jvp")
 
     def run(xs):
@@ -94,21 +92,29 @@ def _jvp_through_torch(args, call, jvp, jaxpr, num_consts):
         floats = [i for i, p in enumerate(primals) if _differentiable(p)]
 
         def pullback(gs):
-            # the transpose of the rule's tangent map (JAX's reverse mode of a custom_jvp)
-            def tangent_map(*ts):
+            # the transpose of the rule's tangent map (JAX's reverse mode of a custom_jvp): the
+            # map is linear, so torch autograd of it at zero tangents is its transpose
+            with torch.enable_grad():
+                ts = [torch.zeros_like(primals[i]).requires_grad_() for i in floats]
                 full = [torch.zeros_like(p) for p in primals]
                 for i, t in zip(floats, ts):
                     full[i] = t
                 t_out = jvp(primals, full)[1]
-                return tuple(instantiate(t) for t, o in zip(t_out, outs) if _differentiable(o))
-
-            zeros = [torch.zeros_like(primals[i]) for i in floats]
-            _, pull = vjp(tangent_map, *zeros)
-            wanted = [g if g is not None else torch.zeros_like(o) for o, g in zip(outs, gs)]
-            cts = pull(tuple(_conj(g) for o, g in zip(outs, wanted) if _differentiable(o)))
+                pairs = [
+                    (instantiate(t), _conj(torch.zeros_like(o) if g is None else g))
+                    for t, o, g in zip(t_out, outs, gs)
+                    if _differentiable(o)
+                ]
+                cts = torch.autograd.grad(
+                    [t for t, _ in pairs],
+                    ts,
+                    [g for _, g in pairs],
+                    allow_unused=True,
+                    create_graph=torch.is_grad_enabled(),
+                )
             out = [None] * (num_consts + len(primals))
             for i, c in zip(floats, cts):
-                out[num_consts + i] = _conj(c)
+                out[num_consts + i] = None if c is None else _conj(c)
             return out
 
         return list(outs), pullback
@@ -222,19 +228,17 @@ def _custom_jvp_batch(args, dims, *, jvp, num_consts, **params):
 # calls (passes.optimize) so that the program torch autograd runs through keeps the derivative:
 # `keep_derivative_source`.
 DERIVATIVE_KEEPERS = frozenset({"thunderx_keep_derivative", "thunderx_keep_reverse_derivative"})
-# the name prefix of the calls of thunderx's own rules (its decompositions' derivative
-# conventions): torch autograd differentiates their primal, as it always has
-INTERNAL_RULE = "thunderx."
 
 
 def has_rule(e) -> bool:
-    """A call of a user's custom_jvp / custom_vjp function (or torch.autograd.Function), whose
-    rule torch autograd takes as the derivative."""
+    """A call of a custom_jvp / custom_vjp function (a user's, a torch.autograd.Function, or a
+    thunderx decomposition's rule for torch's derivative conventions), whose rule torch autograd
+    takes as the derivative (not one of DERIVATIVE_KEEPERS)."""
     return e.prim in (custom_jvp_call_p, custom_vjp_call_p) and _users(e.params["name"])
 
 
 def _users(name: str) -> bool:
-    return not name.startswith(INTERNAL_RULE) and name not in DERIVATIVE_KEEPERS
+    return name not in DERIVATIVE_KEEPERS
 
 
 def holds_rules(jaxpr) -> bool:
