@@ -41,17 +41,36 @@ class _TorchRule(torch.autograd.Function):
     under an eager vmap, or in the program torch autograd runs through `jit`): the forward
     computes the outputs, the backward is the call's rule, so that `torch.autograd.grad`
     agrees with `thunderx.grad` (and a `torch.autograd.Function`'s `backward` keeps running, as
-    under torch.compile). `run(xs) -> (outputs, pullback)`."""
+    under torch.compile). `run(xs) -> (outputs, pullback)`; the pullback travels on `run`
+    itself (`setup_context` style, which torch.func's transforms require)."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, run, *xs):
-        outs, ctx.pullback = run(xs)
-        ctx.mark_non_differentiable(*[o for o in outs if not _differentiable(o)])
+    def forward(run, *xs):
+        outs, run.pullback = run(xs)
         return tuple(outs)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.pullback = inputs[0].pullback
+        ctx.mark_non_differentiable(*[o for o in output if not _differentiable(o)])
 
     @staticmethod
     def backward(ctx, *gs):
         return (None, *ctx.pullback(gs))
+
+
+class _Run:
+    """`fn` as the first input of `_TorchRule`, carrying the pullback its call makes."""
+
+    __slots__ = ("fn", "pullback")
+
+    def __init__(self, fn):
+        self.fn, self.pullback = fn, None
+
+    def __call__(self, xs):
+        return self.fn(xs)
 
 
 def _differentiable(x) -> bool:
@@ -80,7 +99,7 @@ def _vjp_through_torch(args, fwd, bwd, num_consts):
 
         return list(outs), pullback
 
-    return list(_TorchRule.apply(run, *args))
+    return list(_TorchRule.apply(_Run(run), *args))
 
 
 def _jvp_through_torch(args, call, jvp, jaxpr, num_consts):
@@ -92,8 +111,11 @@ def _jvp_through_torch(args, call, jvp, jaxpr, num_consts):
         floats = [i for i, p in enumerate(primals) if _differentiable(p)]
 
         def pullback(gs):
-            # the transpose of the rule's tangent map (JAX's reverse mode of a custom_jvp): the
-            # map is linear, so torch autograd of it at zero tangents is its transpose
+            # the transpose of the rule's tangent map (JAX's reverse mode of a custom_jvp)
+            if torch._C._functorch.peek_interpreter_stack() is not None:
+                # inside a torch.func transform, which refuses torch.autograd.grad: thunderx's vjp
+                return _transposed_by_thunderx(jvp, primals, outs, floats, gs, num_consts)
+            # the map is linear, so torch autograd of it at zero tangents is its transpose
             with torch.enable_grad():
                 ts = [torch.zeros_like(primals[i]).requires_grad_() for i in floats]
                 full = [torch.zeros_like(p) for p in primals]
@@ -119,7 +141,26 @@ def _jvp_through_torch(args, call, jvp, jaxpr, num_consts):
 
         return list(outs), pullback
 
-    return list(_TorchRule.apply(run, *args))
+    return list(_TorchRule.apply(_Run(run), *args))
+
+
+def _transposed_by_thunderx(jvp, primals, outs, floats, gs, num_consts):
+    from thunderx.transforms.ad import vjp
+
+    def tangent_map(*ts):
+        full = [torch.zeros_like(p) for p in primals]
+        for i, t in zip(floats, ts):
+            full[i] = t
+        t_out = jvp(primals, full)[1]
+        return tuple(instantiate(t) for t, o in zip(t_out, outs) if _differentiable(o))
+
+    _, pull = vjp(tangent_map, *[torch.zeros_like(primals[i]) for i in floats])
+    wanted = [torch.zeros_like(o) if g is None else g for o, g in zip(outs, gs)]
+    cts = pull(tuple(_conj(g) for o, g in zip(outs, wanted) if _differentiable(o)))
+    out = [None] * (num_consts + len(primals))
+    for i, c in zip(floats, cts):
+        out[num_consts + i] = _conj(c)
+    return out
 
 
 def _custom_jvp_impl(*args, call, jvp, jaxpr, num_consts, name):

@@ -234,6 +234,13 @@ def _fd_of_batch(c: "Ctx", fn):
     return lambda: tuple(j.reshape(-1) for j in fd_jacobian(fn, list(c.batch)))
 
 
+def check_torch_func_through_jit(c: Ctx):
+    """torch.func.grad of jit's program (thunderx inside torch.func) against torch.func.grad of
+    the eager function."""
+    got = tf.grad(tx.jit(c.s), argnums=c.argnums)(*c.xs)
+    return _against("torch.func(jit)", c, got, _torch_grad, _fd_of(c, c.s, lambda j: j.reshape(-1)))
+
+
 def check_autograd_through_jit(c: Ctx):
     """torch autograd running through jit's program (`loss.backward()` of a jitted model: the
     program variant without buffer reuse) against torch autograd on the eager function."""
@@ -416,6 +423,7 @@ CHECKS: dict[str, Callable[[Ctx], Finding | None]] = {
     "autograd": check_autograd,
     "autograd(jit)": check_autograd_through_jit,
     "autograd(vmap)": check_autograd_through_vmap,
+    "torch.func(jit)": check_torch_func_through_jit,
     "jvp": check_jvp,
     "vjp": check_vjp,
     "linearize": check_linearize,
