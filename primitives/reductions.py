@@ -51,6 +51,11 @@ def def_reduction(name, torch_fn, codegen, nvf_op, **declared):
 
 
 def _prod_impl(x, axes):
+    if len(axes) == x.ndim and x.ndim > 1:
+        # torch's full product: its backward is the one torch autograd runs for `torch.prod(x)`
+        # (0 where two or more entries are 0, even for a nan or infinite cotangent), where
+        # products axis by axis would pass the nan on
+        return torch.prod(x)
     for a in sorted(axes, reverse=True):
         x = torch.prod(x, a)
     return x

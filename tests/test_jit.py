@@ -365,3 +365,24 @@ def test_torch_autograd_through_jit_differentiates_selects_of_zero(fn):
         return torch.autograd.grad((f(xr) * w).sum(), xr)[0]
 
     torch.testing.assert_close(grad_of(tx.jit(fn)), grad_of(fn))
+
+
+def test_torch_autograd_through_jit_of_a_full_product_is_torchs():
+    """A product over every dim is torch's full `prod`, whose backward gives 0 where two or more
+    entries are 0 even for an infinite or nan cotangent; products axis by axis passed the nan
+    on (found by the differential test's autograd(jit) check: prod(x) / 0)."""
+    x = torch.tensor([[-0.75, -0.75], [0.0, -0.75], [0.0, -0.75]], dtype=torch.float64)
+    y = torch.tensor(0.0, dtype=torch.float64)
+
+    def f(x, y):
+        return torch.prod(x) / y
+
+    def grads(fn):
+        xr, yr = x.clone().requires_grad_(), y.clone().requires_grad_()
+        return torch.autograd.grad(fn(xr, yr), (xr, yr))
+
+    want = grads(f)
+    got = grads(tx.jit(f))
+    torch.testing.assert_close(got[0], want[0])
+    assert torch.equal(got[0], torch.zeros_like(x))
+    assert torch.isnan(got[1]) and torch.isnan(want[1])
