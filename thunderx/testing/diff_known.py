@@ -41,6 +41,36 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "basis tangents of jacfwd make that 0 explicit and sinh(c) = inf multiplies it; needs "
         "cumprod's tangent rule to keep the zero of a repeated direction symbolic",
     ),
+    ("logsumexp", "autograd(jit)", "unresolved"): (
+        "autodiff",
+        "exp > cosh > logsumexp at +-30, a row holding +inf: torch autograd through "
+        "logsumexp's custom_jvp rule (the bridge that makes torch autograd, in jit's program, "
+        "an eager vmap or torch.func of jit, take thunderx's rules; primitives/custom.py) gives nan "
+        "to the row's finite entries, where torch's backward and thunderx.grad give 0: the bridge "
+        "transposes the rule's tangent map by torch autograd (thunderx's vjp under torch.func), "
+        "which passes the nan weight of the infinite entry on where thunderx's own transpose "
+        "does not; needs the rule's reverse mode to mask it as torch does",
+    ),
+    ("logsumexp", "autograd(vmap)", "unresolved"): (
+        "autodiff",
+        "exp > cosh > logsumexp at +-30, a row holding +inf: torch autograd through "
+        "logsumexp's custom_jvp rule (the bridge that makes torch autograd, in jit's program, "
+        "an eager vmap or torch.func of jit, take thunderx's rules; primitives/custom.py) gives nan "
+        "to the row's finite entries, where torch's backward and thunderx.grad give 0: the bridge "
+        "transposes the rule's tangent map by torch autograd (thunderx's vjp under torch.func), "
+        "which passes the nan weight of the infinite entry on where thunderx's own transpose "
+        "does not; needs the rule's reverse mode to mask it as torch does",
+    ),
+    ("logsumexp", "torch.func(jit)", "unresolved"): (
+        "autodiff",
+        "exp > cosh > logsumexp at +-30, a row holding +inf: torch autograd through "
+        "logsumexp's custom_jvp rule (the bridge that makes torch autograd, in jit's program, "
+        "an eager vmap or torch.func of jit, take thunderx's rules; primitives/custom.py) gives nan "
+        "to the row's finite entries, where torch's backward and thunderx.grad give 0: the bridge "
+        "transposes the rule's tangent map by torch autograd (thunderx's vjp under torch.func), "
+        "which passes the nan weight of the infinite entry on where thunderx's own transpose "
+        "does not; needs the rule's reverse mode to mask it as torch does",
+    ),
     ("layer_norm", "jacfwd", "unresolved"): (
         "composites",
         "forward mode over a row of values near 9e13 that differ by 1 (logsumexp of exp(30)s): "
