@@ -115,12 +115,27 @@ def _check_like(kind, name, what, got, want_avals, allow_none=False):
             )
 
 
-def _needs_bind(leaves) -> bool:
+def _needs_bind(leaves, torch_rule: bool) -> bool:
     """Under a transform, or on tensors torch autograd records (whose derivative must then be
     the rule: primitives/custom.py)."""
     from thunderx.primitives.custom import torch_records
 
-    return not is_top_level() or any(isinstance(x, Tracer) for x in leaves) or torch_records(leaves)
+    if not is_top_level() or any(isinstance(x, Tracer) for x in leaves):
+        return True
+    return torch_rule and torch_records(leaves)
+
+
+def _internal(fun) -> bool:
+    return (getattr(fun, "__module__", None) or "").startswith("thunderx.")
+
+
+def _call_name(rule, c) -> str:
+    """The call's name param; `INTERNAL_RULE` marks thunderx's own rules."""
+    from thunderx.primitives.custom import DERIVATIVE_KEEPERS, INTERNAL_RULE
+
+    if rule.torch_rule or c.name in DERIVATIVE_KEEPERS:
+        return c.name
+    return INTERNAL_RULE + c.name
 
 
 class custom_jvp:  # noqa: N801 - JAX's name
@@ -141,6 +156,9 @@ class custom_jvp:  # noqa: N801 - JAX's name
         validate.check_callable(fun, "custom_jvp")
         functools.update_wrapper(self, fun)
         self.fun = fun
+        # torch autograd takes the rule as the derivative (primitives/custom.py), except for
+        # thunderx's own decompositions' rules, whose primal torch keeps differentiating
+        self.torch_rule = not _internal(fun)
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.jvp: Callable | None = None
 
@@ -188,7 +206,7 @@ class custom_jvp:  # noqa: N801 - JAX's name
                 f"no JVP rule defined for custom_jvp function {self.__name__}; use .defjvp"
             )
         c = _Call(self.fun, args, kwargs, self.nondiff_argnums, "custom_jvp")
-        if not _needs_bind(c.leaves):
+        if not _needs_bind(c.leaves, self.torch_rule):
             return self.fun(*c.args)
         from thunderx.primitives.custom import custom_jvp_call_p
 
@@ -222,7 +240,7 @@ class custom_jvp:  # noqa: N801 - JAX's name
             return out, t_leaves
 
         outs = custom_jvp_call_p.bind(
-            *c.leaves, call=call, jvp=jvp, jaxpr=None, num_consts=0, name=c.name
+            *c.leaves, call=call, jvp=jvp, jaxpr=None, num_consts=0, name=_call_name(self, c)
         )
         return tree.unflatten(c.out_tree, outs)
 
@@ -245,6 +263,9 @@ class custom_vjp:  # noqa: N801 - JAX's name
         validate.check_callable(fun, "custom_vjp")
         functools.update_wrapper(self, fun)
         self.fun = fun
+        # torch autograd takes the rule as the derivative (primitives/custom.py), except for
+        # thunderx's own decompositions' rules, whose primal torch keeps differentiating
+        self.torch_rule = not _internal(fun)
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
@@ -262,7 +283,7 @@ class custom_vjp:  # noqa: N801 - JAX's name
                 "use .defvjp(fwd, bwd)"
             )
         c = _Call(self.fun, args, kwargs, self.nondiff_argnums, "custom_vjp")
-        if not _needs_bind(c.leaves):
+        if not _needs_bind(c.leaves, self.torch_rule):
             return self.fun(*c.args)
         from thunderx.primitives.custom import custom_vjp_call_p
 
@@ -320,6 +341,6 @@ class custom_vjp:  # noqa: N801 - JAX's name
             bwd=bwd,
             jaxpr=None,
             num_consts=0,
-            name=c.name,
+            name=_call_name(self, c),
         )
         return tree.unflatten(c.out_tree, outs)

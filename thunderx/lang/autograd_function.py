@@ -148,6 +148,7 @@ def apply(cls, *args, **kwargs):
 
     primal.__name__ = f"{cls.__name__}.forward"
     f = custom_vjp(primal, nondiff_argnums=nondiff)
+    f.torch_rule = True  # the user's backward, though `primal` is defined here
     f.defvjp(fwd, bwd)
     return f(*args)
 
