@@ -115,7 +115,7 @@ def _check_like(kind, name, what, got, want_avals, allow_none=False):
             )
 
 
-def _needs_bind(leaves, torch_rule: bool) -> bool:
+def _needs_bind(leaves, torch_rule: bool = False) -> bool:
     """Under a transform, or on tensors torch autograd records (whose derivative must then be
     the rule: primitives/custom.py)."""
     from thunderx.primitives.custom import torch_records
