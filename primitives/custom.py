@@ -110,30 +110,37 @@ def _jvp_through_torch(args, call, jvp, jaxpr, num_consts):
         outs = _call_impl(*xs, call=call, jaxpr=jaxpr, num_consts=num_consts)
         floats = [i for i, p in enumerate(primals) if _differentiable(p)]
 
+        def tangent_map(*ts):
+            """The rule's tangents of the float outputs for tangents `ts` of the float inputs
+            (zero for the others): a linear map, whose transpose is the derivative."""
+            full = [torch.zeros_like(p) for p in primals]
+            for i, t in zip(floats, ts):
+                full[i] = t
+            t_out = jvp(primals, full)[1]
+            return tuple(instantiate(t) for t, o in zip(t_out, outs) if _differentiable(o))
+
         def pullback(gs):
-            # the transpose of the rule's tangent map (JAX's reverse mode of a custom_jvp)
+            cts_out = tuple(
+                _conj(torch.zeros_like(o) if g is None else g)
+                for o, g in zip(outs, gs)
+                if _differentiable(o)
+            )
+            zeros = [torch.zeros_like(primals[i]) for i in floats]
             if torch._C._functorch.peek_interpreter_stack() is not None:
-                # inside a torch.func transform, which refuses torch.autograd.grad: thunderx's vjp
-                return _transposed_by_thunderx(jvp, primals, outs, floats, gs, num_consts)
-            # the map is linear, so torch autograd of it at zero tangents is its transpose
-            with torch.enable_grad():
-                ts = [torch.zeros_like(primals[i]).requires_grad_() for i in floats]
-                full = [torch.zeros_like(p) for p in primals]
-                for i, t in zip(floats, ts):
-                    full[i] = t
-                t_out = jvp(primals, full)[1]
-                pairs = [
-                    (instantiate(t), _conj(torch.zeros_like(o) if g is None else g))
-                    for t, o, g in zip(t_out, outs, gs)
-                    if _differentiable(o)
-                ]
-                cts = torch.autograd.grad(
-                    [t for t, _ in pairs],
-                    ts,
-                    [g for _, g in pairs],
-                    allow_unused=True,
-                    create_graph=torch.is_grad_enabled(),
-                )
+                # inside a torch.func transform, which refuses torch.autograd.grad
+                from thunderx.transforms.ad import vjp
+
+                cts = vjp(tangent_map, *zeros)[1](cts_out)
+            else:  # torch autograd of the linear map at zero tangents is its transpose
+                with torch.enable_grad():
+                    ts = [z.requires_grad_() for z in zeros]
+                    cts = torch.autograd.grad(
+                        tangent_map(*ts),
+                        ts,
+                        cts_out,
+                        allow_unused=True,
+                        create_graph=torch.is_grad_enabled(),
+                    )
             out = [None] * (num_consts + len(primals))
             for i, c in zip(floats, cts):
                 out[num_consts + i] = None if c is None else _conj(c)
@@ -142,25 +149,6 @@ def _jvp_through_torch(args, call, jvp, jaxpr, num_consts):
         return list(outs), pullback
 
     return list(_TorchRule.apply(_Run(run), *args))
-
-
-def _transposed_by_thunderx(jvp, primals, outs, floats, gs, num_consts):
-    from thunderx.transforms.ad import vjp
-
-    def tangent_map(*ts):
-        full = [torch.zeros_like(p) for p in primals]
-        for i, t in zip(floats, ts):
-            full[i] = t
-        t_out = jvp(primals, full)[1]
-        return tuple(instantiate(t) for t, o in zip(t_out, outs) if _differentiable(o))
-
-    _, pull = vjp(tangent_map, *[torch.zeros_like(primals[i]) for i in floats])
-    wanted = [torch.zeros_like(o) if g is None else g for o, g in zip(outs, gs)]
-    cts = pull(tuple(_conj(g) for o, g in zip(outs, wanted) if _differentiable(o)))
-    out = [None] * (num_consts + len(primals))
-    for i, c in zip(floats, cts):
-        out[num_consts + i] = _conj(c)
-    return out
 
 
 def _custom_jvp_impl(*args, call, jvp, jaxpr, num_consts, name):

@@ -30,11 +30,12 @@ def _compile(jaxpr: Jaxpr, executor: str):
     if holds_rules(jaxpr):
         # the variant torch autograd runs through calls custom rules (whose derivative there is
         # the rule, primitives/custom.py) where the others inline them
-        from thunderx.executors.torch_codegen import compile_jaxpr
+        from thunderx.executors.torch_codegen import plain_function
 
-        plain = compile_jaxpr(optimize(jaxpr, keep_custom_rules=True))
-        prog.fn_plain, prog.fn_single_plain = plain.fn_plain, plain.fn_single_plain
-        prog.source_plain = plain.source_plain
+        kept = optimize(jaxpr, keep_custom_rules=True)
+        prog.fn_plain, prog.source_plain = plain_function(kept)
+        if len(kept.outvars) == 1:
+            prog.fn_single_plain = plain_function(kept, single=True)[0]
     return prog
 
 

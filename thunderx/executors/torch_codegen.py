@@ -381,6 +381,15 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted", calls: dict | None = None)
     return prog
 
 
+def plain_function(jaxpr: Jaxpr, name: str = "jitted", single: bool = False):
+    """(function, source) of the program variant without in-place reuse alone (the one torch
+    autograd runs through); `single`: the one output bare."""
+    src, ns = generate_source(
+        jaxpr, name, False, single, namespace=base_namespace(), hoist_constants=True
+    )
+    return exec_source(src, ns, name), src
+
+
 class TorchAutogradProgram:
     """The torch executor's program of `jaxpr` without in-place reuse, generated on first use:
     what an executor whose kernels torch autograd cannot see through (inductor's compiled
@@ -393,8 +402,7 @@ class TorchAutogradProgram:
     def __call__(self, *args):
         fn = self._fn
         if fn is None:
-            prog = compile_jaxpr(self._jaxpr, self._name)
-            fn = self._fn = prog.fn_single_plain if self._single else prog.fn_plain
+            fn = self._fn = plain_function(self._jaxpr, self._name, self._single)[0]
         return fn(*args)
 
 

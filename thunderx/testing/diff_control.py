@@ -124,6 +124,14 @@ def checks(prog: Program, args: list, batch: list, weight, tangents) -> dict[str
     def per_example(i):
         return example(prog, args, batch, i)
 
+    def per_example_grads():
+        """torch autograd's gradients in h and w, one example at a time, stacked."""
+        rows = [
+            _grads(_autograd_grad(f, per_example(i), weight), per_example(i))[:2]
+            for i in range(batch[0].shape[0])
+        ]
+        return [torch.stack([r[j] for r in rows]) for j in range(2)]
+
     out = {
         "jit": lambda: (tx.jit(f)(*args), f(*args)),
         "vmap": lambda: (
@@ -184,21 +192,11 @@ def checks(prog: Program, args: list, batch: list, weight, tangents) -> dict[str
         "jit[nvfuser]": lambda: (tx.jit(f, executor="nvfuser")(*args), f(*args)),
         "jit[nvfuser](vmap(grad))": lambda: (
             tx.jit(tx.vmap(tx.grad(s, argnums=(0, 1)), in_axes=axes), executor="nvfuser")(*vargs),
-            _stack_pairs(
-                [
-                    _grads(_autograd_grad(f, per_example(i), weight), per_example(i))[:2]
-                    for i in range(batch[0].shape[0])
-                ]
-            ),
+            per_example_grads(),
         ),
         "jit(vmap(grad))": lambda: (
             tx.jit(tx.vmap(tx.grad(s, argnums=(0, 1)), in_axes=axes))(*vargs),
-            _stack_pairs(
-                [
-                    _grads(_autograd_grad(f, per_example(i), weight), per_example(i))[:2]
-                    for i in range(batch[0].shape[0])
-                ]
-            ),
+            per_example_grads(),
         ),
     }
     return out
@@ -206,10 +204,6 @@ def checks(prog: Program, args: list, batch: list, weight, tangents) -> dict[str
 
 def _flat_hessian(hs):
     return [b for row in hs for b in row]
-
-
-def _stack_pairs(rows):
-    return [torch.stack([r[j] for r in rows]) for j in range(len(rows[0]))]
 
 
 # ---------------------------------------------------------------------------------- runner

@@ -20,6 +20,7 @@ from thunderx.testing.diff_repros import (  # noqa: F401
     _FORWARD_MODE_CHECKS,
     _REVERSE_MODE_CHECKS,
     KNOWN_REPROS,
+    THROUGH_TORCH_CHECKS,
 )
 
 # (op, check, category) -> (owner, reason); check "*" stands for every check.
@@ -41,33 +42,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "basis tangents of jacfwd make that 0 explicit and sinh(c) = inf multiplies it; needs "
         "cumprod's tangent rule to keep the zero of a repeated direction symbolic",
     ),
-    ("sinc", "autograd(jit)", "thunderx-wrong"): (
-        "autodiff",
-        "sinc > sinc at +-30 (the inner value ~1e-17): torch autograd through jit's program, an "
-        "eager vmap or torch.func of jit differentiates sinc's decomposition sin(pi x) / (pi x), "
-        "which cancels every digit there (0.026 where torch's derivative is 0); thunderx.grad runs "
-        "sinc's rule. thunderx's own rules stay inlined in those programs: calling them made a "
-        "jitted var + logsumexp loss's backward 3.6x slower; needs a rule call that costs no more "
-        "than the inlined primal",
-    ),
-    ("sinc", "autograd(vmap)", "thunderx-wrong"): (
-        "autodiff",
-        "sinc > sinc at +-30 (the inner value ~1e-17): torch autograd through jit's program, an "
-        "eager vmap or torch.func of jit differentiates sinc's decomposition sin(pi x) / (pi x), "
-        "which cancels every digit there (0.026 where torch's derivative is 0); thunderx.grad runs "
-        "sinc's rule. thunderx's own rules stay inlined in those programs: calling them made a "
-        "jitted var + logsumexp loss's backward 3.6x slower; needs a rule call that costs no more "
-        "than the inlined primal",
-    ),
-    ("sinc", "torch.func(jit)", "thunderx-wrong"): (
-        "autodiff",
-        "sinc > sinc at +-30 (the inner value ~1e-17): torch autograd through jit's program, an "
-        "eager vmap or torch.func of jit differentiates sinc's decomposition sin(pi x) / (pi x), "
-        "which cancels every digit there (0.026 where torch's derivative is 0); thunderx.grad runs "
-        "sinc's rule. thunderx's own rules stay inlined in those programs: calling them made a "
-        "jitted var + logsumexp loss's backward 3.6x slower; needs a rule call that costs no more "
-        "than the inlined primal",
-    ),
     ("layer_norm", "jacfwd", "unresolved"): (
         "composites",
         "forward mode over a row of values near 9e13 that differ by 1 (logsumexp of exp(30)s): "
@@ -78,6 +52,22 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "torch's forward-mode formula for the tangent's input term",
     ),
 }
+
+
+_SINC_DECOMPOSITION = (
+    "sinc > sinc at +-30 (the inner value ~1e-17): torch autograd through jit's program, an "
+    "eager vmap or torch.func of jit differentiates sinc's decomposition sin(pi x) / (pi x), "
+    "which cancels every digit there (0.026 where torch's derivative is 0); thunderx.grad runs "
+    "sinc's rule. thunderx's own rules stay inlined in those programs: calling them made a "
+    "jitted var + logsumexp loss's backward 3.6x slower; needs a rule call that costs no more "
+    "than the inlined primal"
+)
+KNOWN_FAILURES.update(
+    {
+        ("sinc", check, "thunderx-wrong"): ("autodiff", _SINC_DECOMPOSITION)
+        for check in THROUGH_TORCH_CHECKS
+    }
+)
 
 
 # rows of DELIBERATE whose reproducers turn on which order this CPU's kernels round in: they
