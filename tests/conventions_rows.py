@@ -387,6 +387,24 @@ def second_derivative_at_the_zero_vector():
     assert theirs[0, 1].abs() > 1e7 and theirs[1, 0] == 0
 
 
+def sinc_second_derivative_at_zero():
+    for v in (0.0, -0.0):
+        x = S(v)
+        for ours in (
+            tx.grad(tx.grad(torch.sinc)),
+            tx.jacrev(tx.jacrev(torch.sinc)),
+            tx.hessian(torch.sinc),
+            tx.jacfwd(tx.jacfwd(torch.sinc)),
+        ):
+            assert ours(x).item() == 0
+        assert tf.hessian(torch.sinc)(x).item() == 0
+        assert torch.isnan(tf.grad(tf.grad(torch.sinc))(x))
+    # next to 0 the series' -pi^2 / 3 (torch's quotient rule cancels to 0 at 1e-17, nan at
+    # 1e-300)
+    for v in (1e-17, -1e-300):
+        torch.testing.assert_close(tx.hessian(torch.sinc)(S(v)), S(-(math.pi**2) / 3))
+
+
 def batch_norm_hessian_weight_block():
     g = torch.Generator().manual_seed(0)
     x, w, b = (torch.randn(*sh, dtype=F64, generator=g) for sh in ((2, 3, 4), (3,), (3,)))
@@ -423,6 +441,7 @@ BEHAVIOUR = {
         symbolic_zero_derivative,
         reduction_over_no_elements,
         second_derivative_at_the_zero_vector,
+        sinc_second_derivative_at_zero,
         bilinear_at_infinity,
         cumprod_at_infinity,
         logcumsumexp_rounded_output,

@@ -33,7 +33,7 @@ def _(d):
     return Sample([d.tensor(shape), d.tensor(shape, F64, "nonzero")], {"threshold": 0.0})
 
 
-@sample("silu", "mish", "hardswish", "log_sigmoid")
+@sample("silu", "mish", "hardswish", "log_sigmoid", "sinc")
 def _(d):
     return Sample([d.tensor(d.shape())], {})
 

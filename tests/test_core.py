@@ -95,9 +95,9 @@ def test_registry_size_and_module_budget():
     # with their backward kernels (4), torch's fused add/addcmul/addcdiv kernels (3), copy (a
     # fresh jit output where torch returns one), 3 for layer_norm with its affine in torch's
     # kernel (forward, tangent, backward), linear_solve (custom_linear_solve's implicit rules),
-    # pure_callback, name (checkpoint_name), custom_vmap_call: the cap keeps the set a
-    # deliberate choice
-    assert 60 <= len(core.primitives) <= 209
+    # pure_callback, name (checkpoint_name), custom_vmap_call, sinc (torch's kernel, whose
+    # derivative torch autograd takes through jit): the cap keeps the set a deliberate choice
+    assert 60 <= len(core.primitives) <= 210
     import pathlib
 
     root = pathlib.Path(tx.__file__).parent.parent

@@ -225,6 +225,34 @@ def test_sinc_tangent_at_zero_is_zero_even_where_the_incoming_one_is_nan():
     assert torch.equal(tx.jit(lambda a, b: tx.jvp(f, (a, b), (one, one))[1])(z, z), want)
 
 
+def test_torch_autograd_through_thunderx_differentiates_sinc_as_torch_does_near_zero():
+    # sinc(sinc(30)) = sinc(-1.1e-16), padded: torch autograd through jit's program (and an
+    # eager vmap, and torch.func of jit) differentiated sinc's decomposition sin(pi x) / (pi x),
+    # whose quotient rule cancels every digit there: 0.105 where torch's derivative is 0 (the
+    # differential test, seed 4718255). sinc is torch's kernel in those programs now.
+    x = torch.tensor([30.0, 30.0, -30.0, 12.0, 0.4], dtype=torch.float64)
+    w = torch.arange(1.0, 8.0, dtype=torch.float64)
+
+    def f(x):
+        return F.pad(torch.sinc(torch.sinc(x)), (2, 0))
+
+    def torch_grad(f):
+        xr = x.clone().requires_grad_()
+        return torch.autograd.grad((f(xr) * w).sum(), xr)[0]
+
+    want = torch_grad(f)
+    assert torch.equal(want[:4], torch.zeros(4, dtype=torch.float64))
+    torch.testing.assert_close(torch_grad(tx.jit(f)), want, rtol=1e-12, atol=1e-15)
+    vm = tx.vmap(lambda x: f(x)[2:])
+    got = torch_grad(lambda x: F.pad(vm(x[:, None])[:, 0], (2, 0)))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
+    got = torch.func.grad(lambda x: (tx.jit(f)(x) * w).sum())(x)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
+    # thunderx's own derivative: the series' -pi^2 x / 3 at the inner 1e-16 (1e-17 overall)
+    got = tx.grad(lambda x: (f(x) * w).sum())(x)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-15)
+
+
 def test_softmax_of_a_0d_tensor_is_torch_s_in_value_and_first_derivatives():
     # log_softmax was x * 0.0: -0.0 for a negative x, where torch gives +0.0 (atan2 of it then
     # gave -pi instead of pi: the long profile, seed 2). Then x - x: a derivative of 0 at nan and

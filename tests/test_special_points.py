@@ -54,6 +54,10 @@ DOCUMENTED = {
         ("norm2", case): ("second-derivative-at-the-zero-vector", "reverse over reverse")
         for case in ("values", "ties")
     },
+    **{
+        ("sinc", case): ("sinc-second-derivative-at-zero", "reverse over reverse")
+        for case in ("values", "ties")
+    },
 }
 
 

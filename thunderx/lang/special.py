@@ -1,7 +1,7 @@
 """torch.special functions: the Bessel functions, erfcx and ndtri bind primitives of their own
 (primitives/special.py); ndtr, log_ndtr, entr, xlog1py and multigammaln are torch's formulas
 (aten/src/ATen/native/Math.h) written with primitives, so every rule comes with them; sinc is
-torch's value with a series for its derivative near 0."""
+torch's kernel (a composite) with a series for its derivative near 0."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from thunderx.lang._base import SCALARS, float_operand, full_like, in_opmath, promote, register
 from thunderx.lang.elementwise_rules import x_times_log
 from thunderx.primitives import binary as B
+from thunderx.primitives import composite_sinc as KS
 from thunderx.primitives import special as SP
 from thunderx.primitives import unary as U
 
@@ -100,42 +101,6 @@ def _mvlgamma(x, p: int):
 @register(torch.sinc, torch.special.sinc, methods=("sinc",))
 @in_opmath
 def _sinc(x):
-    """sin(pi x) / (pi x), 1 at 0. Its derivative (cos(pi x) - sinc(x)) / x is 0 / 0 where x
-    is subnormal (pi x * x underflows) and loses every digit to cancellation below ~1e-6, so
-    below |x| = 1e-2 it is its Taylor series instead, with the series' derivatives after it
-    (the second derivative near 0 is -pi^2 / 3, as finite differences say; at 0 itself the
-    tangent is 0, as torch's, even where the incoming one is nan)."""
-    from thunderx.transforms.custom import custom_jvp
-
-    x = float_operand(x)
-
-    @custom_jvp
-    def f(x):
-        zero = B.eq(x, 0.0)
-        pix = B.mul(U.select(zero, 1.0, x), math.pi)
-        return U.select(zero, 1.0, B.div(U.sin(pix), pix))
-
-    @f.defjvp
-    def f_jvp(primals, tangents):
-        (x,), (t,) = primals, tangents
-        y = f(x)
-        small = B.lt(U.abs(x), _SINC_SERIES_BELOW)
-        safe = U.select(small, 1.0, x)
-        # y where the ratio is taken (safe is x there); where not, finite (safe is 1)
-        ratio = B.div(B.sub(U.cos(B.mul(safe, math.pi)), y), safe)
-        series = _sinc_series_derivative(U.select(small, x, 0.0))  # finite where not taken
-        # exactly 0 at x == 0, whatever the tangent (a nan one too, as torch's forward mode):
-        # the second derivative there is then torch's 0, and -pi^2/3 from the series elsewhere
-        return y, U.select(B.eq(x, 0.0), 0.0, B.mul(t, U.select(small, series, ratio)))
-
-    return f(x)
-
-
-_SINC_SERIES_BELOW = 1e-2
-
-
-def _sinc_series_derivative(x):
-    # d/dx sum_k (-1)^k (pi x)^(2k) / (2k+1)! = x sum_k c_k x^(2k-2), k <= 5: the next term is
-    # below 1e-18 relative for |x| < 1e-2
-    c = [(-1) ** k * math.pi ** (2 * k) * 2 * k / math.factorial(2 * k + 1) for k in range(1, 6)]
-    return B.mul(SP.horner(B.mul(x, x), c), x)
+    """sin(pi x) / (pi x), 1 at 0: torch's kernel, with a derivative that keeps its digits near
+    0 (primitives/composite_sinc.py)."""
+    return KS.sinc(float_operand(x))

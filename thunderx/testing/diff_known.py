@@ -20,7 +20,6 @@ from thunderx.testing.diff_repros import (  # noqa: F401
     _FORWARD_MODE_CHECKS,
     _REVERSE_MODE_CHECKS,
     KNOWN_REPROS,
-    THROUGH_TORCH_CHECKS,
 )
 
 # (op, check, category) -> (owner, reason); check "*" stands for every check.
@@ -52,22 +51,6 @@ KNOWN_FAILURES: dict[tuple[str, str, str], tuple[str, str]] = {
         "torch's forward-mode formula for the tangent's input term",
     ),
 }
-
-
-_SINC_DECOMPOSITION = (
-    "sinc > sinc at +-30 (the inner value ~1e-17): torch autograd through jit's program, an "
-    "eager vmap or torch.func of jit differentiates sinc's decomposition sin(pi x) / (pi x), "
-    "which cancels every digit there (0.026 where torch's derivative is 0); thunderx.grad runs "
-    "sinc's rule. thunderx's own rules stay inlined in those programs: calling them made a "
-    "jitted var + logsumexp loss's backward 3.6x slower; needs a rule call that costs no more "
-    "than the inlined primal"
-)
-KNOWN_FAILURES.update(
-    {
-        ("sinc", check, "thunderx-wrong"): ("autodiff", _SINC_DECOMPOSITION)
-        for check in THROUGH_TORCH_CHECKS
-    }
-)
 
 
 # rows of DELIBERATE whose reproducers turn on which order this CPU's kernels round in: they

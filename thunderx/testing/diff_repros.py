@@ -10,15 +10,7 @@ _REVERSE_MODE_CHECKS = ("grad", "autograd", "vjp", "jit(grad)", "jit(vmap(grad))
 # that check (with Ctx seed `seed`) shows the finding (found by `find_reproducer`); for a
 # "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it, or
 # (edge, seed, check, None, length) for a program the long run drew (its `replay` line).
-# the checks running torch autograd (or torch.func) through thunderx's programs
-THROUGH_TORCH_CHECKS = ("autograd(jit)", "autograd(vmap)", "torch.func(jit)")
-
 KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
-    # sinc > sinc at +-30: torch autograd of sinc's decomposition at ~1e-17
-    **{
-        ("sinc", check, "thunderx-wrong"): ("big", 4718255, check, None, 3)
-        for check in THROUGH_TORCH_CHECKS
-    },
     # norm of a zero row > sqrt > 0 / 0 > rpow: the nan cotangent meets the 2-norm's zero vector
     ("<with norm>", "*", "kink"): ("zero", 1659363, "jacrev", None, 4),
     # nextafter(0, -y) = -4.9e-324 > index_reduce_prod (an untouched row) > selu

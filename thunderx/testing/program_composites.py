@@ -75,6 +75,7 @@ ACTIVATION_STEPS = {
         torch.sigmoid(x), torch.sigmoid(x * 0.5 + 1), reduction="none"
     ),
     "lerp": lambda x: torch.lerp(x, torch.tanh(x), 0.7),
+    "sinc": lambda x: torch.sinc(x * 0.7),
     "addcmul": lambda x: torch.addcmul(x, torch.tanh(x), x, value=0.3),
     "add_scaled": lambda x: torch.sub(torch.sin(x), x, alpha=0.3),
     # a clone mutated in place: the copy primitive, the original left alone
