@@ -95,21 +95,32 @@ def _call(fn, name):
 
 def _pow_dx(t, x, y, out):
     # d/dx x**y = y * x**(y-1), written without a select on y so that its own derivative in y
-    # stays right (the Hessian of x**y at (4, 0) is symmetric).
+    # stays right (the Hessian of x**y at (4, 0) is symmetric). So at y == 0 a nan or infinite
+    # tangent gives nan (JAX's answer) where torch selects 0 (a select whose derivative in y is
+    # 0): docs/conventions.md, row pow-at-exponent-zero.
     if is_scalar(y):
         return Zero(get_aval(out).strip_weak()) if y == 0 else mul(t, mul(y, pow(x, y - 1)))
     from thunderx.primitives import unary
 
     jac = mul(y, pow(x, sub(y, 1)))
-    # 0 * 0**-1 would be nan where x == 0 and y == 0; the derivative there is 0.
-    both_zero = and_p.bind(eq(x, 0), eq(y, 0)) if not is_scalar(x) else eq(y, 0)
-    jac = unary.select(both_zero, 0.0, jac)
-    return mul(t, jac)
+    if is_scalar(x):
+        return mul(t, jac)
+    # 0 * 0**-1 and 0 * nan**-1 would be nan where y == 0; torch's derivative there is 0 (the
+    # derivative in y there is 0 either way), whatever the tangent: the Jacobian is 0 there
+    # (for reverse mode, which multiplies the selected cotangent by it) and so is the product
+    # (for forward mode, where a nan tangent times 0 is nan)
+    zero = and_p.bind(or_p.bind(eq(x, 0), ne(x, x)), eq(y, 0))
+    return unary.select(zero, 0.0, mul(t, unary.select(zero, 0.0, jac)))
 
 
 def _pow_dy(t, x, y, out):
     if is_scalar(x):
-        log_x = math.log(x) if x > 0 else (0.0 if x == 0 else math.nan)
+        if x == 0:
+            # torch: 0 where y >= 0, else out * log(0) = inf * -inf
+            from thunderx.primitives import unary
+
+            return mul(t, unary.select(ge(y, 0), 0.0, mul(out, -math.inf)))
+        log_x = math.log(x) if x > 0 else math.nan
         return mul(t, mul(out, log_x))
     from thunderx.primitives import unary
 

@@ -111,6 +111,19 @@ def pow_at_exponent_zero():
     assert ours[0][1] == ours[1][0] and torch.isclose(ours[0][1], 1 / x)
     theirs = tf.hessian(torch.pow, argnums=(0, 1))(x, y)
     assert theirs[0][1] == 0 and torch.isclose(theirs[1][0], 1 / x)
+    # a nan (or infinite) cotangent at y == 0 and a finite nonzero x: the product's nan; at
+    # x == 0 or a nan x, torch's 0
+    xs, ys = T(0.75, -2.0, 0.0, math.nan), T(0.0, 0.0, 0.0, 0.0)
+    for ct in (math.nan, math.inf):
+        ours = tx.vjp(torch.pow, xs, ys)[1](torch.full((4,), ct, dtype=F64))[0]
+        theirs = tf.vjp(torch.pow, xs, ys)[1](torch.full((4,), ct, dtype=F64))[0]
+        assert torch.isnan(ours[:2]).all() and torch.equal(ours[2:], theirs[2:])
+        assert torch.equal(theirs, torch.zeros(4, dtype=F64))
+        t = torch.full((4,), ct, dtype=F64)
+        ours = tx.jvp(lambda x: torch.pow(x, ys), (xs,), (t,))[1]
+        theirs = tf.jvp(lambda x: torch.pow(x, ys), (xs,), (t,))[1]
+        assert torch.isnan(ours[:2]).all() and torch.equal(ours[2:], theirs[2:])
+        assert torch.equal(theirs, torch.zeros(4, dtype=F64))
 
 
 def logcumsumexp_forward_range():

@@ -381,3 +381,29 @@ def test_binary_gradients_multiply_in_torchs_order(name, dtype):
     for grad in (tx.grad(loss, argnums=(0, 1)), tx.jit(tx.grad(loss, argnums=(0, 1)))):
         for got, ref in zip(grad(x, y), want):
             assert torch.equal(got, ref)
+
+
+def test_pow_derivatives_at_exponent_zero_and_base_zero_are_torch_s():
+    # torch's pow_backward_self is 0 wherever the exponent is 0 and the base 0 or nan, whatever
+    # comes in (hypot at (0, 0) before it has a nan tangent: forward mode gives 0, as torch's,
+    # and reverse mode hypot's own nan, as torch's); a scalar base 0 with a negative exponent
+    # has the exponent derivative out * log(0) = -inf (was nan)
+    nan, inf = math.nan, math.inf
+    x = torch.tensor([0.0, -0.0, nan, 0.0, nan], dtype=torch.float64)
+    y = torch.tensor([0.0, 0.0, 0.0, -0.0, -0.0], dtype=torch.float64)
+    for c in (1.0, nan, inf):
+        ct = torch.full((5,), c, dtype=torch.float64)
+        for fn in (tx.vjp, torch.func.vjp):
+            gx, _ = fn(torch.pow, x, y)[1](ct)
+            assert torch.equal(gx, torch.zeros(5, dtype=torch.float64)), (fn, c)
+        ours = tx.jvp(lambda x: torch.pow(x, y), (x,), (ct,))[1]
+        assert torch.equal(ours, torch.func.jvp(lambda x: torch.pow(x, y), (x,), (ct,))[1])
+    z, ts = torch.zeros((), dtype=torch.float64), (torch.tensor(-0.79, dtype=torch.float64),) * 3
+    hp = lambda a, b, e: torch.hypot(a, b) ** e  # noqa: E731
+    assert tx.jvp(hp, (z, z, z), ts)[1] == torch.func.jvp(hp, (z, z, z), ts)[1] == 0
+    assert torch.isnan(tx.grad(hp)(z, z, z)) and torch.isnan(torch.func.grad(hp)(z, z, z))
+    e = torch.tensor([-1.5, -inf, 0.0, 2.0], dtype=torch.float64)
+    for s in (0.0, -0.0):
+        f = lambda e, s=s: (torch.pow(s, e) * torch.arange(1.0, 5.0, dtype=e.dtype)).sum()
+        want = torch.func.grad(f)(e)
+        assert torch.equal(tx.grad(f)(e), want) and torch.equal(want[:2], torch.full((2,), -inf))

@@ -11,6 +11,8 @@ _REVERSE_MODE_CHECKS = ("grad", "autograd", "vjp", "jit(grad)", "jit(vmap(grad))
 # "<with OP>" entry (edge, seed, check, chain of ops): `reproduce_program` shows it, or
 # (edge, seed, check, None, length) for a program the long run drew (its `replay` line).
 KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
+    # remainder > pow at exponent 0 > div by 0 > logit: logit(inf)'s nan cotangent reaches pow
+    ("<with pow>", "jit(vmap(grad))", "unresolved"): ("zero", 5005418, "jit(vmap(grad))", None, 4),
     # norm of a zero row > sqrt > 0 / 0 > rpow: the nan cotangent meets the 2-norm's zero vector
     ("<with norm>", "*", "kink"): ("zero", 1659363, "jacrev", None, 4),
     # nextafter(0, -y) = -4.9e-324 > index_reduce_prod (an untouched row) > selu
