@@ -57,9 +57,9 @@ def test_forward_is_eager_torchs_bits(name, affine, dtype):
 
 
 BACKWARDS = {
-    "batch_norm": "torch.ops.aten.native_batch_norm_backward(",
-    "instance_norm": "torch.ops.aten.native_batch_norm_backward(",
-    "group_norm": "torch.ops.aten.native_group_norm_backward(",
+    "batch_norm": "torch.ops.aten.native_batch_norm_backward.default(",
+    "instance_norm": "torch.ops.aten.native_batch_norm_backward.default(",
+    "group_norm": "torch.ops.aten.native_group_norm_backward.default(",
 }
 
 
@@ -77,7 +77,7 @@ WITH_LAYER = {
     **NORMS,
     "layer_norm": (lambda x, w, b: F.layer_norm(x, (5,), w, b), "torch.native_layer_norm("),
 }
-BACKWARDS["layer_norm"] = "torch.ops.aten.native_layer_norm_backward("
+BACKWARDS["layer_norm"] = "torch.ops.aten.native_layer_norm_backward.default("
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

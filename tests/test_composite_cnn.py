@@ -15,15 +15,15 @@ from thunderx.testing import check_grads, check_vmap
 _NORMS = {
     "batch_norm": (
         lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True, eps=1e-3),
-        "torch.ops.aten.native_batch_norm_backward(",
+        "torch.ops.aten.native_batch_norm_backward.default(",
     ),
     "group_norm": (
         lambda x, w, b: F.group_norm(x, 2, w, b, eps=1e-3),
-        "torch.ops.aten.native_group_norm_backward(",
+        "torch.ops.aten.native_group_norm_backward.default(",
     ),
     "instance_norm": (
         lambda x, w, b: F.instance_norm(x, weight=w, bias=b, eps=1e-3),
-        "torch.ops.aten.native_batch_norm_backward(",
+        "torch.ops.aten.native_batch_norm_backward.default(",
     ),
 }
 
@@ -213,7 +213,9 @@ def test_max_pool_with_indices_backward_ops_match_torchs_kernels(nsp):
 def test_max_pool_reverse_mode_is_torchs_backward_kernel(nsp):
     pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[nsp]
     kernel = (
-        "max_pool3d_with_indices_backward(" if nsp == 3 else "max_pool2d_with_indices_backward("
+        "max_pool3d_with_indices_backward.default("
+        if nsp == 3
+        else "max_pool2d_with_indices_backward.default("
     )
 
     def f(x):

@@ -5,8 +5,10 @@ as long as the function lives (long runs compile many programs and must not keep
 
 from __future__ import annotations
 
+import functools
 import itertools
 import linecache
+import re
 import sys
 import weakref
 
@@ -107,3 +109,31 @@ def split_top(s: str, sep: str) -> list[str]:
         k += 1
     parts.append(s[last:])
     return parts
+
+
+# -- binding aten overloads
+
+_ATEN_PACKET_CALL = re.compile(r"torch\.ops\.aten\.(\w+)\(")
+# the overloads that write into a buffer given by keyword: a call without it never picks them
+_OUT_OVERLOADS = frozenset({"out", "grad_input", "output"})
+
+
+def bind_default_overloads(src: str) -> str:
+    """`torch.ops.aten.NAME(` as `torch.ops.aten.NAME.default(` where NAME's other overloads
+    all write into an out= buffer, which is what the packet resolves a call without that
+    keyword to: an OpOverloadPacket resolves the overload on every call
+    (native_layer_norm_backward on a 4x4 input: 26-37 us against 18-21 us for `.default`)."""
+    return _ATEN_PACKET_CALL.sub(
+        lambda m: f"torch.ops.aten.{m[1]}.default(" if _only_default(m[1]) else m[0], src
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _only_default(name: str) -> bool:
+    import torch
+
+    packet = getattr(torch.ops.aten, name, None)
+    if packet is None:
+        return False
+    overloads = set(packet.overloads())
+    return "default" in overloads and overloads - {"default"} <= _OUT_OVERLOADS

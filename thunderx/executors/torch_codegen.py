@@ -39,7 +39,7 @@ from thunderx.executors.recycle import (
     recycled_lines,
 )
 from thunderx.executors.release import release_line, releases
-from thunderx.executors.sources import exec_source
+from thunderx.executors.sources import bind_default_overloads, exec_source
 from thunderx.executors.split_phase import split_phase_plan
 from thunderx.ir import Jaxpr, Var
 from thunderx.primitives.binary import add_p
@@ -323,7 +323,7 @@ def generate_source(
         lines.append(f"    return {outs}")
     else:
         lines.append(f"    return ({outs}{',' if len(jaxpr.outvars) == 1 else ''})")
-    src = "\n".join(lines) + "\n"
+    src = bind_default_overloads("\n".join(lines) + "\n")
     if top and prelude:
         src = "\n".join(prelude) + "\n" + src
     return src, namespace
