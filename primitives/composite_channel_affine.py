@@ -38,7 +38,12 @@ from thunderx.primitives.composite_channel_norm import (
     gn_backward_source,
     gn_sizes,
 )
-from thunderx.primitives.composite_norm_affine import _slots, _sum, affine_norm_rules
+from thunderx.primitives.composite_norm_affine import (
+    _slots,
+    _sum,
+    affine_norm_rules,
+    picked_outputs,
+)
 
 
 def channel_norm_affine(x, w, b, groups: int, eps: float):
@@ -182,10 +187,7 @@ def backward_source(ct, x, w, shape, mean, rstd, groups: int, eps: float, mask) 
         call = gn_backward_source(ct, x, mean, rstd, sizes, w, list(mask))
     else:
         call = bn_backward_source(ct, x, mean, rstd, eps, w, list(mask))
-    if all(mask):  # the kernel's own tuple
-        return call
-    picked = ", ".join(f"_o[{i}]" for i, m in enumerate(mask) if m)
-    return f"(lambda _o: [{picked}])({call})"
+    return picked_outputs(call, mask)
 
 
 def _codegen(args, avals, *, groups, eps, has_bias):

@@ -240,7 +240,13 @@ def backward_source(x: str, w: str, ct: str, shape: tuple, mean: str, rstd: str,
         f"torch.ops.aten.native_layer_norm_backward({ct}, {x}, {shape}, {mean}, {rstd}, {w}, "
         f"{bias}, {list(mask)})"
     )
-    if all(mask):  # the kernel's own tuple
+    return picked_outputs(call, mask)
+
+
+def picked_outputs(call: str, mask) -> str:
+    """The source of a norm backward kernel's `call` as the list of the cotangents `mask`
+    wants (the kernel's own tuple when it wants all three)."""
+    if all(mask):
         return call
     picked = ", ".join(f"_o[{i}]" for i, m in enumerate(mask) if m)
     return f"(lambda _o: [{picked}])({call})"
