@@ -114,16 +114,14 @@ def _pow_dx(t, x, y, out):
 
 
 def _pow_dy(t, x, y, out):
+    from thunderx.primitives import unary
+
     if is_scalar(x):
         if x == 0:
             # torch: 0 where y >= 0, else out * log(0) = inf * -inf
-            from thunderx.primitives import unary
-
             return mul(t, unary.select(ge(y, 0), 0.0, mul(out, -math.inf)))
         log_x = math.log(x) if x > 0 else math.nan
         return mul(t, mul(out, log_x))
-    from thunderx.primitives import unary
-
     # torch's pow_backward_exponent: 0 where x == 0 and y >= 0, else out * log(x) (so 0 ** -1
     # gives -inf); a select, so the derivative in x there is 0 too, not inf * 0
     if is_scalar(y) and y < 0:
