@@ -16,7 +16,10 @@ transform runs (`patch_during_transforms`) and, in a thread inside one, run thun
 Elsewhere (another thread, or no thunderx transform on this one) torch's own runs unchanged.
 
 `functional_call` runs as `thunderx.functional_call` (torch's swap of module attributes refuses
-traced values). `torch.func.linearize` calls no such entry point (it traces with make_fx and
+traced values). For the same reason torch's `set_tensor` and `swap_tensor`
+(torch.nn.utils._named_member_accessor, what `make_functional` and `NamedMemberAccessor` call to
+put a model's weights in place) set a traced value themselves while a transform runs: into the
+module's parameter or buffer table where the name is one, else as an attribute. `torch.func.linearize` calls no such entry point (it traces with make_fx and
 forward-mode dual tensors), and the function object is what users' imports bind, so while a
 thunderx transform runs its code is swapped for an entry that routes the same way (the function
 object, its name and signature stay torch's; torch's code is put back when the transform ends)."""
@@ -26,7 +29,9 @@ from __future__ import annotations
 import functools
 import types
 
-from thunderx.core import is_top_level
+import torch
+
+from thunderx.core import Tracer, is_top_level
 from thunderx.lang.patching import patch_during_transforms
 
 
@@ -95,6 +100,52 @@ def _functional_call(module, parameters_and_buffers, args=None, kwargs=None, **o
     return functional_call(module, parameters_and_buffers, args, kwargs, **options)
 
 
+def _check_member(module, name: str) -> None:
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"{module} is not an instance of torch.nn.Module")
+    if not name or "." in name:
+        raise KeyError(f"{name!r} is not the name of one member of a module")
+
+
+def _put_member(module, name: str, value, missing) -> None:
+    """Set (or, for the `missing` sentinel, delete) the module's member `name`."""
+    for table in (module._parameters, module._buffers):
+        if name in table:
+            if value is missing:
+                del table[name]
+            else:
+                table[name] = value
+            return
+    if value is not missing:
+        setattr(module, name, value)
+    elif hasattr(module, name):
+        delattr(module, name)
+
+
+def _member_setter(torch_impl, missing, swap: bool):
+    """torch's `set_tensor` (`swap`: `swap_tensor`, which returns the member it replaced), with
+    traced values allowed: torch's own runs when neither the new value nor the one replaced is
+    traced."""
+
+    @functools.wraps(torch_impl)
+    def impl(module, name, tensor, allow_missing=False):
+        args = (allow_missing,) if swap else ()
+        old = missing
+        if isinstance(module, torch.nn.Module) and name:
+            tables = (module._parameters, module._buffers)
+            held = next((t[name] for t in tables if name in t), missing)
+            old = held if held is not missing else getattr(module, name, missing)
+        if not (isinstance(tensor, Tracer) or (swap and isinstance(old, Tracer))):
+            return torch_impl(module, name, tensor, *args)
+        _check_member(module, name)
+        if old is missing and swap and not allow_missing:
+            raise AttributeError(f"{type(module).__name__} has no attribute `{name}`")
+        _put_member(module, name, tensor, missing)
+        return old if swap else None
+
+    return impl
+
+
 def _linearize(func, *primals):
     from thunderx import func as txf
 
@@ -128,6 +179,7 @@ def install() -> None:
     a torch without one keeps its own behaviour for that transform)."""
     try:
         from torch._functorch import apis, eager_transforms
+        from torch.nn.utils import _named_member_accessor as accessor
         from torch.nn.utils import stateless
     except ImportError:  # pragma: no cover - every supported torch has them
         return
@@ -150,4 +202,8 @@ def install() -> None:
         torchs.__kwdefaults__ = lin.__kwdefaults__
         _linearize_routed = _routed(_linearize, torchs)
         patches.append((lin, "__code__", _linearize_entry.__code__))
+    missing = getattr(accessor, "_MISSING", object())
+    for name, swap in (("set_tensor", False), ("swap_tensor", True)):
+        if name in vars(accessor):
+            patches.append((accessor, name, _member_setter(vars(accessor)[name], missing, swap)))
     patch_during_transforms(patches)
