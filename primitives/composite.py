@@ -21,11 +21,12 @@ import torch
 
 from thunderx.ad_util import Zero, is_undefined
 from thunderx.avals import is_float
-from thunderx.core import declare, get_aval, new_trace
+from thunderx.core import declare, get_aval, impl_rules, new_trace
 from thunderx.primitives import binary as B
 from thunderx.primitives import shape as S
 from thunderx.primitives import unary as U
 from thunderx.primitives._elementwise import elementwise_batch, nary_abstract_eval
+from thunderx.primitives.kernel_autograd import torch_autograd_impl
 
 
 def declare_composite(
@@ -48,6 +49,9 @@ def declare_composite(
         declared.setdefault("jvp", jvp_from_decomposition)
     declared.setdefault("batch", batch_from_decomposition)
     prim = declare(name, decomposition=decomposition, **declared)
+    if not prim.props.kernel_differentiable or prim.props.kernel_constant_outputs:
+        # torch autograd takes thunderx's derivative of the kernel
+        impl_rules[prim] = torch_autograd_impl(prim, impl_rules[prim])
     return prim
 
 

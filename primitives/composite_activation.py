@@ -243,6 +243,8 @@ def _activation(name, decomposition, kernel, backward_name, backward_decompositi
         nonlinear=(1,),
         differentiate_decomposition=True,
         transposes_itself=True,
+        # silu_backward and mish_backward have no derivative in torch
+        kernel_differentiable=False,
         **out_overload,
     )
 

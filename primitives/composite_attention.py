@@ -306,6 +306,9 @@ sdpa_p = declare_composite(
     batch=_fold_batch(lambda: sdpa_p, 3),
     torch_codegen=_codegen,
     multiple_results=True,
+    # torch's derivative of the fused kernel ignores its logsumexp (thunderx's own backward
+    # reads it): where that is read under torch autograd, the decomposition runs
+    kernel_constant_outputs=(1,),
 )
 sdpa_jvp_p = declare_composite(
     "sdpa_jvp",
@@ -332,4 +335,6 @@ sdpa_backward_p = declare_composite(
     batch=_fold_batch(lambda: sdpa_backward_p, 6),
     torch_codegen=_backward_codegen,
     multiple_results=True,
+    # torch has no derivative for its fused attention backward kernels
+    kernel_differentiable=False,
 )

@@ -280,6 +280,7 @@ tangent_p = declare_composite(
     differentiate_decomposition=True,
     transpose=_tangent_transpose,
     batch=_tangent_batch,
+    kernel_differentiable=False,  # native_group_norm_backward has no derivative in torch
 )
 cotangent_p = declare_composite(
     "channel_norm_affine_cotangent",
@@ -293,4 +294,5 @@ cotangent_p = declare_composite(
     batch=_cotangent_batch,
     torch_codegen=_cotangent_codegen,
     multiple_results=True,
+    kernel_differentiable=False,  # native_group_norm_backward has no derivative in torch
 )

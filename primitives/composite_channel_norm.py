@@ -326,6 +326,7 @@ group_norm_backward_p = declare_composite(
     transpose=_transpose(lambda: group_norm_backward_p),
     batch=_gn_batch(lambda: group_norm_backward_p),
     torch_codegen=_gn_backward_codegen,
+    kernel_differentiable=False,  # native_group_norm_backward has no derivative in torch
 )
 
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 import thunderx as tx
 from thunderx import core
 from thunderx.core import ALL_OPERANDS
-from thunderx.executors.torch_codegen import compile_jaxpr
+from thunderx.executors.sources import exec_source
+from thunderx.executors.torch_codegen import base_namespace, generate_source
 from thunderx.passes import closure_convert
 from thunderx.testing.programs import (
     NOT_GENERATED,
@@ -122,8 +123,9 @@ def _elements_overlap(t) -> bool:
 
 
 def _generated(prim, sample):
-    """The primitive alone as a program of the torch executor, without buffer reuse; returns
-    (program, tensor operands)."""
+    """The primitive alone as a program of the torch executor, without buffer reuse (and
+    without the decompositions of the variant torch autograd runs through); returns (program,
+    tensor operands)."""
     pos = [i for i, a in enumerate(sample.args) if isinstance(a, torch.Tensor)]
 
     def f(*xs):
@@ -134,8 +136,11 @@ def _generated(prim, sample):
 
     tensors = [sample.args[p] for p in pos]
     closed = tx.make_jaxpr(f)(*tensors)
-    prog = compile_jaxpr(closure_convert(closed.jaxpr))
-    return (lambda *xs: prog.fn_plain(*closed.consts, *xs)), tensors, pos
+    src, ns = generate_source(
+        closure_convert(closed.jaxpr), "jitted", False, namespace=base_namespace()
+    )
+    fn = exec_source(src, ns, "jitted")
+    return (lambda *xs: fn(*closed.consts, *xs)), tensors, pos
 
 
 def _observe(name):

@@ -146,6 +146,8 @@ def declare(
     elementwise: bool = False,
     overlapping: bool = False,
     runs_autograd: bool = False,
+    kernel_differentiable: bool = True,
+    kernel_constant_outputs: tuple[int, ...] = (),
 ) -> Primitive:
     """Everything the system knows about one primitive, in one call: its rules (stored in the
     per-interpretation tables each transform reads) and its properties (`prim.props`).
@@ -161,12 +163,21 @@ def declare(
     `decomposition(*arrays, **params)`: the operation in other primitives (a composite's).
     `linear=True` puts it in `linear_primitives`; without a `jvp` its jvp applies it to the
     tangents (operands at `nonlinear` positions, such as indices, pass their primal).
+    `kernel_differentiable=False` or `kernel_constant_outputs` (see `Properties`) needs a `jvp`
+    (or `linear`): where torch autograd records the call, the derivative it takes is thunderx's
+    (`declare_composite` wraps the implementation: primitives/kernel_autograd.py).
 
     Example: `exp_p` in primitives/unary.py (through the `def_unary` factory); docs/primitives.md
     shows a declaration and the table of all of them.
     """
     # checked before the name is registered, so a corrected retry can register it
     check_declaration(name, aliases, inplace, effects, inplace_out, elementwise)
+    bridged = not kernel_differentiable or bool(kernel_constant_outputs)
+    if bridged and jvp is None and not linear:
+        raise TypeError(
+            f"{name}: a kernel torch autograd cannot differentiate (kernel_differentiable=False, "
+            "kernel_constant_outputs) needs a jvp rule: torch autograd takes thunderx's derivative"
+        )
     prim = declare_properties(
         new_primitive(name, multiple_results),
         aliases=aliases,
@@ -178,6 +189,8 @@ def declare(
         elementwise=elementwise,
         overlapping=overlapping,
         runs_autograd=runs_autograd,
+        kernel_differentiable=kernel_differentiable,
+        kernel_constant_outputs=kernel_constant_outputs,
     )
     impl_rules[prim] = impl
     abstract_eval_rules[prim] = abstract_eval
@@ -220,6 +233,8 @@ def declare_properties(
     elementwise: bool = False,
     overlapping: bool = False,
     runs_autograd: bool = False,
+    kernel_differentiable: bool = True,
+    kernel_constant_outputs: tuple[int, ...] = (),
 ) -> Primitive:
     """The properties half of `declare`, for a primitive made with `new_primitive` whose rules
     are registered table by table (see `Properties` for each keyword)."""
@@ -234,6 +249,8 @@ def declare_properties(
         elementwise=elementwise,
         overlapping=overlapping,
         runs_autograd=runs_autograd,
+        kernel_differentiable=kernel_differentiable,
+        kernel_constant_outputs=tuple(kernel_constant_outputs),
     )
     if effects:
         effectful_primitives.add(prim)

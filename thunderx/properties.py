@@ -37,6 +37,16 @@ class Properties:
     # The implementation runs torch autograd (a backward that recomputes its forward): a
     # compiler tracing implementations into one graph (inductor's whole program) keeps it a call.
     runs_autograd: bool = False
+    # torch autograd can differentiate the implementation's kernel. False for a composite whose
+    # torch kernel has no derivative in torch (native_group_norm_backward, silu_backward): where
+    # torch autograd records the call (grad mode on, an operand requiring grad), eagerly and in
+    # the program jit runs under torch autograd, the kernel runs inside a Function whose
+    # derivative is thunderx's vjp of the primitive (primitives/kernel_autograd.py).
+    kernel_differentiable: bool = True
+    # Outputs of the kernel that torch autograd treats as constants although they depend on the
+    # operands (fused attention's logsumexp): the same Function where torch autograd records the
+    # call eagerly, and in jit's program where that program reads one of them.
+    kernel_constant_outputs: tuple[int, ...] = ()
     # False only for the conservative stand-in of a primitive that never declared its properties.
     declared: bool = True
 

@@ -45,6 +45,7 @@ from thunderx.ir import Jaxpr, Var
 from thunderx.primitives.binary import add_p
 from thunderx.primitives.custom import keep_derivative_call, keeps_derivative
 from thunderx.primitives.higher_order import no_grad_p, stop_gradient_p
+from thunderx.primitives.kernel_autograd import for_torch_autograd
 from thunderx.primitives.linalg import dot_general_p
 from thunderx.primitives.unary import convert_p, select_p
 
@@ -73,11 +74,14 @@ class CodegenContext:
     """What a statement rule (control flow) gets: the output names, and a way to emit a sub-jaxpr
     as a generated function defined before the main one (its name is returned)."""
 
-    def __init__(self, namespace: dict, prelude: list, reuse_buffers: bool, outs: list):
+    def __init__(
+        self, namespace: dict, prelude: list, reuse_buffers: bool, outs: list, autograd=False
+    ):
         self.namespace = namespace
         self.prelude = prelude
         self.reuse_buffers = reuse_buffers
         self.outs = outs
+        self.autograd = autograd  # bodies of the program torch autograd runs through
 
     def function(self, jaxpr: Jaxpr, hint: str, bare_return: bool = False) -> str:
         from thunderx.passes import optimize
@@ -93,6 +97,7 @@ class CodegenContext:
             bare_return,
             namespace=self.namespace,
             prelude=self.prelude,
+            autograd=self.autograd,
         )
         self.prelude[index] = src
         return name
@@ -111,6 +116,7 @@ def generate_source(
     hoist_constants: bool = False,
     pools: dict | None = None,
     onednn: bool | None = None,
+    autograd: bool = False,
 ):
     """Returns (source, namespace) of `def name(consts..., args...)` returning a tuple; the
     functions of control-flow bodies come first in the source. `hoist_constants`: small `full`
@@ -119,7 +125,11 @@ def generate_source(
     shared by its variants; large outputs and intermediates are written into recycled buffers
     (see recycle.py). `onednn` (cpu_gemm.py): None, the products oneDNN runs faster call it in
     the variant with buffer reuse, beside the MKL call taken under torch.func transforms and
-    dispatch modes; True, they call it alone (a program traced for inductor); False, never."""
+    dispatch modes; True, they call it alone (a program traced for inductor); False, never.
+    `autograd`: the program torch autograd runs through, where a kernel torch cannot
+    differentiate runs inside a Function with thunderx's derivative (kernel_autograd.py)."""
+    if autograd:
+        jaxpr = for_torch_autograd(jaxpr)
     namer = new_namer()
     top = prelude is None
     prelude = [] if prelude is None else prelude
@@ -241,7 +251,8 @@ def generate_source(
             if into is not None:  # the result is that input's buffer
                 reused[i] = id(into)
         if expr is None and e.prim in statement_rules:
-            ctx = CodegenContext(namespace, prelude, reuse_buffers, [namer(v) for v in out])
+            outs = [namer(v) for v in out]
+            ctx = CodegenContext(namespace, prelude, reuse_buffers, outs, autograd)
             rule = torch_codegen_rules[e.prim]
             lines.extend("    " + ln for ln in rule(args, avals, ctx=ctx, **e.params))
             for v in out:  # may alias an input (a loop that ran zero times): never reused
@@ -370,14 +381,14 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted", calls: dict | None = None)
         )
 
     src, ns = gen(True)
-    src_plain, ns_plain = gen(False)
+    src_plain, ns_plain = gen(False, autograd=True)
     fn = exec_source(src, ns, name)
     fn_plain = fn if src_plain == src else exec_source(src_plain, ns_plain, name)
     prog = CompiledProgram(fn, src, fn_plain, src_plain)
     if len(jaxpr.outvars) == 1:
         # jit's fast path calls these: the one output without a tuple around it
         prog.fn_single = exec_source(*gen(True, bare_return=True), name)
-        prog.fn_single_plain = exec_source(*gen(False, bare_return=True), name)
+        prog.fn_single_plain = exec_source(*gen(False, bare_return=True, autograd=True), name)
     return prog
 
 
@@ -385,7 +396,7 @@ def plain_function(jaxpr: Jaxpr, name: str = "jitted", single: bool = False):
     """(function, source) of the program variant without in-place reuse alone (the one torch
     autograd runs through); `single`: the one output bare."""
     src, ns = generate_source(
-        jaxpr, name, False, single, namespace=base_namespace(), hoist_constants=True
+        jaxpr, name, False, single, namespace=base_namespace(), hoist_constants=True, autograd=True
     )
     return exec_source(src, ns, name), src
 
