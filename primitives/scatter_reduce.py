@@ -94,9 +94,14 @@ def _prod_tangent(x, idx, src, y, tx, ts, self_in, axis):
     p_nz = scatter_reduce(x_nz, idx, U.select(s_zero, 1.0, src), axis, "prod", True)
 
     def others(v, v_zero, z, y_, p):
-        one_zero = U.select(v_zero, p, 0.0)
-        no_zero = B.div(y_, U.select(v_zero, 1.0, v))
-        return U.select(B.eq(z, 0.0), no_zero, U.select(B.eq(z, 1.0), one_zero, 0.0))
+        """The product of the other elements of v's group: for a zero v the product of the
+        nonzero ones when v is the group's only zero, else 0; for any other v, y / v (0 where
+        the group holds a zero, whose derivative in that zero torch autograd then takes through
+        this eager formula: MAML's outer step), as torch's backward formula divides."""
+        # every zero divisor replaced, also an x[p] taking no part (masked below), so that
+        # torch autograd never multiplies a masked branch's zero cotangent by 1 / 0
+        no_zero = B.div(y_, U.select(B.eq(v, 0.0), 1.0, v))
+        return U.select(v_zero, U.select(B.eq(z, 1.0), p, 0.0), no_zero)
 
     o_self = others(x, B.gt(x_zero, 0.5), zeros, y, p_nz)
     o_src = others(

@@ -168,6 +168,31 @@ def test_torch_autograd_properties_are_declared_as_torch_behaves(name):
     )
 
 
+@pytest.mark.parametrize("include_self", [False, True])
+def test_torch_autograd_over_the_gradient_of_a_product_reduction_with_zeros(include_self):
+    """index_reduce / scatter_reduce with "prod" over groups holding one zero, two zeros, none,
+    and (include_self=False) a zero x[p] that takes no part: thunderx's derivative formula, run
+    eagerly under torch autograd, divided a masked branch by that zero (nan where torch gives
+    0) and gave the one-zero group's other elements a constant 0 coefficient (0 where torch's
+    derivative in the zero is the others' product: differential seed 7004160)."""
+    x = torch.tensor([[0.0, 0.0, 0.0], [0.0, 2.0, 2.1], [1.1, 0.0, 0.5]], dtype=D)
+    src = torch.tensor([[1.6, 0.0, 0.9], [0.0, -0.9, 0.0], [-0.9, 0.2, 0.0]], dtype=D)
+    idx = torch.tensor([1, 2, 2])
+    w = torch.linspace(-1.0, 1.0, 9, dtype=D).reshape(3, 3)
+
+    def f(x, src):
+        return (x.index_reduce(0, idx, src, "prod", include_self=include_self) * w).sum()
+
+    def outer(grad):
+        xs = [x.clone().requires_grad_(), src.clone().requires_grad_()]
+        gs = grad(f, argnums=(0, 1))(*xs)
+        inner = sum((g * torch.linspace(0.5, 1.5, 9, dtype=D).reshape(3, 3)).sum() for g in gs)
+        return torch.autograd.grad(inner, xs)
+
+    for a, b in zip(outer(tx.grad), outer(tf.grad)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("jit", [False, True])
 @pytest.mark.parametrize("name", ["group_norm", "silu", "attention"])
 def test_torch_func_transforms_over_thunderx_gradients(name, jit):
