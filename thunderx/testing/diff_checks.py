@@ -205,6 +205,35 @@ def check_autograd_through_jit(c: Ctx):
     return _against("autograd(jit)", c, got, _eager_autograd, fd)
 
 
+def check_autograd_through_grad(c: Ctx):
+    """torch autograd over thunderx's gradient (MAML's outer step: `torch.autograd.grad` of a
+    weighted sum of `thunderx.grad`'s result) against torch autograd over torch.func's, and
+    where they differ against torch's forward mode over torch.func's gradient."""
+
+    def outer(lib, c):
+        def fn(*xs):
+            g = _flat(lib.grad(c.s, argnums=c.argnums)(*xs))
+            return (g * torch.linspace(0.5, 1.5, g.numel(), dtype=g.dtype)).sum()
+
+        return fn
+
+    def forward_over_reverse(c):
+        return tf.jacfwd(outer(tf, c), argnums=tuple(range(len(c.xs))))(*c.xs)
+
+    got = _autograd_of(outer(tx, c), c.xs)
+    fd = _fd_of(c, outer(tf, c), lambda j: j.reshape(-1))
+    found = _against("autograd(grad)", c, got, lambda c: _autograd_of(outer(tf, c), c.xs), fd)
+    if found is not None:
+        # torch's reverse over reverse gives nan where its forward over reverse (its hessian's
+        # order) does not (the zero vector of a norm, sinc at 0): that one settles it
+        try:
+            if _against("autograd(grad)", c, got, forward_over_reverse, fd) is None:
+                return None
+        except _NoOracle:
+            pass
+    return found
+
+
 def check_jvp(c: Ctx):
     _, got = tx.jvp(c.f, tuple(c.xs), tuple(c.ts))
     t = _flat(c.ts)
@@ -380,6 +409,7 @@ CHECKS: dict[str, Callable[[Ctx], Finding | None]] = {
     "autograd(jit)": check_autograd_through_jit,
     "autograd(vmap)": check_autograd_through_vmap,
     "torch.func(jit)": check_torch_func_through_jit,
+    "autograd(grad)": check_autograd_through_grad,
     "jvp": check_jvp,
     "vjp": check_vjp,
     "linearize": check_linearize,
@@ -448,5 +478,7 @@ def _reference_only(name: str, c: Ctx) -> None:
         _eager_autograd(c)
     elif name == "autograd(vmap)":
         c.s(*[b[0] for b in c.batch])
+    elif name == "autograd(grad)":
+        _autograd_of(lambda *xs: _flat(tf.grad(c.s, argnums=c.argnums)(*xs)).sum(), c.xs)
     else:
         tf.grad(c.s, argnums=c.argnums)(*c.xs)
