@@ -6,7 +6,7 @@ against eager torch and torch.autograd, and the caller's memory is never written
 import pytest
 import torch
 import torch.func as tf
-from hypothesis import given, note, settings
+from hypothesis import given, note, reject, settings
 
 import thunderx as tx
 from thunderx.executors import cpu_gemm
@@ -187,6 +187,13 @@ def test_random_programs_through_inductor_with_every_output_recycled(prog):
         torch.testing.assert_close(second, want, rtol=1e-8, atol=1e-8, equal_nan=True)
         bxs = prog.example_inputs(batch=3)
         g = tx.jit(tx.vmap(tx.grad(scalar, argnums=(0, 1))), executor="inductor")
-        ref = tf.vmap(tf.grad(scalar, argnums=(0, 1)))(*bxs)
+        try:
+            ref = tf.vmap(tf.grad(scalar, argnums=(0, 1)))(*bxs)
+        except RuntimeError as e:
+            # torch refuses to differentiate some programs (batch_norm_eval's running
+            # statistics made from the input: native_batch_norm has no derivative in them)
+            if "is not differentiable with respect to" not in str(e):
+                raise
+            reject()
         for a, b in zip(g(*bxs), ref, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-7, equal_nan=True)
