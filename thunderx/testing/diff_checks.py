@@ -177,9 +177,15 @@ def check_autograd_through_vmap(c: Ctx):
     got = _autograd_of(lambda *bs: tx.vmap(c.s)(*bs).sum(), c.batch)
     fd = _fd_of_batch(c, loop)
     found = _against("autograd(vmap)", c, got, lambda c: _autograd_of(loop, c.batch), fd)
+    return _unless_settled(found, c, got, torch_vmap, fd)
+
+
+def _unless_settled(found, c: "Ctx", got, second: Callable, fd) -> Finding | None:
+    """`found`, or None where torch's `second` answer (another of its ways to the same
+    derivative) agrees with thunderx's `got`."""
     if found is not None:
         try:
-            if _against("autograd(vmap)", c, got, torch_vmap, fd) is None:
+            if _against(found.check, c, got, second, fd) is None:
                 return None
         except _NoOracle:
             pass
@@ -223,15 +229,9 @@ def check_autograd_through_grad(c: Ctx):
     got = _autograd_of(outer(tx, c), c.xs)
     fd = _fd_of(c, outer(tf, c), lambda j: j.reshape(-1))
     found = _against("autograd(grad)", c, got, lambda c: _autograd_of(outer(tf, c), c.xs), fd)
-    if found is not None:
-        # torch's reverse over reverse gives nan where its forward over reverse (its hessian's
-        # order) does not (the zero vector of a norm, sinc at 0): that one settles it
-        try:
-            if _against("autograd(grad)", c, got, forward_over_reverse, fd) is None:
-                return None
-        except _NoOracle:
-            pass
-    return found
+    # torch's reverse over reverse gives nan where its forward over reverse (its hessian's
+    # order) does not (the zero vector of a norm, sinc at 0): that one settles it
+    return _unless_settled(found, c, got, forward_over_reverse, fd)
 
 
 def check_jvp(c: Ctx):
