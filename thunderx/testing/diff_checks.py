@@ -231,7 +231,7 @@ def check_autograd_through_grad(c: Ctx):
     found = _against("autograd(grad)", c, got, lambda c: _autograd_of(outer(tf, c), c.xs), fd)
     # torch's reverse over reverse gives nan where its forward over reverse (its hessian's
     # order) does not (the zero vector of a norm, sinc at 0): that one settles it
-    return _unless_settled(found, c, got, forward_over_reverse, fd)
+    return _without_first_order_basis(_unless_settled(found, c, got, forward_over_reverse, fd), c)
 
 
 def check_jvp(c: Ctx):
@@ -295,13 +295,18 @@ def check_hessian(c: Ctx):
         _asymmetry(want_flat),
         _again(c, ref),
     )
+    return _without_first_order_basis(found, c)
+
+
+def _without_first_order_basis(found: Finding | None, c: "Ctx") -> Finding | None:
+    """A second-derivative finding judged by finite differences of torch's gradient, made
+    unresolved where thunderx's gradient already differs from torch's at the point (the grad
+    check reports that first-order finding): torch's is no basis for the second derivative."""
     if found is not None and found.category in ("thunderx-wrong", "torch-wrong"):
-        # the differences are of torch's gradient: no oracle where the gradients already differ
-        # (the grad check reports that first-order finding)
         mine = _flat(tx.grad(c.s, argnums=c.argnums)(*c.xs))
-        if not bool(_close(mine, _flat(grad_fn(*c.xs))).all()):
+        if not bool(_close(mine, _flat(tf.grad(c.s, argnums=c.argnums)(*c.xs))).all()):
             why = "the first derivatives differ at this point, so torch's is no basis for them"
-            return Finding("hessian", "unresolved", f"{found.detail}; {why}")
+            return Finding(found.check, "unresolved", f"{found.detail}; {why}")
     return found
 
 
