@@ -208,6 +208,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("<with cumprod>", "autograd", "kink"): "nan-cotangent-dropped",
     ("<with round>", "*", "kink"): "symbolic-zero-derivative",
     ("i1e", "hessian", "kink"): "bessel-ratio-near-zero",
+    ("i1e", "autograd(grad)", "kink"): "bessel-ratio-near-zero",
     ("<with i1>", "hessian", "kink"): "bessel-ratio-near-zero",
     ("<with minimum>", "hessian", "kink"): "forward-mode-unselected-tangent",
     ("softmax", "hessian", "unresolved"): "batched-rule-at-nan",
@@ -249,6 +250,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("bce_with_logits", "hessian", "kink"): "bce-with-logits-at-minus-infinity",
     ("binary_cross_entropy", "hessian", "unresolved"): "bce-second-derivative-at-the-clamp",
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
+    ("cosine_similarity", "autograd(grad)", "kink"): "cosine-similarity-rounding",
     ("<with cosine_similarity>", "hessian", "kink"): "cosine-similarity-rounding",
     **{
         ("cosine_similarity", check, "kink"): "forward-mode-kinks" for check in _FORWARD_MODE_CHECKS

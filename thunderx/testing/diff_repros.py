@@ -196,6 +196,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     },
     # sinc of 30 (-1.1e-16) > i1e: its one-sided second derivative there
     ("i1e", "hessian", "kink"): ("big", 660254, "hessian", None, 2),
+    # sinc(+-30) = -1.1e-16 > i1e > lerp > log: torch autograd over each side's gradient
+    ("i1e", "autograd(grad)", "kink"): ("big", 7110818, "autograd(grad)", None, 4),
     # sinc(-30) = -1.1e-16 > asin > abs > i1: i1's second derivative there (torch's cancels)
     ("<with i1>", "hessian", "kink"): ("big", 4014994, "hessian", None, 4),
     # x / 0 > minimum selecting the other operand > i0e: the Hessian's forward over reverse
@@ -304,6 +306,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("<with cumprod>", "autograd", "kink"): ("zero", 573030, "autograd", None, 3),
     # a zero vector (the clamp) in a program
     ("cosine_similarity", "hessian", "kink"): ("zero", 344811, "hessian", None, 3),
+    # digamma > std of a constant row (0) > cosine_similarity with that zero vector
+    ("cosine_similarity", "autograd(grad)", "kink"): ("zero", 7103498, "autograd(grad)", None, 3),
     # prod > cummax at tied zeros (a kink) > cosine_similarity along one element: thunderx's
     # exact 0 against torch's 1.6e-8 of rounding in a second derivative that is 0
     ("<with cosine_similarity>", "hessian", "kink"): ("zero", 3702586, "hessian", None, 3),
