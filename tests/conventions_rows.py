@@ -12,7 +12,11 @@ import torch.nn.functional as F
 import thunderx as tx
 
 from .conventions_rows_base import F64, S, T, _close
-from .conventions_rows_forward import forward_mode_kinks, forward_mode_unselected_tangent
+from .conventions_rows_forward import (
+    forward_mode_kinks,
+    forward_mode_unselected_tangent,
+    huber_second_derivative_at_the_bound,
+)
 from .conventions_rows_numeric import (
     batched_norm_per_example,
     batched_recurrent_rounding,
@@ -469,5 +473,6 @@ BEHAVIOUR = {
         batched_norm_per_example,
         batched_tie_by_rounding,
         batched_reduction_layout,
+        huber_second_derivative_at_the_bound,
     )
 }

@@ -1,5 +1,6 @@
 """The rows of docs/conventions.md's table about forward mode through kinks and selections
-(`forward-mode-kinks`, `forward-mode-unselected-tangent`), as assertions of the thunderx
+(`forward-mode-kinks`, `forward-mode-unselected-tangent`) and a kink where torch's own modes
+differ (`huber-second-derivative-at-the-bound`), as assertions of the thunderx
 behaviour they state; tests/conventions_rows.py maps them to their row ids."""
 
 import math
@@ -10,7 +11,7 @@ import torch.nn.functional as F
 
 import thunderx as tx
 
-from .conventions_rows_base import S, T, _close
+from .conventions_rows_base import F64, S, T, _close
 
 
 def forward_mode_kinks():
@@ -68,3 +69,20 @@ def forward_mode_unselected_tangent():
     i0e_d2 = tf.grad(tf.grad(torch.special.i0e))(b)
     _close(tx.hessian(h, argnums=(0, 1))(x, b)[1][1], -2.0 * i0e_d2)
     assert torch.isnan(tf.hessian(h, argnums=(0, 1))(x, b)[1][1])
+
+
+def huber_second_derivative_at_the_bound():
+    # |input - target| == delta: thunderx takes the quadratic piece's second derivative in every
+    # mode (torch.func.hessian's), torch's reverse over reverse the linear piece's 0
+    x, t = T(1.0, -2.0), T(0.0, -1.0)
+    f = lambda x, t: F.huber_loss(x, t)  # noqa: E731 - mean over two elements
+    h = tx.hessian(f, argnums=(0, 1))(x, t)
+    diag = torch.full((2,), 0.5, dtype=F64)
+    _close(torch.diagonal(h[0][0]), diag)
+    _close(torch.diagonal(h[0][1]), -diag)
+    _close(tf.hessian(f)(x, t), h[0][0])
+    leaves = [x.clone().requires_grad_(), t.clone().requires_grad_()]
+    gx = tx.grad(f, argnums=(0, 1))(*leaves)[0].sum()
+    _close(torch.autograd.grad(gx, leaves)[0], diag)  # torch autograd over thunderx's gradient
+    theirs = tf.grad(lambda x: tf.grad(f)(x, t).sum())(x)
+    assert torch.equal(theirs, torch.zeros(2, dtype=F64))

@@ -251,6 +251,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("binary_cross_entropy", "hessian", "unresolved"): "bce-second-derivative-at-the-clamp",
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
     ("cosine_similarity", "autograd(grad)", "kink"): "cosine-similarity-rounding",
+    ("huber_loss", "autograd(grad)", "kink"): "huber-second-derivative-at-the-bound",
     ("<with cosine_similarity>", "hessian", "kink"): "cosine-similarity-rounding",
     **{
         ("cosine_similarity", check, "kink"): "forward-mode-kinks" for check in _FORWARD_MODE_CHECKS

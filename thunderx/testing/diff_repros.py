@@ -308,6 +308,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("cosine_similarity", "hessian", "kink"): ("zero", 344811, "hessian", None, 3),
     # digamma > std of a constant row (0) > cosine_similarity with that zero vector
     ("cosine_similarity", "autograd(grad)", "kink"): ("zero", 7103498, "autograd(grad)", None, 3),
+    # i0(0) = 1 > huber_loss at |d| == delta
+    ("huber_loss", "autograd(grad)", "kink"): ("tie", 7103060, "autograd(grad)", None, 2),
     # prod > cummax at tied zeros (a kink) > cosine_similarity along one element: thunderx's
     # exact 0 against torch's 1.6e-8 of rounding in a second derivative that is 0
     ("<with cosine_similarity>", "hessian", "kink"): ("zero", 3702586, "hessian", None, 3),
