@@ -252,6 +252,8 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
     ("cosine_similarity", "autograd(grad)", "kink"): "cosine-similarity-rounding",
     ("huber_loss", "autograd(grad)", "kink"): "huber-second-derivative-at-the-bound",
+    ("<with cosine_similarity>", "autograd(grad)", "kink"): "cosine-similarity-rounding",
+    ("<with index_reduce_prod>", "autograd(grad)", "unresolved"): "symbolic-zero-derivative",
     ("<with cosine_similarity>", "hessian", "kink"): "cosine-similarity-rounding",
     **{
         ("cosine_similarity", check, "kink"): "forward-mode-kinks" for check in _FORWARD_MODE_CHECKS

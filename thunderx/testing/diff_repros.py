@@ -310,6 +310,23 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("cosine_similarity", "autograd(grad)", "kink"): ("zero", 7103498, "autograd(grad)", None, 3),
     # i0(0) = 1 > huber_loss at |d| == delta
     ("huber_loss", "autograd(grad)", "kink"): ("tie", 7103060, "autograd(grad)", None, 2),
+    # copysign > index_add > cosine_similarity with a zero vector > cumsum
+    ("<with cosine_similarity>", "autograd(grad)", "kink"): (
+        "tie",
+        7108448,
+        "autograd(grad)",
+        None,
+        4,
+    ),
+    # log2 > reshape > index_reduce_prod > div_raw by zero: infinite first derivatives meeting
+    # index_reduce's zero coefficients
+    ("<with index_reduce_prod>", "autograd(grad)", "unresolved"): (
+        "zero",
+        7111061,
+        "autograd(grad)",
+        None,
+        4,
+    ),
     # prod > cummax at tied zeros (a kink) > cosine_similarity along one element: thunderx's
     # exact 0 against torch's 1.6e-8 of rounding in a second derivative that is 0
     ("<with cosine_similarity>", "hessian", "kink"): ("zero", 3702586, "hessian", None, 3),
