@@ -318,6 +318,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         None,
         4,
     ),
+    # setitem_dynamic > sinc at exact zeros > l1_loss > frac
+    ("sinc", "autograd(grad)", "unresolved"): ("zero", 7239480, "autograd(grad)", None, 4),
     # log2 > reshape > index_reduce_prod > div_raw by zero: infinite first derivatives meeting
     # index_reduce's zero coefficients
     ("<with index_reduce_prod>", "autograd(grad)", "unresolved"): (
