@@ -254,6 +254,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("huber_loss", "autograd(grad)", "kink"): "huber-second-derivative-at-the-bound",
     ("<with cosine_similarity>", "autograd(grad)", "kink"): "cosine-similarity-rounding",
     ("sinc", "autograd(grad)", "unresolved"): "sinc-second-derivative-at-zero",
+    ("norm", "autograd(grad)", "unresolved"): "symbolic-zero-derivative",
     ("<with index_reduce_prod>", "autograd(grad)", "unresolved"): "symbolic-zero-derivative",
     ("<with cosine_similarity>", "hessian", "kink"): "cosine-similarity-rounding",
     **{

@@ -318,6 +318,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         None,
         4,
     ),
+    # div_raw by zero > the 2-norm of a zero vector beside infinite entries
+    ("norm", "autograd(grad)", "unresolved"): ("tie", 7296561, "autograd(grad)", None, 2),
     # setitem_dynamic > sinc at exact zeros > l1_loss > frac
     ("sinc", "autograd(grad)", "unresolved"): ("zero", 7239480, "autograd(grad)", None, 4),
     # log2 > reshape > index_reduce_prod > div_raw by zero: infinite first derivatives meeting
