@@ -29,6 +29,7 @@ from .conventions_rows_numeric import (
     cosine_similarity_rounding,
     cumprod_at_infinity,
     logcumsumexp_rounded_output,
+    logcumsumexp_second_derivative_at_zero,
     normalized_rounding_noise,
     product_derivative_at_subnormals,
 )
@@ -474,5 +475,6 @@ BEHAVIOUR = {
         batched_tie_by_rounding,
         batched_reduction_layout,
         huber_second_derivative_at_the_bound,
+        logcumsumexp_second_derivative_at_zero,
     )
 }

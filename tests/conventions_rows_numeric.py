@@ -299,6 +299,24 @@ def logcumsumexp_rounded_output():
     _close(tx.vjp(f, small)[1](ct)[0], tf.vjp(f, small)[1](ct)[0])
 
 
+def logcumsumexp_second_derivative_at_zero():
+    # torch's second derivatives of logcumsumexp are off where an input is exactly 0; thunderx
+    # gives torch's own answer on the same function written log(cumsum(exp(x)))
+    x, w, d = T(0.0, 0.37, 0.0), T(0.3, -1.2, 0.7), T(0.5, 1.0, 1.5)
+    f = lambda x: (torch.logcumsumexp(x, 0) ** 2 * w).sum()  # noqa: E731
+    same = lambda x: (torch.log(torch.cumsum(torch.exp(x), 0)) ** 2 * w).sum()  # noqa: E731
+    exact = tf.jacrev(tf.grad(same))(x)
+    _close(tx.hessian(f)(x), exact)
+    leaf = x.clone().requires_grad_()
+    outer = torch.autograd.grad((tx.grad(f)(leaf) * d).sum(), leaf)[0]
+    _close(outer, exact @ d)  # torch autograd over thunderx's gradient
+    assert (tf.jacrev(tf.grad(f))(x) - exact).abs().max() > 0.5
+    assert (tf.hessian(f)(x) - exact).abs().max() > 0.5
+    # away from 0 torch agrees
+    y = T(0.1, 0.37, 0.2)
+    _close(tf.jacrev(tf.grad(f))(y), tf.jacrev(tf.grad(same))(y))
+
+
 def cumprod_at_infinity():
     x, t = T(math.inf, 2.0, 3.0), T(1.0, 0.0, 0.0)
     assert tx.jvp(lambda v: torch.cumprod(v, 0), (x,), (t,))[1][0] == 1.0

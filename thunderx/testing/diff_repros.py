@@ -318,6 +318,14 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
         None,
         4,
     ),
+    # logcumsumexp of rows holding exact zeros > pow_half > erfcx > amax at a tie
+    ("<with logcumsumexp>", "autograd(grad)", "thunderx-wrong"): (
+        "zero",
+        7263045,
+        "autograd(grad)",
+        None,
+        4,
+    ),
     # div_raw by zero > the 2-norm of a zero vector beside infinite entries
     ("norm", "autograd(grad)", "unresolved"): ("tie", 7296561, "autograd(grad)", None, 2),
     # setitem_dynamic > sinc at exact zeros > l1_loss > frac
