@@ -22,18 +22,7 @@ import torch
 
 from thunderx.core import Primitive, impl_rules
 from thunderx.ir import Eqn, Jaxpr
-
-
-def records_autograd(args) -> bool:
-    """Whether torch autograd records a torch call on `args`: grad mode is on and a tensor
-    among them requires grad."""
-    return torch.is_grad_enabled() and any(
-        isinstance(a, torch.Tensor) and a.requires_grad for a in args
-    )
-
-
-def _floating(x) -> bool:
-    return isinstance(x, torch.Tensor) and (x.is_floating_point() or x.is_complex())
+from thunderx.primitives.custom import _differentiable, _Run, _TorchRule, torch_records
 
 
 def torch_autograd_impl(prim: Primitive, kernel: Callable) -> Callable:
@@ -41,9 +30,8 @@ def torch_autograd_impl(prim: Primitive, kernel: Callable) -> Callable:
     thunderx's where torch autograd records the call."""
 
     def impl(*args, **params):
-        if not records_autograd(args):
+        if not torch_records(args):
             return kernel(*args, **params)
-        from thunderx.primitives.custom import _Run, _TorchRule
 
         def run(xs):
             out = kernel(*xs, **params)
@@ -62,7 +50,7 @@ def _pullback(prim, params, xs, outs, gs) -> list:
     by thunderx's vjp of the primitive; None for the others."""
     from thunderx.transforms.ad import vjp
 
-    diff = [i for i, x in enumerate(xs) if _floating(x)]
+    diff = [i for i, x in enumerate(xs) if _differentiable(x)]
 
     def f(*ds):
         full = list(xs)

@@ -19,7 +19,9 @@ Elsewhere (another thread, or no thunderx transform on this one) torch's own run
 traced values). For the same reason torch's `set_tensor` and `swap_tensor`
 (torch.nn.utils._named_member_accessor, what `make_functional` and `NamedMemberAccessor` call to
 put a model's weights in place) set a traced value themselves while a transform runs: into the
-module's parameter or buffer table where the name is one, else as an attribute. `torch.func.linearize` calls no such entry point (it traces with make_fx and
+module's parameter or buffer table where the name is one, else as an attribute.
+
+`torch.func.linearize` calls no such entry point (it traces with make_fx and
 forward-mode dual tensors), and the function object is what users' imports bind, so while a
 thunderx transform runs its code is swapped for an entry that routes the same way (the function
 object, its name and signature stay torch's; torch's code is put back when the transform ends)."""
