@@ -86,3 +86,12 @@ def huber_second_derivative_at_the_bound():
     _close(torch.autograd.grad(gx, leaves)[0], diag)  # torch autograd over thunderx's gradient
     theirs = tf.grad(lambda x: tf.grad(f)(x, t).sum())(x)
     assert torch.equal(theirs, torch.zeros(2, dtype=F64))
+    # a nan difference: the gradient is nan on both sides; thunderx's second derivative is again
+    # the quadratic piece's (torch.func.hessian's), torch's reverse over reverse the linear 0
+    xn = T(float("nan"), 0.3)
+    _close(tx.hessian(f)(xn, t), tf.hessian(f)(xn, t))
+    _close(torch.diagonal(tx.hessian(f)(xn, t)), T(0.5, 0.0))
+    leaf = xn.clone().requires_grad_()
+    _close(torch.autograd.grad(tx.grad(f)(leaf, t).sum(), leaf)[0], T(0.5, 0.0))
+    theirs = tf.grad(lambda x: tf.grad(f)(x, t).sum())(xn)
+    assert torch.equal(theirs, torch.zeros(2, dtype=F64))

@@ -252,6 +252,7 @@ DELIBERATE: dict[tuple[str, str, str], str] = {
     ("cosine_similarity", "hessian", "kink"): "cosine-similarity-rounding",
     ("cosine_similarity", "autograd(grad)", "kink"): "cosine-similarity-rounding",
     ("huber_loss", "autograd(grad)", "kink"): "huber-second-derivative-at-the-bound",
+    ("huber_loss", "autograd(grad)", "unresolved"): "huber-second-derivative-at-the-bound",
     ("<with cosine_similarity>", "autograd(grad)", "kink"): "cosine-similarity-rounding",
     ("sinc", "autograd(grad)", "unresolved"): "sinc-second-derivative-at-zero",
     ("norm", "autograd(grad)", "unresolved"): "symbolic-zero-derivative",

@@ -310,6 +310,8 @@ KNOWN_REPROS: dict[tuple[str, str, str], tuple] = {
     ("cosine_similarity", "autograd(grad)", "kink"): ("zero", 7103498, "autograd(grad)", None, 3),
     # i0(0) = 1 > huber_loss at |d| == delta
     ("huber_loss", "autograd(grad)", "kink"): ("tie", 7103060, "autograd(grad)", None, 2),
+    # reciprocal > relu6 > var over an empty dim (nan) > huber_loss at that nan difference
+    ("huber_loss", "autograd(grad)", "unresolved"): ("empty", 7308064, "autograd(grad)", None, 4),
     # copysign > index_add > cosine_similarity with a zero vector > cumsum
     ("<with cosine_similarity>", "autograd(grad)", "kink"): (
         "tie",
