@@ -168,6 +168,98 @@ def test_normal_of_two_tensors(randomness, where, o_where):
     assert_same_outcome(op, args, (in_dim(where), in_dim(o_where)), randomness, True)
 
 
+DROPOUTS = {
+    "dropout": lambda x, g: F.dropout(x, 0.3, training=True),
+    "dropout_module": lambda x, g: torch.nn.Dropout(0.6)(x),
+    "dropout1d": lambda x, g: F.dropout1d(x, 0.3, training=True),
+    "dropout2d": lambda x, g: F.dropout2d(x[None], 0.3, training=True),
+    "alpha_dropout": lambda x, g: F.alpha_dropout(x, 0.3, training=True),
+    "feature_alpha_dropout": lambda x, g: F.feature_alpha_dropout(x[None], 0.3, True),
+}
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("randomness", MODES)
+@pytest.mark.parametrize("name", sorted(DROPOUTS))
+def test_dropouts(name, randomness, where):
+    # torch.func draws the batch's noise at once, batch first (`empty(B, ...).bernoulli_`), for
+    # a batched input and an unbatched one alike
+    assert_same_outcome(DROPOUTS[name], [image(where)], (in_dim(where),), randomness)
+
+
+@pytest.mark.parametrize("outer", ["different", "same"])
+@pytest.mark.parametrize("inner", ["different", "same"])
+def test_nested_vmaps_of_dropout(outer, inner):
+    def run(vmap):
+        torch.manual_seed(SEED)
+        fn = vmap(lambda v: F.dropout(v, 0.4), randomness=inner)
+        return vmap(fn, randomness=outer)(torch.ones(3, 4, 10))
+
+    torch.testing.assert_close(run(tx.vmap), run(tf.vmap), rtol=0, atol=0)
+
+
+W = torch.linspace(-1, 1, 30, dtype=torch.float64).reshape(10, 3)
+XS = torch.linspace(-2, 2, 40, dtype=torch.float64).reshape(4, 10)
+THROUGH_DERIVATIVES = {
+    # per-example gradients of a loss with dropout (DP-SGD with dropout)
+    "vmap(grad(dropout))": lambda lib: lib.vmap(
+        lib.grad(lambda w, x: F.dropout(x @ w, 0.5).sum()),
+        in_dims=(None, 0),
+        randomness="different",
+    )(W, XS),
+    "vmap(grad(rand))": lambda lib: lib.vmap(
+        lib.grad(lambda w, x: (torch.rand(3, dtype=torch.float64) * (x @ w)).sum()),
+        in_dims=(None, 0),
+        randomness="different",
+    )(W, XS),
+    "vmap(grad(randn)), same": lambda lib: lib.vmap(
+        lib.grad(lambda w, x: (torch.randn(3, dtype=torch.float64) * (x @ w)).sum()),
+        in_dims=(None, 0),
+        randomness="same",
+    )(W, XS),
+    "grad(vmap(dropout))": lambda lib: lib.grad(
+        lambda w: lib.vmap(lambda x: F.dropout(x @ w, 0.5).sum(), randomness="different")(XS).sum()
+    )(W),
+    "vmap(vjp(alpha_dropout))": lambda lib: lib.vmap(
+        lambda x: lib.vjp(lambda w: F.alpha_dropout(x @ w, 0.3, True), W)[1](
+            torch.ones(3, dtype=torch.float64)
+        )[0],
+        randomness="different",
+    )(XS),
+    "vmap(jvp(dropout))": lambda lib: lib.vmap(
+        lambda x: lib.jvp(lambda w: F.dropout(x @ w, 0.3), (W,), (torch.ones_like(W),))[1],
+        randomness="different",
+    )(XS),
+}
+
+
+@pytest.mark.parametrize("name", sorted(THROUGH_DERIVATIVES))
+def test_draws_through_eager_derivatives_are_torch_funcs(name):
+    # a draw that reads no traced value is made at once for the batch, also where grad, vjp or
+    # jvp lie between the vmap and the call: torch.func's numbers for the same seed
+    outcomes = []
+    for lib in (tf, tx):
+        torch.manual_seed(SEED)
+        outcomes.append(THROUGH_DERIVATIVES[name](lib))
+    torch.testing.assert_close(outcomes[1], outcomes[0], rtol=0, atol=0)
+
+
+def test_draws_under_jit_of_vmap_of_grad_keep_the_distribution():
+    # staged: thunderx's own uniform draws (not torch.func's numbers), still a dropout mask
+    fn = tx.jit(
+        tx.vmap(
+            tx.grad(lambda w, x: F.dropout(x @ w, 0.5).sum()),
+            in_axes=(None, 0),
+            randomness="different",
+        )
+    )
+    g = fn(W, torch.ones(64, 10, dtype=torch.float64))
+    mask = g[:, 0, :] / 2.0  # d/dw[0, j] = x[0] * mask_j / (1 - p) with x = 1
+    assert set(mask.unique().tolist()) <= {0.0, 1.0}
+    assert abs(mask.mean().item() - 0.5) < 0.15
+    assert torch.equal(g, g[:, :1, :].expand_as(g))  # one mask entry per (example, column)
+
+
 def test_nested_vmaps_draw_torch_funcs_block():
     def run(vmap):
         torch.manual_seed(SEED)

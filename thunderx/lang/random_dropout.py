@@ -1,6 +1,7 @@
 """The dropout family under transforms (dropout, dropout1d/2d/3d, feature_dropout, alpha and
-feature-alpha dropout): a keep-mask of torch's own bernoulli_ noise, or under
-vmap(randomness="different") a uniform draw per batch element."""
+feature-alpha dropout): a keep-mask of torch's own bernoulli_ noise, batch first under eager
+vmap(randomness="different") as torch.func draws it (eager grad, vjp or jvp levels between
+included), or where such a vmap is staged a uniform draw per batch element."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from thunderx.core import get_aval
+from thunderx.lang import random_exact as exact
 from thunderx.lang.random import _vmap_mode, draw, register_random, runtime_draw
 
 
@@ -20,10 +22,22 @@ def _torch_bernoulli(shape, p, *, dtype, device, generator=None):
 
 
 def _keep(shape, p, dtype, device, name):
-    """1.0 with probability 1 - p, else 0.0. Outside vmap(randomness="different") this is
-    torch's own `empty(shape).bernoulli_(1 - p)`, the noise torch's dropouts draw, so with the
-    same seed the masks are eager torch's."""
+    """1.0 with probability 1 - p, else 0.0: torch's own `empty(shape).bernoulli_(1 - p)`, the
+    noise torch's dropouts draw, so with the same seed the masks are eager torch's; under eager
+    vmaps with randomness="different" the same draw with the batch in front, as torch.func
+    draws it (its masks, batched or not: `vmap(F.dropout)` over 4 examples of shape (10,) is
+    `empty(4, 10).bernoulli_(1 - p)`), eager grad, vjp or jvp levels between included. Where a
+    "different" vmap is staged (jit), uniform draws compared with `p` (the distribution, not
+    torch.func's numbers)."""
     if _vmap_mode(name):
+        noise = exact.factory(
+            name,
+            lambda prefix: _torch_bernoulli(
+                prefix + tuple(shape), 1.0 - p, dtype=dtype, device=device
+            ),
+        )
+        if noise is not exact.NOT_EXACT:
+            return noise
         return (draw("uniform", shape, dtype, device, name) >= p).to(dtype)
     return runtime_draw(_torch_bernoulli, (tuple(shape), 1.0 - p), dtype, device)
 

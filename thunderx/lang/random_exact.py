@@ -39,16 +39,25 @@ def _error(name: str, message: str) -> RandomnessError:
     return RandomnessError(f"{name} at {user_frame()}: {message}")
 
 
-def eager_chain():
+def eager_chain(through_derivatives: bool = False):
     """The vmap traces from the current one out to the top level, innermost first, when nothing
-    else lies between (no jit, grad or jvp); otherwise None. Not empty."""
+    else lies between (no jit, grad or jvp); otherwise None. Not empty.
+
+    `through_derivatives`: eager grad, vjp and jvp levels may lie between too (a draw that
+    reads no traced value, as a factory's, is made now at the top level: those levels take it
+    as a constant), but nothing staged (jit, make_jaxpr)."""
+    from thunderx.transforms.jvp import JVPTrace
+    from thunderx.transforms.partial_eval import PartialEvalTrace
     from thunderx.transforms.vmap import BatchTrace
 
     t, chain = current_trace(), []
-    while isinstance(t, BatchTrace) and t.alive:
-        chain.append(t)
+    while type(t) is not EvalTrace:
+        if isinstance(t, BatchTrace) and t.alive:
+            chain.append(t)
+        elif not (through_derivatives and type(t) in (JVPTrace, PartialEvalTrace)):
+            return None
         t = t.parent
-    return chain if chain and type(t) is EvalTrace else None
+    return chain or None
 
 
 def _unpack(bt, x):
@@ -128,7 +137,7 @@ def call(name: str, fn, args: tuple, kwargs: dict, like: bool = False):
 
 def factory(name: str, draw_batched):
     """A draw without tensor arguments: `draw_batched(prefix)` draws prefix + its shape."""
-    chain = eager_chain()
+    chain = eager_chain(through_derivatives=True)
     if chain is None:
         return NOT_EXACT
     check_error_mode(chain, name)
