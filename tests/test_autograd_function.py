@@ -122,3 +122,46 @@ def test_function_apply_is_torchs_own_outside_transforms_even_after_an_error():
         tx.grad(f)(torch.tensor(1.0))
     assert seen == [False]  # thunderx's apply while the transform ran
     assert torch.autograd.Function.apply.__func__ is _TORCH_APPLY
+
+
+class _InnerSin(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x.sin()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return g * x.cos()
+
+
+class _OuterTwice(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return _InnerSin.apply(x) * 2  # a Function inside a Function: a call inside a call
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 2 * g * x.cos()
+
+
+def test_nested_functions_called_several_times_under_jit():
+    # jit inlines each call's equations; the variables made for a nested call's outputs were
+    # freed while their ids still keyed substitutions, so a later call read an earlier call's
+    # value (each row after the first got sin of the previous row's result: a silent wrong answer)
+    def f(a):
+        return torch.stack([_OuterTwice.apply(a[i]) for i in range(a.shape[0])])
+
+    a = torch.randn(6, 5, dtype=torch.float64)
+    torch.testing.assert_close(tx.jit(f)(a), 2 * a.sin())
+    got = tx.jit(tx.grad(lambda a: (f(a) * a).sum()))(a)
+    torch.testing.assert_close(got, tf.grad(lambda a: (2 * a.sin() * a).sum())(a))

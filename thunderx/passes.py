@@ -59,6 +59,10 @@ def inline_calls(jaxpr: Jaxpr, prims=None, keep: Callable | None = None) -> Jaxp
     keep = keep or (lambda e: False)
     eqns: list[Eqn] = []
     subst: dict[int, object] = {}
+    # the variables made for a nested call's outputs, held until the end: `subst` is keyed by
+    # id, and a freed variable's id would be handed to a later one, which would then read the
+    # freed one's substitution
+    made: list[Var] = []
 
     def get(x):
         return subst.get(id(x), x) if isinstance(x, Var) else x
@@ -76,6 +80,7 @@ def inline_calls(jaxpr: Jaxpr, prims=None, keep: Callable | None = None) -> Jaxp
             ins = [read(x) for x in e.inputs]
             if e.prim in prims and not keep(e):
                 outs = [Var(v.aval) for v in e.outputs]
+                made.extend(outs)
                 emit(e.params["jaxpr"], ins, outs)
             else:
                 outs = [Var(v.aval) for v in e.outputs]
