@@ -342,10 +342,13 @@ def optimize(jaxpr: Jaxpr, keep_custom_rules: bool = False) -> Jaxpr:
     inputs = _input_ids(jaxpr)
     computed = [not (isinstance(v, Var) and id(v) in inputs) for v in jaxpr.outvars]
     from thunderx.primitives.custom import has_rule, keeps_derivative
+    from thunderx.primitives.custom_vmap import custom_vmap_call_p
 
     # a write torch autograd must not see stays one call (torch_codegen: keep_derivative_call)
     keep = (lambda e: keeps_derivative(e) or has_rule(e)) if keep_custom_rules else keeps_derivative
-    jaxpr = fold_constants(simplify(inline_calls(jaxpr, keep=keep)))
+    # a batching rule has nothing left to batch in the program jit runs: its function inlined
+    prims = call_primitives | {custom_vmap_call_p}
+    jaxpr = fold_constants(simplify(inline_calls(jaxpr, prims=prims, keep=keep)))
     jaxpr = batch_horizontal(cse(merge_slice_transposes(absorb_transposes(jaxpr))))
     # CSE can make `add l m` an `add l l`; simplify then doubles it
     return _fresh_outputs(dce(simplify(jaxpr)), computed)

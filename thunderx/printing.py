@@ -63,6 +63,8 @@ def format_param(value, indent: int, namer: Namer) -> str:
         return short_dtype(value)
     if isinstance(value, torch.device):
         return str(value)
+    if isinstance(value, torch._ops.OpOverload):
+        return str(value)  # with its namespace: aten.sin.default, mylib.op.default
     if callable(value):
         return getattr(value, "__name__", type(value).__name__)
     return repr(value)

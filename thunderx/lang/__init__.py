@@ -22,6 +22,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     conv_transpose,
     copies,
     ctc_loss,
+    custom_ops,
     decompositions,
     diagonals,
     distributions,
@@ -85,7 +86,11 @@ def _torch_function(cls, func, types, args=(), kwargs=None):
                 "it has no decomposition, so thunderx would run torch's own function without "
                 "autocast's casts",
             )
-        out = opaque_call(func, args, kwargs or {})
+        opdef = custom_ops.opdef_of(func)
+        if opdef is not None:  # torch.library.custom_op: the rules its author registered
+            out = custom_ops.call(opdef, func, args, kwargs or {})
+        else:
+            out = opaque_call(func, args, kwargs or {})
     else:
         out = _decompose(impl, args, kwargs or {}, func)
     return out if _grad_enabled() else _no_grad(out, args)
