@@ -19,7 +19,7 @@ from thunderx.core import EvalTrace, Tracer, _state, axis_env, get_aval, is_top_
 from thunderx.errors import ArgumentValueError, user_frame
 from thunderx.executors import default_executor, executor_names
 from thunderx.ir import ClosedJaxpr
-from thunderx.lang import autocast
+from thunderx.lang import autocast, module_state
 from thunderx.lang.captured import check_write_aliases, write_back, write_traced
 from thunderx.passes import closure_convert
 from thunderx.tracing import trace_flat
@@ -166,7 +166,11 @@ class JitFunction:
             weak_aval(get_aval(x)) if k in SCALAR_KEYS else get_aval(x)
             for x, k in zip(leaves, keys)
         ]
-        closed, out_tree = trace_flat(flat, in_avals, writeback=True, grad_args=grad_args)
+        # the modules the trace uses: a later change of one (model.eval(), a replaced layer or
+        # parameter) traces again (thunderx/lang/module_state.py)
+        with module_state.recording() as modules:
+            closed, out_tree = trace_flat(flat, in_avals, writeback=True, grad_args=grad_args)
+        guard = modules.guard()
         entry = _Entry()
         entry.closed = closed
         entry.jaxpr = closure_convert(closed.jaxpr)
@@ -174,7 +178,7 @@ class JitFunction:
         entry.out_tree = out_tree
         entry.program = None
         entry.writes = closed.writes
-        entry.value_reads = closed.value_reads
+        entry.value_reads = closed.value_reads + ((guard, 0),) if guard else closed.value_reads
         if closed.writes:  # consts among themselves, once (each call checks the arguments)
             n = len(closed.consts)
             check_write_aliases(
