@@ -46,6 +46,17 @@ CHANGES = {
         lambda m: m.eval(),
         lambda m: setattr(m[1], "forward", lambda x: torch.sigmoid(x)),
     ),
+    "forward hook added": (
+        lambda m: m.eval(),
+        lambda m: m[0].register_forward_hook(lambda mod, inp, out: out * 10),
+    ),
+    "forward hook removed": (
+        lambda m: (
+            m.eval(),
+            setattr(m, "_h", m[3].register_forward_pre_hook(lambda mod, a: (a[0] * 3,))),
+        ),
+        lambda m: m._h.remove(),
+    ),
     "buffer replaced": (
         lambda m: m.eval(),
         lambda m: m[0].register_buffer("unused", torch.ones(1)),

@@ -14,9 +14,10 @@ them changed:
   parameters, buffers or submodules the trace read (`Module.__getattr__`);
 - each one's state is its `training` flag, the identities of its parameters, buffers and
   submodules, its plain Python attributes (numbers, strings, bools, None, tuples of them) by
-  value and its other public attributes (a replaced `forward`) by identity;
+  value, its other public attributes (a replaced `forward`) by identity, and its forward hooks;
 - a change can only come through `Module.__setattr__` / `__delattr__`, `register_*`,
-  `add_module` or `_apply`, which bump a global counter: while it is unchanged a call checks
+  `add_module`, `_apply`, adding a forward (pre-)hook or removing a hook, which bump a global
+  counter: while it is unchanged a call checks
   one integer; after a bump the states are compared once, and a program whose modules changed
   is traced again. In-place updates of parameters (an optimizer step) change no state: the
   program reads captured tensors on every call.
@@ -64,12 +65,17 @@ def install() -> None:
         "register_module",
         "add_module",
         "_apply",
+        "register_forward_hook",
+        "register_forward_pre_hook",
     ):
         method = getattr(cls, name, None)
         if method is not None:
             wrapped = _bumping(method)
             wrapped._thunderx_bumps = True
             setattr(cls, name, wrapped)
+    # a hook's handle removes it from the module's dict directly
+    handle = torch.utils.hooks.RemovableHandle
+    handle.remove = _bumping(handle.remove)
 
 
 def _plain(value) -> bool:
@@ -84,6 +90,8 @@ def _state(module) -> tuple:
         tuple((k, id(v)) for k, v in d["_parameters"].items()),
         tuple((k, id(v)) for k, v in d["_buffers"].items()),
         tuple((k, id(v)) for k, v in d["_modules"].items()),
+        tuple(d["_forward_hooks"]),
+        tuple(d["_forward_pre_hooks"]),
         # plain values by value; others (a replaced `forward`, an activation function, a tensor
         # kept as a plain attribute) by identity
         tuple((k, v if _plain(v) else id(v)) for k, v in d.items() if not k.startswith("_")),
