@@ -30,9 +30,20 @@ from thunderx.transforms.custom_batching import custom_vmap
 from thunderx.transforms.jacobians import hessian, jacfwd, jacrev
 from thunderx.transforms.jit import jit
 from thunderx.transforms.linear_transpose import linear_transpose
+from thunderx.transforms.opaque import opaque_to_dynamo as _opaque
 from thunderx.transforms.vmap import vmap
 
 _install_cf()
+
+# torch.compile calls the transforms (and the functions they return) as black boxes: traced by
+# TorchDynamo, thunderx's own machinery gave wrong values (transforms/opaque.py)
+grad, value_and_grad, jvp, vjp, linearize = map(
+    _opaque, (grad, value_and_grad, jvp, vjp, linearize)
+)
+jacfwd, jacrev, hessian, vmap = map(_opaque, (jacfwd, jacrev, hessian, vmap))
+for _name in ("grad_and_value", "grad", "vjp", "jvp", "linearize", "jacrev", "jacfwd", "hessian"):
+    setattr(func, _name, _opaque(getattr(func, _name)))
+func.vmap = _opaque(func.vmap)
 
 # torch.func's transforms inside thunderx's run as thunderx.func's (thunderx/torch_func.py)
 from thunderx import torch_func as _torch_func  # noqa: E402
