@@ -24,15 +24,18 @@ _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: T
 def _opaque(fn):
     if not callable(fn) or isinstance(fn, torch.Tensor):
         return fn
-    inner = _disable(fn)
+    disabled: list = []  # made on the first call under torch.compile: torch._dynamo is imported
+    # then, not when thunderx is (importing it takes a second)
 
-    # a plain function around the disabled one: torch.compile applied to a disabled function
-    # itself unwraps it to the original and traces that. Outside torch.compile the call goes
-    # straight to `fn` (the disabled wrapper costs a few microseconds a call)
+    # a plain function, not the disabled one itself: torch.compile applied to a disabled
+    # function unwraps it to the original and traces that. Outside torch.compile the call goes
+    # straight to `fn`
     @functools.wraps(fn)
     def call(*args, **kwargs):
         if _compiling():
-            return inner(*args, **kwargs)
+            if not disabled:
+                disabled.append(_disable(fn))
+            return disabled[0](*args, **kwargs)
         return fn(*args, **kwargs)
 
     return call
