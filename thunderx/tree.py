@@ -33,21 +33,6 @@ def structure(tree: Any) -> PyTreeDef:
     return optree.tree_structure(tree, namespace=NAMESPACE)
 
 
-def same_structure(a: PyTreeDef, b: PyTreeDef) -> bool:
-    """Whether two structures are the same tree. Also true when one of them was made without
-    thunderx's namespace: torch.compile tracing thunderx's own Python flattens with its own
-    pytree functions, which keep no namespace, while a call it leaves to Python keeps it."""
-    if a == b:
-        return True
-    if a.num_leaves != b.num_leaves:
-        return False
-    dummy = list(range(a.num_leaves))
-    try:
-        return structure(a.unflatten(dummy)) == structure(b.unflatten(dummy))
-    except Exception:  # noqa: BLE001 - a node type that cannot be rebuilt: not the same
-        return False
-
-
 def map(fn: Callable, tree: Any, *rest: Any) -> Any:  # noqa: A001 - mirrors jax.tree.map
     return optree.tree_map(fn, tree, *rest, namespace=NAMESPACE)
 

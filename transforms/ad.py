@@ -223,7 +223,7 @@ def jvp(
         )
     p_leaves, p_tree = _flatten_args(tuple(primals), "jvp")
     t_leaves, t_tree = _flatten_args(tuple(tangents), "jvp")
-    if not tree.same_structure(p_tree, t_tree):
+    if p_tree != t_tree:
         raise TransformArgumentValueError(
             f"jvp: Expected tangents to have the same python structure as primals: tangents "
             f"tree {t_tree}, primals tree {p_tree} (at {user_frame()})"
@@ -279,7 +279,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
 
     def f_jvp(*tangents):
         t_leaves, t_tree = tree.flatten(tangents)
-        if not tree.same_structure(t_tree, in_tree):
+        if t_tree != in_tree:
             raise ArgumentValueError(
                 f"linearize: the tangents' tree {t_tree} does not match the primals' {in_tree} "
                 f"(at {user_frame()})"
@@ -306,7 +306,7 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
 
     def vjp_fn(ct):
         ct_leaves, ct_tree = tree.flatten(ct)
-        if not tree.same_structure(ct_tree, lin.out_tree):
+        if ct_tree != lin.out_tree:
             raise TransformArgumentValueError(
                 f"vjp: the cotangent's tree {ct_tree} does not match the output's {lin.out_tree}: "
                 f"Expected pytree structure of the cotangents to be the same as the output's "

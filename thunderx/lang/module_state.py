@@ -34,10 +34,6 @@ _PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device)
 _local = threading.local()
 
 
-def _bump() -> None:
-    _EPOCH[0] += 1
-
-
 def _bumping(method):
     def wrapper(self, *args, **kwargs):
         try:
