@@ -69,6 +69,23 @@ class FunctionCtx:
     def set_materialize_grads(self, value: bool) -> None:
         self.materialize_grads = value
 
+    def residuals(self, statics: dict) -> tuple:
+        """What backward needs, as residuals: the saved tensors and the traced values set as
+        attributes; the other attributes (Python values) go into `statics`."""
+        attrs = {k: v for k, v in vars(self).items() if k not in ("to_save", "needs_input_grad")}
+        traced = {k: v for k, v in attrs.items() if is_tensor_like(v)}
+        statics.update({k: v for k, v in attrs.items() if k not in traced})
+        return tuple(self.to_save), traced
+
+    @classmethod
+    def restored(cls, needs_input_grad: tuple, residuals: tuple, statics: dict) -> FunctionCtx:
+        """The ctx backward sees: `residuals()`'s values and the statics set again."""
+        ctx = cls(needs_input_grad)
+        ctx.to_save = tuple(residuals[0])
+        for k, v in {**statics, **residuals[1]}.items():
+            setattr(ctx, k, v)
+        return ctx
+
     def mark_dirty(self, *args) -> None:
         raise NotImplementedError(
             "an autograd.Function that modifies its inputs in place (ctx.mark_dirty) is not "
@@ -125,17 +142,11 @@ def apply(cls, *args, **kwargs):
             cls.setup_context(ctx, tuple(xs), out)
         else:
             cls.forward(ctx, *xs)  # for what it saves in ctx
-        attrs = {k: v for k, v in vars(ctx).items() if k not in ("to_save", "needs_input_grad")}
-        traced = {k: v for k, v in attrs.items() if is_tensor_like(v)}
-        statics.update({k: v for k, v in attrs.items() if k not in traced})
-        return out, (tuple(ctx.to_save), traced)
+        return out, ctx.residuals(statics)
 
     def bwd(*static_and_res_ct):
         res, ct = static_and_res_ct[-2], static_and_res_ct[-1]
-        ctx = FunctionCtx(needs)
-        ctx.to_save = tuple(res[0])
-        for k, v in {**statics, **res[1]}.items():
-            setattr(ctx, k, v)
+        ctx = FunctionCtx.restored(needs, res, statics)
         cts = ct if isinstance(ct, (tuple, list)) else (ct,)
         grads = cls.backward(ctx, *cts)
         grads = grads if isinstance(grads, (tuple, list)) else (grads,)

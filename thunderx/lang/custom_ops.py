@@ -165,16 +165,10 @@ def _with_registered_vjp(opdef, func, batched, rebuild, tensors):
             opdef._setup_context_fn(ctx=ctx, inputs=inputs, keyword_only_inputs=kwonly, output=out)
         else:
             opdef._setup_context_fn(ctx=ctx, inputs=inputs, output=out)
-        attrs = {n: v for n, v in vars(ctx).items() if n not in ("to_save", "needs_input_grad")}
-        traced = {n: v for n, v in attrs.items() if isinstance(v, (Tracer, torch.Tensor))}
-        statics.update({n: v for n, v in attrs.items() if n not in traced})
-        return out, (tuple(ctx.to_save), traced)
+        return out, ctx.residuals(statics)
 
     def bwd(res, ct):
-        ctx = FunctionCtx(needs)
-        ctx.to_save = tuple(res[0])
-        for n, v in {**statics, **res[1]}.items():
-            setattr(ctx, n, v)
+        ctx = FunctionCtx.restored(needs, res, statics)
         grads = opdef._backward_fn(ctx, *(ct if isinstance(ct, (tuple, list)) else (ct,)))
         grads = grads if isinstance(grads, (tuple, list)) else (grads,)
         if len(grads) != len(slot_args):
