@@ -52,5 +52,4 @@ def opaque_to_dynamo(transform: Callable) -> Callable:
             return tuple(_opaque(o) for o in out)
         return _opaque(out)
 
-    wrapped.__name__ = transform.__name__
     return _opaque(functools.wraps(transform)(wrapped))
