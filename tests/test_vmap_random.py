@@ -317,3 +317,40 @@ def test_jacfwd_randomness_as_torch_func():
     for randomness in ("error", "same", "different"):
         got = tx.jacfwd(torch.sin, randomness=randomness)(v)
         torch.testing.assert_close(got, tf.jacfwd(torch.sin)(v))
+
+
+_NO_DRAW = {  # random functions called where torch draws nothing: identity or a constant factor
+    "dropout eval": lambda x: F.dropout(x, 0.5, training=False),
+    "dropout p=0": lambda x: F.dropout(x, 0.0, training=True),
+    "dropout p=1": lambda x: F.dropout(x, 1.0, training=True),
+    "alpha_dropout eval": lambda x: F.alpha_dropout(x, 0.5, training=False),
+    "feature_alpha_dropout p=0": lambda x: F.feature_alpha_dropout(x, 0.0, training=True),
+    "dropout2d eval": lambda x: F.dropout2d(x, 0.5, training=False),
+    "nn.Dropout in eval mode": torch.nn.Dropout(0.3).eval(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NO_DRAW))
+def test_jacfwd_and_hessian_randomness_error_only_where_a_draw_is_made(name):
+    # torch.func raises its randomness error when a random op draws, not when a random
+    # function is called: a model in eval mode has a Jacobian and a Hessian under the default
+    # randomness='error' (thunderx raised for every dropout call)
+    f = _NO_DRAW[name]
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    torch.testing.assert_close(tx.jacfwd(f)(x), tf.jacfwd(f)(x))
+    torch.testing.assert_close(tx.jit(tx.jacfwd(f))(x), tf.jacfwd(f)(x))
+
+    def g(v):
+        return (f(v) ** 3).sum()
+
+    torch.testing.assert_close(tx.hessian(g)(x), tf.hessian(g)(x))
+
+
+def test_jacfwd_randomness_error_names_the_drawing_call():
+    x = torch.randn(3, 4)
+    for f in (lambda v: F.dropout(v, 0.5), lambda v: F.dropout2d(v[None], 0.2)):
+        for jacfwd in (tf.jacfwd, tx.jacfwd):
+            with pytest.raises(RuntimeError, match="randomness error mode"):
+                jacfwd(f)(x)
+    with pytest.raises(RuntimeError, match="dropout called random operation"):
+        tx.jacfwd(lambda v: F.dropout(v, 0.5))(x)

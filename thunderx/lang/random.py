@@ -47,6 +47,7 @@ def draw(kind: str, shape, dtype, device, name: str, generator=None):
     explicit `generator`, the numbers come from it, as in eager torch."""
     from thunderx.transforms.vmap import BatchTracer
 
+    check_forbidden()
     if generator is None:
         prim = C.random_uniform if kind == "uniform" else C.random_normal
     else:
@@ -351,20 +352,34 @@ def _no_out_under_vmap(impl, fn):
     name = torch.overrides.resolve_name(fn) or getattr(fn, "__name__", "a random op")
 
     def checked(*args, **kwargs):
-        if _modes.forbidden:
-            api = _modes.forbidden[-1]
-            raise RandomnessError(
-                f"{api}: {name} called random operation while in randomness error mode, at "
-                f"{user_frame()}; pass {api}(..., randomness='same') or randomness='different'"
-            )
         if kwargs.get("out") is not None and next(_batch_traces(), None) is not None:
             raise RandomnessError(
                 f"vmap: We do not support calling out variants of random operations inside of "
                 f"vmap (at {user_frame()}); call the out-of-place form and copy its result"
             )
-        return impl(*args, **kwargs)
+        if not _modes.forbidden:
+            return impl(*args, **kwargs)
+        # under forbid_random: the error comes where a draw would be made (check_forbidden),
+        # so a call that draws nothing (dropout in eval mode or with p=0) passes, as in torch
+        _modes.calling.append(name)
+        try:
+            return impl(*args, **kwargs)
+        finally:
+            _modes.calling.pop()
 
     return checked
+
+
+def check_forbidden() -> None:
+    """Raises torch.func's randomness error inside `forbid_random` (jacfwd's randomness='error'):
+    called where a random op is about to draw."""
+    if _modes.forbidden:
+        api = _modes.forbidden[-1]
+        name = _modes.calling[0] if _modes.calling else "a random op"
+        raise RandomnessError(
+            f"{api}: {name} called random operation while in randomness error mode, at "
+            f"{user_frame()}; pass {api}(..., randomness='same') or randomness='different'"
+        )
 
 
 def register_random(fn, impl, method: str | None = None) -> None:
@@ -419,6 +434,7 @@ class _Modes(threading.local):
     def __init__(self):
         self.stack: list = []
         self.forbidden: list = []  # forbid_random scopes, innermost last
+        self.calling: list = []  # the random functions being called inside one, outermost first
 
 
 _modes = _Modes()
@@ -476,6 +492,7 @@ class RuntimeDraw:
 def runtime_draw(fn, args, dtype, device, generator=None):
     """`fn(*args, dtype=, device=, generator=)` now (eager transforms) or on each run of the
     staged program (jit, reverse mode)."""
+    check_forbidden()
     staging = _staging_trace()
     if staging is None:
         return fn(*args, dtype=dtype, device=device, generator=generator)
@@ -500,6 +517,7 @@ def _generator_draw(kind, shape, dtype, device, generator):
 
 def _vmap_mode(name: str) -> bool:
     """Checks the enclosing vmaps' `randomness`; True when one of them wants different draws."""
+    check_forbidden()
     different = False
     for bt in _batch_traces():
         if bt.randomness == "error":

@@ -81,6 +81,9 @@ def run(name: str, kernel, tensors, chain, like: bool = False, prefix: tuple = (
     from thunderx.transforms.vmap import BatchTracer
 
     if not chain:
+        from thunderx.lang.random import check_forbidden
+
+        check_forbidden()
         if any(isinstance(t, Tracer) for t in tensors):
             raise _error(name, "a traced value reached torch's random kernel")  # defensive
         with torch._C.DisableTorchFunction():
