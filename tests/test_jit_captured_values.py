@@ -4,6 +4,8 @@ eager torch computes with the new values (lang/captured.py `_read_captured`). On
 parameter is staged; one on other captured tensors runs at trace time and the program is traced
 again once their version counters move, as is one that reads a Python value (`.item()`)."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -162,3 +164,37 @@ def test_out_into_a_captured_tensor_or_a_traced_value_under_jit():
     for k in range(2):
         torch.testing.assert_close(g(x + k), torch.sin(x + k) + 1, rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(buf, (x + k) * 2, rtol=1e-10, atol=1e-12)
+
+
+def test_a_training_step_under_jit_with_autograd_grad_matches_eager_and_backward_is_refused():
+    # the gradient-as-value form of an SGD step (what the refusal of `loss.backward()` names)
+    # updates the module's parameters as the same step run eagerly does, over several steps
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    staged = copy.deepcopy(eager)
+
+    def make_step(model):
+        def step(x, y):
+            loss = F.mse_loss(model(x), y)
+            grads = torch.autograd.grad(loss, list(model.parameters()))
+            with torch.no_grad():
+                for p, g in zip(model.parameters(), grads):
+                    p.sub_(0.1 * g)
+            return loss
+
+        return step
+
+    run_eager, run_jit = make_step(eager), tx.jit(make_step(staged))
+    for _ in range(3):
+        x, y = torch.randn(8, 4), torch.randn(8, 2)
+        torch.testing.assert_close(run_jit(x, y), run_eager(x, y))
+        for a, b in zip(staged.parameters(), eager.parameters()):
+            torch.testing.assert_close(a, b)
+
+    def with_backward(x, y):
+        F.mse_loss(staged(x), y).backward()
+        return x
+
+    with pytest.raises(tx.errors.UnsupportedOperationError, match=r"backward.*autograd\.grad"):
+        tx.jit(with_backward)(x, y)
+    assert all(p.grad is None for p in staged.parameters())

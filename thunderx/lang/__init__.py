@@ -277,10 +277,19 @@ def _no_grad(out, args):
     return tree.map(stop, out)
 
 
+_UNSUPPORTED_HINTS = {
+    "backward": (
+        "a traced value has no `.grad` to accumulate into; take gradients as values with "
+        "torch.autograd.grad(loss, params) (under jit) or thunderx.grad / value_and_grad, and "
+        "update the parameters from them (`p.sub_(lr * g)` in a torch.no_grad() block)"
+    ),
+}
+
+
 def _getattr(self, name):
     # Methods torch has but we do not decompose: a clear error at the call site.
     if hasattr(torch.Tensor, name) and not name.startswith("_"):
-        raise unsupported(f"Tensor.{name}")
+        raise unsupported(f"Tensor.{name}", _UNSUPPORTED_HINTS.get(name, ""))
     raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
 
