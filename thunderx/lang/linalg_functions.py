@@ -147,6 +147,11 @@ def matrix_norm(a, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     _matrix(a, "linalg.matrix_norm")
     x, (d0, d1) = _move_matrix_dims(a, dim)
     r = ndim(x)
+    if ord not in ("nuc", 2, -2) and aval(x).dtype.is_complex:
+        # the entrywise norms read the moduli (real; torch's derivative z / |z|, 0 at 0)
+        from thunderx.lang.complex import abs_complex
+
+        x = abs_complex(x)
     if 0 in shape(x)[-2:] and ord in ("nuc", 2, 1, math.inf):
         # torch: the largest-type norms of an empty matrix are 0 (a max over nothing)
         out = C.full(shape(x)[:-2], 0.0, aval(x).dtype)

@@ -24,6 +24,7 @@ from thunderx.lang._base import (
 )
 from thunderx.lang.elementwise import _maximum, _minimum
 from thunderx.primitives import binary as B
+from thunderx.primitives import complex as X
 from thunderx.primitives import composite_norm2 as KN2
 from thunderx.primitives import indexing as I
 from thunderx.primitives import reductions as R
@@ -169,6 +170,12 @@ def _correction(unbiased, correction):
 
 
 def _var(x, dim, correction, keepdim):
+    if dtype(x).is_complex:
+        # torch: the variance of a complex tensor is real, that of its real part plus that of
+        # its imaginary part; the mean is complex
+        vr, mr = _var(X.real(x), dim, correction, keepdim)
+        vi, mi = _var(X.imag(x), dim, correction, keepdim)
+        return B.add(vr, vi), X.complex_(mr, mi)
     dims = _dims_arg(dim, ndim(x))
     n = _count(x, dims)
     if n == 0:
@@ -346,6 +353,11 @@ def vector_norm(x, ord=2, dim=None, keepdim=False):  # noqa: A002
     if not is_float(dtype(x)):
         x = convert(x, torch.get_default_dtype())
     dims = _dims_arg(dim, ndim(x))
+    if dtype(x).is_complex:
+        # the norm of the moduli, real; their derivative is torch's (z / |z|, 0 at 0)
+        from thunderx.lang.complex import abs_complex
+
+        x = abs_complex(x)
     a = U.abs(x)
     if ord == 2 and dims and not dtype(x).is_complex:
         # torch's kernel (its root is correctly rounded; torch.sqrt's is not always)
