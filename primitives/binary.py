@@ -3,6 +3,7 @@ Python scalar may stand for either operand (it prints as a literal)."""
 
 from __future__ import annotations
 
+import cmath
 import math
 import operator
 
@@ -120,7 +121,10 @@ def _pow_dy(t, x, y, out):
         if x == 0:
             # torch: 0 where y >= 0, else out * log(0) = inf * -inf
             return mul(t, unary.select(ge(y, 0), 0.0, mul(out, -math.inf)))
-        log_x = math.log(x) if x > 0 else math.nan
+        if isinstance(x, complex) or get_aval(out).dtype.is_complex:
+            log_x = cmath.log(x)  # torch's complex log: log |x| + i arg(x)
+        else:
+            log_x = math.log(x) if x > 0 else math.nan
         return mul(t, mul(out, log_x))
     # torch's pow_backward_exponent: 0 where x == 0 and y >= 0, else out * log(x) (so 0 ** -1
     # gives -inf); a select, so the derivative in x there is 0 too, not inf * 0

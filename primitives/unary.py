@@ -192,6 +192,11 @@ def _fused_backward_jvp(name):
         y = (tanh_p if name == "tanh" else logistic_p).bind(x)
         if type(t) is Zero:
             return y, t
+        if get_aval(y).dtype.is_complex:
+            # torch's backward kernels multiply by the conjugate derivative (a vjp in torch's
+            # convention), so a tangent is t times the derivative itself
+            d = sub(1.0, mul(y, y)) if name == "tanh" else mul(y, sub(1.0, y))
+            return y, mul(t, d)
         return y, getattr(composite, f"{name}_backward")(t, y)
 
     return jvp
@@ -222,8 +227,15 @@ atan_p = def_unary(
 asinh_p = def_unary(
     "asinh", torch.asinh, "asinh", lambda x, y: rsqrt(add(mul(x, x), 1.0)), inplace="asinh_"
 )
+def _acosh_derivative(x):
+    # 1 / sqrt(z^2 - 1) takes the other branch for some complex z: 1 / (sqrt(z - 1) sqrt(z + 1))
+    if get_aval(x).dtype.is_complex:
+        return mul(rsqrt(sub(x, 1.0)), rsqrt(add(x, 1.0)))
+    return rsqrt(sub(mul(x, x), 1.0))
+
+
 acosh_p = def_unary(
-    "acosh", torch.acosh, "acosh", lambda x, y: rsqrt(sub(mul(x, x), 1.0)), "gt1", inplace="acosh_"
+    "acosh", torch.acosh, "acosh", lambda x, y: _acosh_derivative(x), "gt1", inplace="acosh_"
 )
 atanh_p = def_unary(
     "atanh",
