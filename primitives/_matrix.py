@@ -7,6 +7,7 @@ import torch
 
 from thunderx.core import get_aval
 from thunderx.primitives import binary as B
+from thunderx.primitives import complex as X
 from thunderx.primitives import creation as C
 from thunderx.primitives import linalg as L
 from thunderx.primitives import reductions as R
@@ -25,6 +26,29 @@ def mT(x):
     perm = list(range(n))
     perm[-2], perm[-1] = perm[-1], perm[-2]
     return S.transpose(x, tuple(perm))
+
+
+def is_complex(x) -> bool:
+    return get_aval(x).dtype.is_complex
+
+
+def conj(x):
+    return X.conj(x) if is_complex(x) else x
+
+
+def mH(x):
+    """The conjugate transpose (mT for real x)."""
+    return conj(mT(x))
+
+
+def real_part(x):
+    return X.real(x) if is_complex(x) else x
+
+
+def like(v, x):
+    """Real `v` in x's dtype (complex where x is): for a real factor in a complex rule."""
+    dt = get_aval(x).dtype
+    return v if get_aval(v).dtype == dt else U.convert(v, dt)
 
 
 def mm(a, b):
@@ -96,6 +120,6 @@ def col_vector(v, cols: int | None = None):
 
 
 def sym(x):
-    """(x + x^T) / 2: the tangent of a symmetric operand read from one triangle (torch's
-    convention for cholesky and eigh, whose gradients are symmetric)."""
-    return B.mul(B.add(x, mT(x)), 0.5)
+    """(x + x^H) / 2: the tangent of a symmetric (Hermitian) operand read from one triangle
+    (torch's convention for cholesky and eigh, whose gradients are symmetric, Hermitian)."""
+    return B.mul(B.add(x, mH(x)), 0.5)

@@ -1,7 +1,8 @@
-"""Matrix decompositions and triangular solves (as JAX's `lax.linalg`): cholesky, eigh, svd, qr, lu,
-triangular_solve. Each takes (*batch, m, n) operands and batches natively over leading dims; the
-jvp rules are the matrix-calculus identities, written with these primitives so they differentiate
-again. Degenerate inputs (repeated eigenvalues or singular values, singular matrices) give what
+"""Matrix decompositions (as JAX's `lax.linalg`): cholesky, eigh, svd, qr, lu; triangular_solve
+lives in primitives/triangular.py. Each takes (*batch, m, n) operands and batches natively over
+leading dims; the jvp rules are the matrix-calculus identities (conjugate transposes for complex
+matrices), written with these primitives so they differentiate again. Degenerate inputs
+(repeated eigenvalues or singular values, singular matrices) give what
 torch gives: infinities or NaNs in derivatives, torch's errors from the factorizations.
 
     >>> from thunderx.primitives import linalg_decomp as D
@@ -13,146 +14,23 @@ from __future__ import annotations
 
 import torch
 
-from thunderx.ad_util import Zero, add_tangents, instantiate, is_undefined
-from thunderx.avals import ShapedArray, is_float
+from thunderx.ad_util import Zero
 from thunderx.core import declare, get_aval
 from thunderx.primitives import _matrix as M
 from thunderx.primitives import binary as B
+from thunderx.primitives import complex as X
 from thunderx.primitives import creation as C
 from thunderx.primitives import indexing as I
 from thunderx.primitives import shape as S
 from thunderx.primitives import slicing as SL
 from thunderx.primitives import unary as U
-
-
-def _matrix_aval(name, x: ShapedArray, square: bool = False) -> None:
-    if x.ndim < 2:
-        raise TypeError(f"{name}: expected a (*batch, m, n) matrix, got {x.str_short()}")
-    if square and x.shape[-1] != x.shape[-2]:
-        raise TypeError(f"{name}: expected square matrices, got {x.str_short()}")
-    if not is_float(x.dtype):
-        raise TypeError(f"{name}: expected a floating dtype, got {x.str_short()}")
-
-
-def _aval(x: ShapedArray, shape, dtype=None) -> ShapedArray:
-    return ShapedArray(tuple(shape), x.dtype if dtype is None else dtype, x.device)
-
-
-def _batch_front(prim):
-    """Batching of a one-operand primitive: the batch dim becomes one more leading dim."""
-
-    def rule(args, dims, **params):
-        out = prim.bind(S.moveaxis(args[0], dims[0], 0), **params)
-        return out, ([0] * len(out) if prim.multiple_results else 0)
-
-    return rule
-
-
-# ------------------------------------------------------------------------------ triangular_solve
-
-
-def triangular_solve(
-    a,
-    b,
-    *,
-    left_side: bool = True,
-    lower: bool = True,
-    transpose_a: bool = False,
-    unit_diagonal: bool = False,
-):
-    """op(a) x = b (left_side) or x op(a) = b, op(a) = a^T when transpose_a; only the triangle of
-    `a` named by `lower` is read (and not its diagonal when unit_diagonal)."""
-    return triangular_solve_p.bind(
-        a,
-        b,
-        left_side=left_side,
-        lower=lower,
-        transpose_a=transpose_a,
-        unit_diagonal=unit_diagonal,
-    )
-
-
-def _ts_impl(a, b, *, left_side, lower, transpose_a, unit_diagonal):
-    upper = not lower
-    if transpose_a:
-        a, upper = a.mT, not upper
-    return torch.linalg.solve_triangular(
-        a, b, upper=upper, left=left_side, unitriangular=unit_diagonal
-    )
-
-
-def _ts_codegen(args, avals, *, left_side, lower, transpose_a, unit_diagonal):
-    a, b = args
-    upper = lower if transpose_a else not lower
-    a = f"{a}.mT" if transpose_a else a
-    return (
-        f"torch.linalg.solve_triangular({a}, {b}, upper={upper}, left={left_side}, "
-        f"unitriangular={unit_diagonal})"
-    )
-
-
-def _ts_abstract_eval(a, b, *, left_side, lower, transpose_a, unit_diagonal):
-    _matrix_aval("triangular_solve", a, square=True)
-    _matrix_aval("triangular_solve", b)
-    n = a.shape[-1]
-    if a.shape[:-2] != b.shape[:-2] or a.dtype != b.dtype:
-        raise TypeError(f"triangular_solve: {a.str_short()} and {b.str_short()} do not agree")
-    if (b.shape[-2] if left_side else b.shape[-1]) != n:
-        side = "rows" if left_side else "columns"
-        raise TypeError(f"triangular_solve: {b.str_short()} needs {n} {side}")
-    return b.strip_weak()
-
-
-def _ts_jvp(primals, tangents, **params):
-    a, b = primals
-    ta, tb = tangents
-    x = triangular_solve(a, b, **params)
-    if type(ta) is Zero and type(tb) is Zero:
-        return x, Zero(get_aval(x))
-    rhs = Zero(get_aval(x)) if type(tb) is Zero else tb
-    if type(ta) is not Zero:
-        k = 1 if params["unit_diagonal"] else 0
-        ta = M.tril(ta, -k) if params["lower"] else M.triu(ta, k)
-        ta = M.mT(ta) if params["transpose_a"] else ta
-        prod = M.mm(ta, x) if params["left_side"] else M.mm(x, ta)
-        rhs = add_tangents(rhs, B.neg(prod))
-    return x, triangular_solve(a, instantiate(rhs), **params)
-
-
-def _ts_transpose(ct, a, b, **params):
-    if is_undefined(a):
-        raise TypeError("triangular_solve is linear in b only; a must be known when transposing")
-    ct = instantiate(ct)
-    flipped = dict(params, transpose_a=not params["transpose_a"])
-    return [None, triangular_solve(a, ct, **flipped)]
-
-
-def _ts_batch(args, dims, **params):
-    (a, b), (da, db) = args, dims
-    if da is None:
-        # the batch of right-hand sides folds into b's columns (left) or rows (right): one solve
-        b = S.moveaxis(b, db, len(M.shape(b)) - (1 if params["left_side"] else 3))
-        s = M.shape(b)
-        flat = (
-            S.reshape(b, s[:-3] + (s[-3], s[-2] * s[-1]))
-            if params["left_side"]
-            else S.reshape(b, s[:-3] + (s[-3] * s[-2], s[-1]))
-        )
-        out = S.reshape(triangular_solve(a, flat, **params), s)
-        return out, len(s) - (1 if params["left_side"] else 3)
-    a, b = M.batch_to_front([a, b], [da, db])
-    return triangular_solve(a, b, **params), 0
-
-
-triangular_solve_p = declare(
-    "triangular_solve",
-    impl=_ts_impl,
-    abstract_eval=_ts_abstract_eval,
-    torch_codegen=_ts_codegen,
-    jvp=_ts_jvp,
-    transpose=_ts_transpose,
-    batch=_ts_batch,
-    linear=True,  # in b
+from thunderx.primitives.triangular import (  # noqa: F401 (re-exported: triangular_solve_p)
+    _aval,
+    _batch_front,
+    _matrix_aval,
+    _real_aval,
+    triangular_solve,
+    triangular_solve_p,
 )
 
 # -------------------------------------------------------------------------------------- cholesky
@@ -169,11 +47,12 @@ def _cholesky_abstract_eval(x):
 
 
 def _cholesky_jvp(primals, tangents):
-    """dL = L Phi(L^-1 sym(dA) L^-T), Phi = lower triangle with the diagonal halved."""
+    """dL = L Phi(L^-1 sym(dA) L^-H), Phi = lower triangle with the diagonal halved."""
     (x,), (t,) = primals, tangents
     low = cholesky(x)
     tmp = triangular_solve(low, M.sym(t), left_side=True, lower=True)
-    tmp = triangular_solve(low, tmp, left_side=False, lower=True, transpose_a=True)
+    # X L^H = T, solved as conj(X) L^T = conj(T)
+    tmp = M.conj(triangular_solve(low, M.conj(tmp), left_side=False, lower=True, transpose_a=True))
     phi = U.select(M.eye_mask(tmp), B.mul(tmp, 0.5), M.tril(tmp, -1))
     return low, M.mm(low, phi)
 
@@ -213,21 +92,22 @@ def _eigh_codegen(args, avals, *, compute_v, lower):
 
 def _eigh_abstract_eval(x, *, compute_v, lower):
     _matrix_aval("eigh", x, square=True)
-    w = _aval(x, x.shape[:-1])
+    w = _real_aval(x, x.shape[:-1])
     return [w, x.strip_weak()] if compute_v else [w]
 
 
 def _eigh_jvp(primals, tangents, *, compute_v, lower):
-    """dw = diag(V^T dA V), dV = V (F o V^T dA V), F[i, j] = 1 / (w_j - w_i) off the diagonal; dA
-    symmetrized, so reverse mode gives torch's symmetric gradient."""
+    """dw = Re diag(V^H dA V), dV = V (F o V^H dA V), F[i, j] = 1 / (w_j - w_i) off the
+    diagonal (so V^H dV has a zero diagonal, torch's choice of phase); dA made Hermitian, so
+    reverse mode gives torch's Hermitian gradient."""
     (x,), (t,) = primals, tangents
     w, v = eigh(x, compute_v=True, lower=lower)
-    vt_dx_v = M.mm(M.mT(v), M.mm(M.sym(t), v))
-    dw = M.diagonal(vt_dx_v)
+    vt_dx_v = M.mm(M.mH(v), M.mm(M.sym(t), v))
+    dw = M.real_part(M.diagonal(vt_dx_v))
     if not compute_v:
         return [w], [dw]
     f = U.select(M.eye_mask(vt_dx_v), 0.0, B.div(1.0, B.sub(M.row_vector(w), M.col_vector(w))))
-    return [w, v], [dw, M.mm(v, B.mul(f, vt_dx_v))]
+    return [w, v], [dw, M.mm(v, B.mul(M.like(f, v), vt_dx_v))]
 
 
 eigh_p = declare(
@@ -264,7 +144,7 @@ def _svd_abstract_eval(x, *, full_matrices, compute_uv):
     _matrix_aval("svd", x)
     *batch, m, n = x.shape
     k = min(m, n)
-    s = _aval(x, (*batch, k))
+    s = _real_aval(x, (*batch, k))
     if not compute_uv:
         return [s]
     um, vn = (m, n) if full_matrices else (k, k)
@@ -272,8 +152,12 @@ def _svd_abstract_eval(x, *, full_matrices, compute_uv):
 
 
 def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
-    """JAX's thin-SVD identities. With full_matrices, the columns beyond min(m, n) are not
-    determined by A; their tangents are zero (torch ignores their gradients likewise)."""
+    """The thin-SVD identities, with dP = U^H dA V: dS = Re diag(dP); U^H dU and V^H dV off the
+    diagonal from dP S + S dP^H and S dP + dP^H S over s_j^2 - s_i^2; for complex A the
+    imaginary part of diag(dP) / s, which fixes only the difference of the two diagonals, split
+    evenly between them (torch's choice of phase). With full_matrices, the columns beyond
+    min(m, n) are not determined by A; their tangents are zero (torch ignores their gradients
+    likewise)."""
     (x,), (t,) = primals, tangents
     u_full, s, vh_full = svd(x, full_matrices=full_matrices)
     *batch, m, n = M.shape(x)
@@ -281,25 +165,31 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
     nd = len(batch) + 2
     u = SL.slice_in_dim(u_full, 0, k, 1, nd - 1) if full_matrices and m > k else u_full
     vh = SL.slice_in_dim(vh_full, 0, k, 1, nd - 2) if full_matrices and n > k else vh_full
-    v = M.mT(vh)
-    ds_mat = M.mm(M.mT(u), M.mm(t, v))
-    ds = M.diagonal(ds_mat)
+    v = M.mH(vh)
+    ds_mat = M.mm(M.mH(u), M.mm(t, v))
+    ds = M.real_part(M.diagonal(ds_mat))
     if not compute_uv:
         return [s], [ds]
     s_row, s_col = M.row_vector(s), M.col_vector(s)
     diffs = B.mul(B.add(s_row, s_col), B.sub(s_row, s_col))  # s_j^2 - s_i^2
-    f = U.select(M.eye_mask(diffs), 0.0, B.div(1.0, diffs))
-    dss = B.mul(ds_mat, s_row)
-    sds = B.mul(s_col, ds_mat)
-    du = M.mm(u, B.mul(f, B.add(dss, M.mT(dss))))
-    dv = M.mm(v, B.mul(f, B.add(sds, M.mT(sds))))
+    f = M.like(U.select(M.eye_mask(diffs), 0.0, B.div(1.0, diffs)), t)
+    dss = B.mul(ds_mat, M.like(s_row, t))
+    sds = B.mul(M.like(s_col, t), ds_mat)
+    omega_u = B.mul(f, B.add(dss, M.mH(dss)))
+    omega_v = B.mul(f, B.add(sds, M.mH(sds)))
+    if M.is_complex(t):
+        half = B.div(X.imag(M.diagonal(ds_mat)), B.mul(s, 2.0))
+        phase = M.diag_embed(X.complex_(B.mul(half, 0.0), half))
+        omega_u, omega_v = B.add(omega_u, phase), B.sub(omega_v, phase)
+    du = M.mm(u, omega_u)
+    dv = M.mm(v, omega_v)
     if m > n:
         dav = M.mm(t, v)
-        du = B.add(du, M.scale_cols(B.sub(dav, M.mm(u, M.mm(M.mT(u), dav))), s))
+        du = B.add(du, M.scale_cols(B.sub(dav, M.mm(u, M.mm(M.mH(u), dav))), M.like(s, t)))
     if n > m:
-        dau = M.mm(M.mT(t), u)
-        dv = B.add(dv, M.scale_cols(B.sub(dau, M.mm(v, M.mm(vh, dau))), s))
-    dvh = M.mT(dv)
+        dau = M.mm(M.mH(t), u)
+        dv = B.add(dv, M.scale_cols(B.sub(dau, M.mm(v, M.mm(vh, dau))), M.like(s, t)))
+    dvh = M.mH(dv)
     if full_matrices and m > k:
         du = SL.pad(du, 0.0, [(0, 0, 0)] * (nd - 1) + [(0, m - k, 0)])
     if full_matrices and n > k:
@@ -336,12 +226,18 @@ def _qr_abstract_eval(x, *, mode):
 
 
 def _qr_square_jvp(q, r, dx):
-    """m >= n: dQ = Q (dO - Q^T dA R^-1) + dA R^-1, dR = (Q^T dA R^-1 - dO) R, where dO is the
-    skew part built from the strict lower triangle of Q^T dA R^-1 (JAX's rule)."""
+    """m >= n: dQ = Q (dO - Q^H dA R^-1) + dA R^-1, dR = (Q^H dA R^-1 - dO) R, where dO is the
+    skew-Hermitian part built from the strict lower triangle of Q^H dA R^-1, plus for complex A
+    the imaginary part of its diagonal (R's diagonal stays real, as LAPACK's) (JAX's rule)."""
     dx_rinv = triangular_solve(r, dx, left_side=False, lower=False)
-    qt_dx_rinv = M.mm(M.mT(q), dx_rinv)
+    qt_dx_rinv = M.mm(M.mH(q), dx_rinv)
     low = M.tril(qt_dx_rinv, -1)
-    do = B.sub(low, M.mT(low))
+    do = B.sub(low, M.mH(low))
+    if M.is_complex(qt_dx_rinv):
+        diag = M.diagonal(qt_dx_rinv)
+        do = B.add(
+            do, M.diag_embed(B.sub(diag, X.complex_(X.real(diag), B.mul(X.real(diag), 0.0))))
+        )
     dq = B.add(M.mm(q, B.sub(do, qt_dx_rinv)), dx_rinv)
     dr = M.mm(B.sub(qt_dx_rinv, do), r)
     return dq, dr
@@ -369,7 +265,7 @@ def _qr_jvp(primals, tangents, *, mode):
     r2 = SL.slice_in_dim(r, m, n, 1, nd - 1)
     dq, dr1 = _qr_square_jvp(q, r1, SL.slice_in_dim(t, 0, m, 1, nd - 1))
     dy = SL.slice_in_dim(t, m, n, 1, nd - 1)
-    dr2 = M.mm(M.mT(q), B.sub(dy, M.mm(dq, r2)))
+    dr2 = M.mm(M.mH(q), B.sub(dy, M.mm(dq, r2)))
     return [q, r], [dq, SL.concatenate([dr1, dr2], nd - 1)]
 
 

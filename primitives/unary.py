@@ -227,6 +227,8 @@ atan_p = def_unary(
 asinh_p = def_unary(
     "asinh", torch.asinh, "asinh", lambda x, y: rsqrt(add(mul(x, x), 1.0)), inplace="asinh_"
 )
+
+
 def _acosh_derivative(x):
     # 1 / sqrt(z^2 - 1) takes the other branch for some complex z: 1 / (sqrt(z - 1) sqrt(z + 1))
     if get_aval(x).dtype.is_complex:

@@ -9,15 +9,12 @@ import torch.func as tf
 
 import thunderx as tx
 
+from .complex_samples import complex_randn
+
 L = torch.linalg
 
 
-def _z(*shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.complex(
-        torch.randn(*shape, generator=g, dtype=torch.float64),
-        torch.randn(*shape, generator=g, dtype=torch.float64),
-    )
+_z = complex_randn
 
 
 REAL_OF_COMPLEX = {

@@ -5,7 +5,6 @@ While staging (jit, make_jaxpr) they become random primitives, so each call draw
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 
 import torch
@@ -17,6 +16,13 @@ from thunderx.errors import RandomnessError, user_frame
 from thunderx.lang import random_exact as exact
 from thunderx.lang import unbound
 from thunderx.lang._base import method_table, torch_table
+from thunderx.lang.random_runtime import (  # noqa: F401 (forbid_random, runtime_draw re-exported)
+    _modes,
+    _staging_trace,
+    check_forbidden,
+    forbid_random,
+    runtime_draw,
+)
 from thunderx.primitives import creation as C
 
 _DEFAULT_DEVICE = torch.device("cpu")
@@ -334,20 +340,6 @@ RANDOM_FUNCTIONS = {
 }
 
 
-class forbid_random:
-    """Inside it, any random op raises torch.func's randomness error (jacfwd's
-    randomness='error': its linearization must not draw)."""
-
-    def __init__(self, api: str):
-        self.api = api
-
-    def __enter__(self):
-        _modes.forbidden.append(self.api)
-
-    def __exit__(self, *exc):
-        _modes.forbidden.pop()
-
-
 def _no_out_under_vmap(impl, fn):
     name = torch.overrides.resolve_name(fn) or getattr(fn, "__name__", "a random op")
 
@@ -368,18 +360,6 @@ def _no_out_under_vmap(impl, fn):
             _modes.calling.pop()
 
     return checked
-
-
-def check_forbidden() -> None:
-    """Raises torch.func's randomness error inside `forbid_random` (jacfwd's randomness='error'):
-    called where a random op is about to draw."""
-    if _modes.forbidden:
-        api = _modes.forbidden[-1]
-        name = _modes.calling[0] if _modes.calling else "a random op"
-        raise RandomnessError(
-            f"{api}: {name} called random operation while in randomness error mode, at "
-            f"{user_frame()}; pass {api}(..., randomness='same') or randomness='different'"
-        )
 
 
 def register_random(fn, impl, method: str | None = None) -> None:
@@ -428,86 +408,6 @@ class RandomnessMode(TorchFunctionMode):
     def remember(self, gen) -> None:
         if id(gen) not in self.generators:
             self.generators[id(gen)] = (weakref.ref(gen), gen.get_state())
-
-
-class _Modes(threading.local):
-    def __init__(self):
-        self.stack: list = []
-        self.forbidden: list = []  # forbid_random scopes, innermost last
-        self.calling: list = []  # the random functions being called inside one, outermost first
-
-
-_modes = _Modes()
-
-
-# ----------------------------------------------------------------- draws with a torch kernel
-
-
-def _staging_trace():
-    """The nearest enclosing staging trace, or None when the transforms run eagerly."""
-    from thunderx.tracing import StagingTrace
-
-    t = current_trace()
-    while t is not None:
-        if isinstance(t, StagingTrace):
-            return t
-        t = t.parent
-    return None
-
-
-class RuntimeDraw:
-    """A random torch call run each time the staged program runs (a `torch_call` equation).
-
-    With a generator: while it is alive the draw advances it, as eager code would on each call;
-    once it has been collected (it was local to the traced function, so each eager call made a
-    fresh one) the draw starts from the state it had when traced."""
-
-    def __init__(self, fn, args, dtype, generator):
-        self.fn, self.args, self.dtype = fn, args, dtype
-        self.gen_ref = None if generator is None else weakref.ref(generator)
-        self.gen_state = None if generator is None else generator.get_state()
-        self.__name__ = getattr(fn, "__name__", "draw")
-
-    def _generator(self, device):
-        if self.gen_ref is None:
-            return None
-        gen = self.gen_ref()
-        if gen is None:
-            gen = torch.Generator(device)
-            gen.set_state(self.gen_state)
-        return gen
-
-    def __call__(self, like):
-        if like.is_meta:
-            return self.fn(*self.args, dtype=self.dtype, device="meta")
-        return self.fn(
-            *self.args, dtype=self.dtype, device=like.device, generator=self._generator(like.device)
-        )
-
-    def __repr__(self) -> str:
-        gen = "" if self.gen_ref is None else ", generator=..."
-        return f"{self.__name__}{self.args}{gen}"
-
-
-def runtime_draw(fn, args, dtype, device, generator=None):
-    """`fn(*args, dtype=, device=, generator=)` now (eager transforms) or on each run of the
-    staged program (jit, reverse mode)."""
-    check_forbidden()
-    staging = _staging_trace()
-    if staging is None:
-        return fn(*args, dtype=dtype, device=device, generator=generator)
-    if generator is not None:
-        mode = next((m for m in reversed(_modes.stack) if m.trace is None), None)
-        if mode is not None:
-            mode.remember(generator)
-    draw_ = RuntimeDraw(fn, args, dtype, generator)
-    if generator is not None:
-        # advance it as the eager call would: later draws in this trace see the next state
-        fn(*args, dtype=dtype, device=device, generator=generator)
-    from thunderx.lang.fallback import opaque_call
-
-    with set_trace(staging):
-        return opaque_call(draw_, (torch.empty(0, device=device),), {})
 
 
 def _generator_draw(kind, shape, dtype, device, generator):
