@@ -202,13 +202,14 @@ def _vander(x, *, N=None):
 
 @register(torch.cov, methods=("cov",))
 def _cov(x, *, correction=1, fweights=None, aweights=None):
-    """torch's formula. torch also checks that fweights are non-negative integers and aweights
-    non-negative, checks on values that a trace cannot make."""
+    """torch's formula, (x - mean) @ (x - mean)^H / (n - correction), conjugated for complex x.
+    torch also checks that fweights are non-negative integers and aweights non-negative, checks on
+    values that a trace cannot make."""
     if x.ndim > 2:
         raise RuntimeError(f"cov: expected input with at most 2 dimensions, got {x.ndim}")
     if x.ndim < 2:
         x = x.reshape(1, -1)
-    if not x.dtype.is_floating_point:
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
         x = x.to(torch.get_default_dtype())
     n_obs = x.shape[1]
     w = fweights
@@ -217,7 +218,7 @@ def _cov(x, *, correction=1, fweights=None, aweights=None):
     if w is None:
         avg = x.mean(1)
         w_sum = n_obs
-        norm = torch.tensor(float(n_obs - correction), dtype=x.dtype)
+        norm = torch.tensor(float(n_obs - correction), dtype=x.dtype.to_real())
     else:
         w_sum = w.sum()
         avg = (x * w).sum(1) / w_sum
@@ -227,18 +228,23 @@ def _cov(x, *, correction=1, fweights=None, aweights=None):
             norm = w_sum - correction
     norm = torch.clamp(norm, min=0)
     xc = x - avg.unsqueeze(1)
-    c = torch.mm(xc, (xc * w).t() if w is not None else xc.t())
+    c = torch.mm(xc, (xc * w if w is not None else xc).t().conj())
     return (c / norm).squeeze()
 
 
 @register(torch.corrcoef, methods=("corrcoef",))
 def _corrcoef(x):
+    """cov scaled by the standard deviations, clipped to [-1, 1]; for complex x the real and
+    imaginary parts are clipped apart (torch's)."""
     c = _cov(x)
     if c.ndim == 0:
         return c / c
-    s = torch.sqrt(torch.diagonal(c))
+    d = torch.diagonal(c)
+    s = torch.sqrt(d.real if d.is_complex() else d)
     c = c / s.unsqueeze(1)
     c = c / s.unsqueeze(0)
+    if c.is_complex():
+        return torch.complex(torch.clamp(c.real, -1, 1), torch.clamp(c.imag, -1, 1))
     return torch.clamp(c, -1, 1)
 
 

@@ -60,7 +60,7 @@ def _last(x, k: int, axis: int):
 @register(torch.linalg.cholesky)
 def cholesky(a, *, upper=False, out=None):
     low = D.cholesky(_matrix(a, "linalg.cholesky", square=True))
-    return M.mT(low) if upper else low
+    return M.mH(low) if upper else low  # A = L L^H = U^H U
 
 
 @register(torch.cholesky, methods=("cholesky",))
@@ -99,11 +99,11 @@ def svdvals(a, *, driver=None, out=None):
 
 @register(torch.svd, methods=("svd",))
 def _svd_old(a, some=True, compute_uv=True, *, out=None):
-    """torch.svd: V rather than Vh; without compute_uv, U and V are zero-filled (torch's)."""
+    """torch.svd: V = Vh^H rather than Vh; without compute_uv, U and V are zero-filled (torch's)."""
     u, s, vh = D.svd(_matrix(a, "svd"), full_matrices=not some)
     if not compute_uv:
         return RT.svd((B.mul(u, 0.0), s, B.mul(M.mT(vh), 0.0)))
-    return RT.svd((u, s, M.mT(vh)))
+    return RT.svd((u, s, M.mH(vh)))
 
 
 @register(torch.linalg.qr)
@@ -164,16 +164,25 @@ def lu_unpack(lu_data, lu_pivots, unpack_data=True, unpack_pivots=True, *, out=N
 
 @register(torch.linalg.lu_solve)
 def lu_solve(lu_data, pivots, b, *, left=True, adjoint=False, out=None):
-    """X with A X = B (A^T X = B when adjoint; X A = B when not left) from lu_factor's output."""
-    from thunderx.primitives import indexing as I
-
+    """X with A X = B (A^H X = B when adjoint; X A = B, or X A^H = B, when not left) from
+    lu_factor's output."""
     _matrix(lu_data, "linalg.lu_solve", square=True)
     if not left:
-        return M.mT(lu_solve(lu_data, pivots, M.mT(b), adjoint=not adjoint))
+        # X A = B is A^T X^T = B^T; X A^H = B is conj(A) X^T = B^T
+        b = M.mT(_matrix(b, "linalg.lu_solve"))
+        lu_data = M.conj(lu_data) if adjoint else lu_data
+        return M.mT(_lu_solve_factored(lu_data, pivots, b, transpose=not adjoint))
+    return _lu_solve_factored(M.conj(lu_data) if adjoint else lu_data, pivots, b, adjoint)
+
+
+def _lu_solve_factored(lu_data, pivots, b, transpose):
+    """X with A X = B (A^T X = B when transpose), A = P L U packed in lu_data."""
+    from thunderx.primitives import indexing as I
+
     lu_data, b = _broadcast_batch(lu_data, _matrix(b, "linalg.lu_solve"))
     perm = D.lu_pivots_to_permutation(pivots, shape(lu_data)[-1])
     perm = S.broadcast_to(perm, shape(b)[:-2] + shape(perm)[-1:])
-    if not adjoint:
+    if not transpose:
         return _solve_with_lu(lu_data, perm, b)
     # A^T X = B with A = P L U: U^T L^T (P^T X) = B
     y = D.triangular_solve(lu_data, b, left_side=True, lower=False, transpose_a=True)
@@ -263,14 +272,15 @@ def inv(a, *, out=None):
 
 
 def _cholesky_solve_value(b, low, upper):
-    # A = L L^T (or U^T U): two triangular solves
+    # A = L L^H (or U^H U): two triangular solves, L^H y = b solved as conj(L)^T y = b
     first = dict(left_side=True, lower=not upper, transpose_a=upper)
     second = dict(left_side=True, lower=not upper, transpose_a=not upper)
-    return D.triangular_solve(low, D.triangular_solve(low, b, **first), **second)
+    y = D.triangular_solve(M.conj(low) if upper else low, b, **first)
+    return D.triangular_solve(low if upper else M.conj(low), y, **second)
 
 
 def _cholesky_solve_fn(upper: bool):
-    """cholesky_solve with torch's derivative: A = L L^T of the whole factor, so a tangent of L
+    """cholesky_solve with torch's derivative: A = L L^H of the whole factor, so a tangent of L
     off its triangle counts too (torch's gradient for L is a full matrix)."""
     from thunderx.transforms.custom import custom_jvp
 
@@ -282,9 +292,9 @@ def _cholesky_solve_fn(upper: bool):
     def f_jvp(primals, tangents):
         (b, low), (db, dlow) = primals, tangents
         x = f(b, low)
-        # d(L L^T) = dL L^T + L dL^T; for U^T U it is dU^T U + U^T dU
-        half = M.mm(M.mT(dlow), low) if upper else M.mm(dlow, M.mT(low))
-        rhs = B.sub(db, M.mm(B.add(half, M.mT(half)), x))
+        # d(L L^H) = dL L^H + L dL^H; for U^H U it is dU^H U + U^H dU
+        half = M.mm(M.mH(dlow), low) if upper else M.mm(dlow, M.mH(low))
+        rhs = B.sub(db, M.mm(B.add(half, M.mH(half)), x))
         return x, _cholesky_solve_value(rhs, low, upper)
 
     return f

@@ -75,7 +75,34 @@ def _inner(a, b):
 
 @register(torch.linalg.vecdot)
 def _vecdot(x, y, *, dim=-1):
-    return (x * y).sum(dim)
+    """sum(conj(x) * y) along dim: torch conjugates the first operand."""
+    return (x.conj() * y).sum(dim)
+
+
+@register(torch.isclose, methods=("isclose",))
+def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol * |b| where finite, or a == b (nan == nan with equal_nan): torch's
+    formula, integers compared in the default dtype, complex by modulus.
+
+    >>> thunderx.vmap(torch.isclose)(torch.ones(2, 3), torch.ones(2, 3) + 1e-9).all()
+    tensor(True)
+    """
+    if a.dtype != b.dtype:
+        raise RuntimeError(f"torch.isclose: {a.dtype} did not match {b.dtype}")
+    if rtol < 0 or atol < 0:
+        name, value = ("rtol", rtol) if rtol < 0 else ("atol", atol)
+        raise RuntimeError(f"{name} must be greater than or equal to zero, but got {value}")
+    close = a == b
+    exact = not (a.dtype.is_floating_point or a.dtype.is_complex)
+    if equal_nan and not exact:
+        close = close | (torch.isnan(a) & torch.isnan(b))
+    if rtol == 0 and atol == 0:
+        return close
+    if exact:
+        a, b = a.to(torch.get_default_dtype()), b.to(torch.get_default_dtype())
+    allowed = atol + torch.abs(b * rtol)
+    actual = torch.abs(a - b)
+    return close | (torch.isfinite(actual) & (actual <= allowed))
 
 
 @register(torch.dist, methods=("dist",))

@@ -18,6 +18,7 @@ from thunderx.lang._base import (
     register,
     shape,
 )
+from thunderx.lang.complex import conj
 from thunderx.primitives import binary as B
 from thunderx.primitives import linalg as L
 from thunderx.primitives import reductions as R
@@ -103,7 +104,8 @@ def _dot(a, b, *, out=None):
 
 @register(torch.vdot, methods=("vdot",))
 def _vdot(a, b):
-    return _dot(a, b)
+    """sum(conj(a) * b): torch conjugates the first vector."""
+    return _dot(conj(a), b)
 
 
 @register(torch.outer, torch.ger, methods=("outer", "ger"))

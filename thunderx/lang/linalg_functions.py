@@ -18,6 +18,7 @@ from thunderx.lang._base import (
     register,
     shape,
 )
+from thunderx.lang.complex import abs_complex, sgn_complex
 from thunderx.lang.decompositions import (
     RT,
     _broadcast_batch,
@@ -30,6 +31,7 @@ from thunderx.lang.decompositions import (
 )
 from thunderx.primitives import _matrix as M
 from thunderx.primitives import binary as B
+from thunderx.primitives import complex as X
 from thunderx.primitives import creation as C
 from thunderx.primitives import linalg_decomp as D
 from thunderx.primitives import matrix_functions as MF
@@ -78,7 +80,7 @@ def _batch_select(pred, x, y):
 
 def _det_jvp(primals, tangents):
     """torch's derivative: d det = det * tr(A^-1 dA) where A is invertible, and through the
-    adjugate from the SVD, A^adj = det(U) det(V) V diag(prod_{j != i} s_j) U^T, where it is
+    adjugate from the SVD, A^adj = det(U) det(V^H) V diag(prod_{j != i} s_j) U^H, where it is
     singular. Each branch runs on a harmless stand-in where the other applies, so neither leaks
     infinities into derivatives of higher order."""
     (a,), (t,) = primals, tangents
@@ -97,7 +99,8 @@ def _det_jvp(primals, tangents):
     degenerate = _batch_select(singular, a, B.add(eye, spread))
     u, s, vh = D.svd(degenerate)
     alpha = B.mul(det(u), det(vh))
-    adj_t = M.mm(_cols_scale(M.mT(vh), _products_of_the_others(s)), M.mT(u))  # A^adj
+    others = _products_of_the_others(s)  # real: the singular values are
+    adj_t = M.mm(_cols_scale(M.mH(vh), M.like(others, vh)), M.mH(u))  # A^adj
     along = R.reduce_sum(B.mul(M.mT(adj_t), t), (ndim(t) - 2, ndim(t) - 1))
     return d, U.select(singular, B.mul(alpha, along), regular)
 
@@ -118,16 +121,28 @@ def det(a, *, out=None):
 
 @register(torch.linalg.slogdet, torch.slogdet, methods=("slogdet",))
 def slogdet(a, *, out=None):
+    """The sign and log|det| from the LU factors' diagonal. For a complex `a` the sign is
+    det / |det| (complex, of modulus 1; 0 where `a` is singular) and log|det| is real, as torch's.
+
+    >>> thunderx.jit(torch.linalg.slogdet)(torch.eye(2, dtype=torch.complex128) * 1j).sign
+    tensor(-1.+0.j, dtype=torch.complex128)
+    """
     diag, parity = _lu_diag_and_sign(a, "linalg.slogdet")
     last = (ndim(diag) - 1,)
-    sign = B.mul(parity, R.reduce_prod(U.sign(diag), last))
-    logabs = R.reduce_sum(U.log(U.abs(diag)), last)
+    # U.sign and U.abs are real functions, their derivatives too: complex has its own
+    sgn, modulus = (sgn_complex, abs_complex) if M.is_complex(a) else (U.sign, U.abs)
+    sign = B.mul(parity, R.reduce_prod(sgn(diag), last))
+    logabs = R.reduce_sum(U.log(modulus(diag)), last)
     return RT.linalg_slogdet((sign, logabs))
 
 
 @register(torch.logdet, methods=("logdet",))
 def logdet(a):
+    """log det(a): nan where a real determinant is negative; for a complex `a` the complex
+    log, log(sign) + log|det| (torch's formula)."""
     sign, logabs = slogdet(a)
+    if M.is_complex(a):
+        return B.add(U.log(sign), M.like(logabs, sign))
     return U.select(B.lt(sign, 0.0), math.nan, logabs)
 
 
@@ -231,7 +246,7 @@ def _stop_gradient(x):
 
 @register(torch.linalg.lstsq)
 def lstsq(a, b, rcond=None, *, driver=None):
-    """Full-rank least squares through QR (of a, or of a^T when a is wide: the minimum-norm
+    """Full-rank least squares through QR (of a, or of a^H when a is wide: the minimum-norm
     solution). The other outputs follow the driver as torch's do: rank (counting singular values
     above rcond * the largest) for all but 'gels', singular values for 'gelsd'/'gelss', squared
     residuals for a tall a except with 'gelsy' (the CPU default)."""
@@ -247,18 +262,23 @@ def lstsq(a, b, rcond=None, *, driver=None):
     *batch, m, n = shape(a)
     if m >= n:
         q, r = D.qr(a)
-        x = D.triangular_solve(r, M.mm(M.mT(q), b), left_side=True, lower=False)
+        x = D.triangular_solve(r, M.mm(M.mH(q), b), left_side=True, lower=False)
     else:
-        q, r = D.qr(M.mT(a))
-        y = D.triangular_solve(r, b, left_side=True, lower=False, transpose_a=True)
+        # a = R^H Q^H: solve R^H y = b (as conj(R)^T y = b), then x = Q y
+        q, r = D.qr(M.mH(a))
+        y = D.triangular_solve(M.conj(r), b, left_side=True, lower=False, transpose_a=True)
         x = M.mm(q, y)
-    empty = C.full((0,), 0.0, dtype(a))
+    real = dtype(a).to_real()  # residuals and singular values are real for complex a
+    empty = C.full((0,), 0.0, real)
     residuals = empty
     if m > n and driver != "gelsy":
         res = B.sub(M.mm(a, x), b)
-        residuals = R.reduce_sum(B.mul(res, res), (ndim(res) - 2,))
-        if vector:
-            residuals = S.squeeze(residuals, (ndim(residuals) - 1,))
+        squares = B.mul(res, res)
+        if M.is_complex(res):
+            re, im = X.real(res), X.imag(res)
+            squares = B.add(B.mul(re, re), B.mul(im, im))
+        # for a vector b too torch keeps the column's dim: (*batch, 1)
+        residuals = R.reduce_sum(squares, (ndim(res) - 2,))
     if vector:
         x = S.squeeze(x, (ndim(x) - 1,))
     s = svdvals(a)
@@ -292,27 +312,27 @@ def _tol(value, batch, dt):
 def _pinv_value(a, atol, rtol, hermitian):
     *batch, m, n = shape(a)
     if min(m, n) == 0:
-        return M.mT(a)
+        return M.mH(a)
     if hermitian:
         # torch: eigenvalues by magnitude; the pseudo-inverse inverts the kept eigenvalues
         w, v = D.eigh(a)
         s, values, left, right = U.abs(w), w, v, v
     else:
         left, s, vh = D.svd(a, full_matrices=False)
-        values, right = s, M.mT(vh)
+        values, right = s, M.mH(vh)
     smax = R.reduce_max(s, (ndim(s) - 1,))
     smax = S.broadcast_in_dim(smax, shape(s), tuple(range(ndim(s) - 1)))
     cut = B.maximum(B.mul(S.broadcast_to(rtol, shape(s)), smax), S.broadcast_to(atol, shape(s)))
     keep = B.gt(s, cut)
-    inv_s = U.select(keep, B.div(1.0, U.select(keep, values, 1.0)), 0.0)
-    return M.mm(B.mul(right, _cols(inv_s, shape(right)[-2])), M.mT(left))
+    inv_s = M.like(U.select(keep, B.div(1.0, U.select(keep, values, 1.0)), 0.0), a)
+    return M.mm(B.mul(right, _cols(inv_s, shape(right)[-2])), M.mH(left))
 
 
 @register(torch.linalg.pinv, torch.pinverse, methods=("pinverse",))
 def pinv(a, *, atol=None, rtol=None, hermitian=False, out=None, rcond=None):
     """Moore-Penrose inverse from the SVD (eigh when hermitian), with torch's derivative (the
     pinv identity, valid where the rank does not change), so repeated singular values need no
-    special care."""
+    special care. The tolerances are real, for complex `a` too."""
     from thunderx.transforms.custom import custom_jvp
 
     _matrix(a, "linalg.pinv")
@@ -322,8 +342,8 @@ def pinv(a, *, atol=None, rtol=None, hermitian=False, out=None, rcond=None):
     if rtol is None:
         zero_atol = atol is None or (not is_tensor(atol) and atol <= 0)
         rtol = torch.finfo(dtype(a)).eps * max(m, n) if zero_atol else 0.0
-    atol_t = _tol(0.0 if atol is None else atol, tuple(batch), dtype(a))
-    rtol_t = _tol(rtol, tuple(batch), dtype(a))
+    atol_t = _tol(0.0 if atol is None else atol, tuple(batch), dtype(a).to_real())
+    rtol_t = _tol(rtol, tuple(batch), dtype(a).to_real())
 
     @custom_jvp
     def _pinv(x, atol_t, rtol_t):
@@ -335,7 +355,7 @@ def pinv(a, *, atol=None, rtol=None, hermitian=False, out=None, rcond=None):
         x, atol_t, rtol_t = primals
         t = tangents[0]
         p = _pinv(x, atol_t, rtol_t)
-        pt, tt = M.mT(p), M.mT(t)
+        pt, tt = M.mH(p), M.mH(t)
         eye_m, eye_n = _eye(m, x), _eye(n, x)
         dp = B.neg(M.mm(p, M.mm(t, p)))
         dp = B.add(dp, M.mm(M.mm(p, pt), M.mm(tt, B.sub(eye_m, M.mm(x, p)))))
@@ -366,8 +386,8 @@ def matrix_rank(a, *, atol=None, rtol=None, hermitian=False, tol=None, out=None)
     else:
         s = svdvals(a)
     smax = S.broadcast_in_dim(R.reduce_max(s, (ndim(s) - 1,)), shape(s), tuple(range(len(batch))))
-    atol_t = _tol(0.0 if atol is None else atol, tuple(batch), dtype(a))
-    rtol_t = _tol(rtol, tuple(batch), dtype(a))
+    atol_t = _tol(0.0 if atol is None else atol, tuple(batch), dtype(s))
+    rtol_t = _tol(rtol, tuple(batch), dtype(s))
     cut = B.maximum(B.mul(S.broadcast_to(rtol_t, shape(s)), smax), S.broadcast_to(atol_t, shape(s)))
     return R.reduce_sum(U.convert(B.gt(s, cut), torch.int64), (ndim(s) - 1,))
 

@@ -287,21 +287,27 @@ def logsumexp(x, dims, keepdim=False):
         # the log of an empty sum (amax has no value to offer here)
         from thunderx.primitives import creation as C
 
-        out = C.full(
-            tuple(s for i, s in enumerate(shape(x)) if i not in dims),
-            -math.inf,
-            dtype(x),
-            aval(x).device,
-        )
-        return keepdims(B.add(out, R.reduce_sum(x, dims)), dims, keepdim)
+        total = R.reduce_sum(x, dims)
+        out = C.full(shape(total), -math.inf, dtype(x).to_real(), aval(x).device)
+        if dtype(x).is_complex:
+            # -inf + 0j, torch's log(0j): a complex add of -inf would make the imaginary part nan
+            out = X.complex_(B.add(out, X.real(total)), X.imag(total))
+        else:
+            out = B.add(out, total)
+        return keepdims(out, dims, keepdim)
 
     from thunderx.transforms.custom import custom_jvp
 
     kept = tuple(i for i in range(ndim(x)) if i not in dims)
 
+    def shift(x):
+        """The largest entry (of the real parts, for complex x: torch's shift), x's dtype."""
+        m = R.reduce_max(X.real(x) if dtype(x).is_complex else x, dims)
+        return m if dtype(m) == dtype(x) else U.convert(m, dtype(x))
+
     @custom_jvp
     def f(x):
-        m = R.reduce_max(x, dims)
+        m = shift(x)
         m = stop_gradient(where(U.isfinite(m), m, 0.0))
         mb = S.broadcast_in_dim(m, shape(x), kept)
         return B.add(U.log(R.reduce_sum(U.exp(B.sub(x, mb)), dims)), m)
@@ -319,7 +325,7 @@ def logsumexp(x, dims, keepdim=False):
         # forward mode: torch's formula, sum(exp(x - max) t) / sum(exp(x - max)). Its weights
         # sum to 1 where the output rounds to the largest entry (entries of 4e44, two of them
         # tied: exp(x - result) is 1 at each, twice the derivative)
-        m = stop_gradient(R.reduce_max(x, dims))
+        m = stop_gradient(shift(x))
         e = U.exp(B.sub(x, S.broadcast_in_dim(m, shape(x), kept)))
         return out, B.div(R.reduce_sum(B.mul(e, t), dims), R.reduce_sum(e, dims))
 
