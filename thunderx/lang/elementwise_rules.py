@@ -8,8 +8,9 @@ import math
 
 import torch
 
-from thunderx.lang._base import SCALARS, full_like, in_opmath, promote, register
+from thunderx.lang._base import SCALARS, dtype, full_like, in_opmath, promote, register
 from thunderx.primitives import binary as B
+from thunderx.primitives import complex as X
 from thunderx.primitives import unary as U
 
 
@@ -77,6 +78,12 @@ def _logaddexp(x, y):
         a = full_like(b, a)
     if type(b) in SCALARS:
         b = full_like(a, b)
+    if dtype(a).is_complex:
+        # torch's complex form: the operand with the larger real part, plus log1p(exp(the
+        # other's difference)); holomorphic, so the plain chain rule gives its derivative
+        first = B.ge(X.real(a), X.real(b))
+        hi, lo = U.select(first, a, b), U.select(first, b, a)
+        return B.add(hi, U.log1p(U.exp(B.sub(lo, hi))))
     return _logaddexp_fn(a, b)
 
 

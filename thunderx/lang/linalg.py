@@ -65,7 +65,7 @@ def _same_dtype_noshape(a, b):
     return tuple(_promote_all([a, b]))
 
 
-register(torch.matmul, torch.Tensor.__matmul__, methods=("matmul",))(
+register(torch.matmul, torch.linalg.matmul, torch.Tensor.__matmul__, methods=("matmul",))(
     lambda a, b, *, out=None: matmul(a, b)
 )
 register(torch.Tensor.__rmatmul__)(lambda a, b: matmul(b, a))

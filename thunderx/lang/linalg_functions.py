@@ -430,6 +430,17 @@ def matrix_power(a, n, *, out=None):
     return result
 
 
+@register(torch.chain_matmul)
+def _chain_matmul(*matrices, out=None):
+    """The deprecated torch.chain_matmul: multi_dot of 2-D matrices (one matrix is itself)."""
+    for i, t in enumerate(matrices):
+        if ndim(t) != 2:
+            raise RuntimeError(
+                f"Tensor dimension is {ndim(t)}, expected 2 instead. (chain_matmul argument {i})"
+            )
+    return matrices[0] if len(matrices) == 1 else multi_dot(matrices)
+
+
 @register(torch.linalg.multi_dot)
 def multi_dot(tensors, *, out=None):
     """A chain of matmuls, left to right; the first operand may be a row vector and the last a

@@ -48,7 +48,12 @@ def mse_loss(input, target, size_average=None, reduce=None, reduction="mean", we
 @register(F.l1_loss)
 def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):  # noqa: A002
     a, b = _pair(input, target)
-    return _reduce(U.abs(B.sub(a, b)), reduction)
+    d = B.sub(a, b)
+    if dtype(d).is_complex:  # the moduli of the differences (real, as torch's)
+        from thunderx.lang.complex import abs_complex
+
+        return _reduce(abs_complex(d), reduction)
+    return _reduce(U.abs(d), reduction)
 
 
 @register(F.smooth_l1_loss)

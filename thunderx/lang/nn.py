@@ -311,6 +311,8 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 def normalize(x, p=2.0, dim=1, eps=1e-12, out=None):
     norm = vector_norm(x, p, dim, keepdim=True)
     denom = B.maximum(norm, eps)
+    if dtype(x).is_complex:  # the norm is real
+        denom = convert(denom, dtype(x))
     return B.div(x, S.broadcast_to(denom, shape(x)))
 
 
