@@ -3,6 +3,7 @@
 from thunderx.primitives import (  # noqa: F401  (importing registers the primitives)
     avg_pool,
     binary,
+    bitwise,
     collectives,
     complex,
     composite,

@@ -225,6 +225,32 @@ def _(d):
     return Sample([d.tensor(shape, torch.bool), d.tensor(shape, torch.bool)], {})
 
 
+def _ints(d, shape, dt):
+    if dt is torch.bool:
+        return torch.randint(0, 2, shape, generator=d.gen).bool()
+    lo = 0 if dt is torch.uint8 else -100
+    return torch.randint(lo, 100, shape, generator=d.gen, dtype=dt)
+
+
+@sample("bitwise_and", "bitwise_or", "bitwise_xor")
+def _(d):
+    shape, dt = d.shape(), d.choice([torch.int64, torch.int32, torch.uint8, torch.bool])
+    return Sample([_ints(d, shape, dt), _ints(d, shape, dt)], {})
+
+
+@sample("shift_left", "shift_right")
+def _(d):
+    shape, dt = d.shape(), d.choice([torch.int64, torch.int32, torch.uint8])
+    amount = torch.randint(0, 8, shape, generator=d.gen, dtype=dt)
+    return Sample([_ints(d, shape, dt), amount], {})
+
+
+@sample("bitwise_not")
+def _(d):
+    dt = d.choice([torch.int64, torch.int8, torch.uint8])
+    return Sample([_ints(d, d.shape(), dt)], {})
+
+
 @sample("select")
 def _(d):
     shape = d.shape()

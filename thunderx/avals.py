@@ -125,6 +125,14 @@ def aval_of_concrete(x) -> ShapedArray:
     raise TypeError(f"expected a torch.Tensor or a Python scalar, got {type(x).__name__}")
 
 
+_TO_COMPLEX = {
+    torch.float16: torch.complex32,
+    torch.bfloat16: torch.complex64,
+    torch.float32: torch.complex64,
+    torch.float64: torch.complex128,
+}
+
+
 def result_dtype(*avals: ShapedArray) -> torch.dtype:
     """torch's type promotion over tensors of rank>0, rank-0 tensors, and Python scalars.
 
@@ -145,7 +153,11 @@ def result_dtype(*avals: ShapedArray) -> torch.dtype:
         if result is None:
             result = d
         elif category(d) > category(result):
-            if dts is tiers[2]:
+            if category(d) == 3 and category(result) == 2:
+                # a complex operand of a lower tier keeps the float's precision (torch's
+                # combine_categories): f64[3] * complex64 scalar tensor -> complex128
+                d = _TO_COMPLEX[result]
+            elif dts is tiers[2]:
                 # a Python scalar of a higher category: default dtype of that category
                 if category(d) == 2:
                     d = torch.get_default_dtype()

@@ -6,8 +6,9 @@ import math
 
 import torch
 
-from thunderx.lang._base import SCALARS, binary, compare, dtype, isnan, register, where
+from thunderx.lang._base import SCALARS, binary, compare, dtype, isnan, promote, register, where
 from thunderx.primitives import binary as B
+from thunderx.primitives import bitwise as BW
 from thunderx.primitives import unary as U
 
 # -------------------------------------------------------------------------------- comparisons
@@ -32,24 +33,77 @@ def _as_bool(x):
     return x if dtype(x) is torch.bool else B.ne(x, 0)
 
 
-@register(torch.logical_not, torch.Tensor.__invert__, methods=("logical_not", "bitwise_not"))
+@register(torch.logical_not, methods=("logical_not",))
 def _logical_not(x):
     return U.logical_not(_as_bool(x))
 
 
-@register(torch.logical_and, torch.Tensor.__and__, torch.Tensor.__rand__, methods=("logical_and",))
+@register(torch.logical_and, methods=("logical_and",))
 def _logical_and(x, y):
     return binary(B.and_p.bind, _as_bool(x), _as_bool(y))
 
 
-@register(torch.logical_or, torch.Tensor.__or__, torch.Tensor.__ror__, methods=("logical_or",))
+@register(torch.logical_or, methods=("logical_or",))
 def _logical_or(x, y):
     return binary(B.or_p.bind, _as_bool(x), _as_bool(y))
 
 
-@register(torch.logical_xor, torch.Tensor.__xor__, methods=("logical_xor",))
+@register(torch.logical_xor, methods=("logical_xor",))
 def _logical_xor(x, y):
     return binary(B.ne, _as_bool(x), _as_bool(y))
+
+
+# ---------------------------------------------------------------------------- bitwise ops
+# torch's `&`, `|`, `^` and `~` are bitwise on integers and logical on bools
+
+
+def _bitwise(name, prim, on_bools=None):
+    def impl(x, y):
+        if type(x) in SCALARS and type(y) in SCALARS:
+            x = torch.tensor(x)
+        (x, y), dt = promote(x, y)
+        if dt.is_floating_point or dt.is_complex:
+            raise RuntimeError(f'"{name}_cpu" not implemented for {_dtype_name(dt)!r}')
+        return (on_bools if on_bools is not None and dt is torch.bool else prim.bind)(x, y)
+
+    return impl
+
+
+def _dtype_name(dt):
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half"}.get(
+        dt, str(dt).removeprefix("torch.")
+    )
+
+
+_and = _bitwise("bitwise_and", BW.bitwise_and_p, B.and_p.bind)
+_or = _bitwise("bitwise_or", BW.bitwise_or_p, B.or_p.bind)
+_xor = _bitwise("bitwise_xor", BW.bitwise_xor_p, B.ne)
+_lshift = _bitwise("lshift", BW.shift_left_p)
+_rshift = _bitwise("rshift", BW.shift_right_p)
+register(torch.bitwise_and, torch.Tensor.__and__, methods=("bitwise_and",))(_and)
+register(torch.bitwise_or, torch.Tensor.__or__, methods=("bitwise_or",))(_or)
+register(torch.bitwise_xor, torch.Tensor.__xor__, methods=("bitwise_xor",))(_xor)
+register(torch.Tensor.__rand__)(lambda x, y: _and(y, x))
+register(torch.Tensor.__ror__)(lambda x, y: _or(y, x))
+register(torch.Tensor.__rxor__)(lambda x, y: _xor(y, x))
+register(torch.bitwise_left_shift, torch.Tensor.__lshift__, methods=("bitwise_left_shift",))(
+    _lshift
+)
+register(torch.bitwise_right_shift, torch.Tensor.__rshift__, methods=("bitwise_right_shift",))(
+    _rshift
+)
+register(torch.Tensor.__rlshift__)(lambda x, y: _lshift(y, x))
+register(torch.Tensor.__rrshift__)(lambda x, y: _rshift(y, x))
+
+
+@register(torch.bitwise_not, torch.Tensor.__invert__, methods=("bitwise_not",))
+def _bitwise_not(x):
+    dt = dtype(x)
+    if dt is torch.bool:
+        return U.logical_not(x)
+    if dt.is_floating_point or dt.is_complex:
+        raise RuntimeError(f'"bitwise_not_cpu" not implemented for {_dtype_name(dt)!r}')
+    return BW.bitwise_not_p.bind(x)
 
 
 @register(torch.isnan, methods=("isnan",))

@@ -206,7 +206,13 @@ _INPLACE = [  # torch's `x.name_(...)` is `x.copy_(x.name(...))` for each of the
     "atan",
     "atanh",
     "baddbmm",
+    "bitwise_and",
+    "bitwise_left_shift",
     "bitwise_not",
+    "bitwise_or",
+    "bitwise_right_shift",
+    "bitwise_xor",
+    "floor_divide",
     "clip",
     "conj_physical",
     "cosh",
@@ -308,6 +314,13 @@ def install_inplace():
         ("__imul__", "mul"),
         ("__itruediv__", "div"),
         ("__ipow__", "pow"),
+        ("__ifloordiv__", "floor_divide"),
+        ("__imod__", "remainder"),
+        ("__iand__", "bitwise_and"),
+        ("__ior__", "bitwise_or"),
+        ("__ixor__", "bitwise_xor"),
+        ("__ilshift__", "bitwise_left_shift"),
+        ("__irshift__", "bitwise_right_shift"),
     ):
         register(getattr(torch.Tensor, dunder), methods=(dunder,))(_inplace_method(name))
     # torch's function spellings of the in-place methods: torch.clamp_min_(x, 0) is x.clamp_min_(0)
