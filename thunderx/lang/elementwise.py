@@ -165,7 +165,9 @@ def _log10(x):
 
 @register(torch.square, methods=("square",))
 def _square(x):
-    return B.mul(x, x) if dtype(x) is not torch.bool else x
+    if dtype(x) is torch.bool:  # torch squares bools as int64
+        x = convert(x, torch.int64)
+    return B.mul(x, x)
 
 
 @register(torch.frac, methods=("frac",))
@@ -304,6 +306,10 @@ def _floor_divide(x, y):
         return U.convert(B.floor_divide_float(a, b), dt)
     if is_float(dt):
         return B.floor_divide_float(a, b)
+    if dt is torch.uint8:
+        # torch casts a negative Python int to uint8 (it wraps: // -7 is // 249); unsigned
+        # quotients truncate and floor alike
+        return B.div(*(v % 256 if type(v) is int else v for v in (a, b)))
     q = B.div(a, b)  # truncates
     adjust = B.and_p.bind(B.ne(B.rem_p.bind(a, b), 0), B.ne(B.lt(a, 0), B.lt(b, 0)))
     return U.select(adjust, B.sub(q, 1), q)

@@ -68,7 +68,9 @@ def _sum(x, dim=None, keepdim=False, *, dtype=None):
 
 @register(torch.nansum, methods=("nansum",))
 def _nansum(x, dim=None, keepdim=False, *, dtype=None):
-    return _sum(where(B.ne(x, x), 0.0, x), dim, keepdim, dtype=dtype)
+    if is_float(_dtype_of(x)):
+        x = where(B.ne(x, x), 0.0, x)
+    return _sum(x, dim, keepdim, dtype=dtype)  # integers have no nan: their sum (int64)
 
 
 @register(torch.mean, methods=("mean",))
@@ -417,14 +419,19 @@ def _norm(x, p="fro", dim=None, keepdim=False, out=None, dtype=None):
 def _all(x, dim=None, keepdim=False):
     dims = _dims_arg(dim, ndim(x))
     bad = R.reduce_sum(convert(U.logical_not(_truthy(x)), torch.int64), dims)
-    return keepdims(B.eq(bad, 0), dims, keepdim)
+    return _uint8_like(keepdims(B.eq(bad, 0), dims, keepdim), x)
 
 
 @register(torch.any, methods=("any",))
 def _any(x, dim=None, keepdim=False):
     dims = _dims_arg(dim, ndim(x))
     good = R.reduce_sum(convert(_truthy(x), torch.int64), dims)
-    return keepdims(B.gt(good, 0), dims, keepdim)
+    return _uint8_like(keepdims(B.gt(good, 0), dims, keepdim), x)
+
+
+def _uint8_like(out, x):
+    # torch keeps uint8 for all / any of a uint8 tensor (its legacy byte-mask convention)
+    return convert(out, torch.uint8) if dtype(x) is torch.uint8 else out
 
 
 def _truthy(x):
