@@ -54,6 +54,7 @@ from thunderx.lang import (  # noqa: F401  (importing registers the decompositio
     shape_ops,
     sorting,
     special,
+    special_kernels,
     stft,
     tensor,
     unbound,
