@@ -52,7 +52,10 @@ class ShapedArray:
     def __init__(self, shape, dtype: torch.dtype, device=CPU, weak_type: bool = False):
         self.shape = tuple(shape)
         self.dtype = dtype
-        self.device = device
+        # a device named by a string or an index (zeros_like(x, device="cpu")) as torch.device
+        self.device = (
+            device if type(device) is torch.device or device is None else torch.device(device)
+        )
         self.weak_type = weak_type
 
     @property

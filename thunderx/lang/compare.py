@@ -6,7 +6,17 @@ import math
 
 import torch
 
-from thunderx.lang._base import SCALARS, binary, compare, dtype, isnan, promote, register, where
+from thunderx.lang._base import (
+    SCALARS,
+    binary,
+    compare,
+    dtype,
+    full_like,
+    isnan,
+    promote,
+    register,
+    where,
+)
 from thunderx.primitives import binary as B
 from thunderx.primitives import bitwise as BW
 from thunderx.primitives import unary as U
@@ -104,6 +114,32 @@ def _bitwise_not(x):
     if dt.is_floating_point or dt.is_complex:
         raise RuntimeError(f'"bitwise_not_cpu" not implemented for {_dtype_name(dt)!r}')
     return BW.bitwise_not_p.bind(x)
+
+
+@register(torch.signbit, methods=("signbit",))
+def _signbit(x):
+    """x < 0, and -0.0 (whose reciprocal is -inf). A nan's sign bit is not read (traced values
+    have no bit reinterpretation): signbit of -nan is False here, True in torch."""
+    if not dtype(x).is_floating_point:
+        return B.lt(x, 0) if dtype(x).is_signed else B.ne(x, x)
+    negative_zero = B.and_p.bind(B.eq(x, 0.0), B.lt(B.div(1.0, x), 0.0))
+    return B.or_p.bind(B.lt(x, 0.0), negative_zero)
+
+
+@register(torch.isreal, methods=("isreal",))
+def _isreal(x):
+    from thunderx.lang.complex import imag
+
+    if dtype(x).is_complex:
+        return B.eq(imag(x), 0.0)
+    return full_like(x, True, torch.bool)  # every entry of a real tensor is real
+
+
+@register(torch.heaviside, methods=("heaviside",))
+def _heaviside(x, values):
+    (a, v), dt = promote(x, values)
+    step = U.convert(B.gt(a, 0), dt)
+    return U.select(B.eq(a, 0), v, step)
 
 
 @register(torch.isnan, methods=("isnan",))

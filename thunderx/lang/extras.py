@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from thunderx.errors import unsupported
-from thunderx.lang._base import aval, in_opmath, ndim, register, shape
+from thunderx.lang._base import SCALARS, aval, in_opmath, ndim, register, shape
 
 
 @register(torch.positive, methods=("positive",))
@@ -362,3 +362,26 @@ def _local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0):
     padded = torch.cat(parts, 1)
     window = sum(padded.narrow(1, s, c) for s in range(size)) / size
     return x / (window * alpha + k) ** beta
+
+
+@register(torch.isin)
+def _isin(elements, test_elements, *, assume_unique=False, invert=False):
+    """Whether each element equals one of test_elements: one comparison against all of them."""
+    if type(elements) in SCALARS:
+        elements = torch.tensor(elements)
+    if type(test_elements) in SCALARS:
+        test_elements = torch.tensor(test_elements)
+    hit = (elements.unsqueeze(-1) == test_elements.reshape(-1)).any(-1)
+    return ~hit if invert else hit
+
+
+@register(torch.unravel_index)
+def _unravel_index(indices, shape):
+    """The coordinates of flat `indices` in an array of `shape`, one tensor per dimension."""
+    if isinstance(shape, int):
+        shape = (shape,)
+    coords, rest = [], indices
+    for size in reversed(tuple(shape)):
+        coords.append(rest % size)
+        rest = rest // size
+    return tuple(reversed(coords))

@@ -1,9 +1,10 @@
 """torch.special functions thunderx has no decomposition or derivative for (Bessel and Airy
-functions, orthogonal polynomials, zeta, the incomplete gamma functions): torch's elementwise
-kernels. Under jit each is one opaque call; under vmap the kernel runs once on the whole batch
-(elementwise, so the operands' batch axes only need to line up in front, as torch.func's
-fallback gives), nested vmaps and jit included. Differentiation refuses them, naming the
-function: torch has no derivative for them either (torch.func's gradient of bessel_j0 is 0)."""
+functions, orthogonal polynomials, zeta, the incomplete gamma functions; also gcd and lcm):
+torch's elementwise kernels. Under jit each is one opaque call; under vmap the kernel runs once
+on the whole batch (elementwise, so the operands' batch axes only need to line up in front, as
+torch.func's fallback gives), nested vmaps and jit included. Differentiation refuses them,
+naming the function: torch has no derivative for most of them (torch.func's gradient of
+bessel_j0 is a silent 0)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ BINARY = (
     S.gammainc,
     S.gammaincc,
 )
+# the same kernels under torch's other names, which are Tensor methods too
+METHODS = {torch.igamma: "igamma", torch.igammac: "igammac", torch.gcd: "gcd", torch.lcm: "lcm"}
 
 
 def _kernel(fn):
@@ -93,3 +96,5 @@ def _batched(bt, fn, args):
 
 for _fn in UNARY + BINARY:
     register(_fn)(_kernel(_fn))
+for _fn, _name in METHODS.items():
+    register(_fn, methods=(_name,))(_kernel(_fn))

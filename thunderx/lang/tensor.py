@@ -61,11 +61,17 @@ for _name, _dt in (
     ("bool", torch.bool),
     ("short", torch.int16),
     ("byte", torch.uint8),
+    ("char", torch.int8),
     ("cfloat", torch.complex64),
     ("cdouble", torch.complex128),
     ("chalf", torch.complex32),
 ):
     register(methods=(_name,))((lambda dt: lambda x, memory_format=None: convert(x, dt))(_dt))
+
+
+@register(torch.is_signed, methods=("is_signed",))
+def _is_signed(x):
+    return dtype(x).is_signed
 
 
 @register(methods=("type_as",))
