@@ -2,9 +2,10 @@
 functions, orthogonal polynomials, zeta, the incomplete gamma functions; also gcd and lcm):
 torch's elementwise kernels. Under jit each is one opaque call; under vmap the kernel runs once
 on the whole batch (elementwise, so the operands' batch axes only need to line up in front, as
-torch.func's fallback gives), nested vmaps and jit included. Differentiation refuses them,
-naming the function: torch has no derivative for most of them (torch.func's gradient of
-bessel_j0 is a silent 0)."""
+torch.func's fallback gives), nested vmaps and jit included. The Bessel functions j0, j1, y0,
+y1, i0, i1, k0, k1 (scaled too) and spherical j0 are differentiable (their derivatives are
+Bessel functions again), where torch has no derivative and torch.func's gradient is a silent 0;
+differentiating the others is refused, naming the function."""
 
 from __future__ import annotations
 
@@ -55,12 +56,68 @@ def _kernel(fn):
     def impl(*args):
         from thunderx.transforms.vmap import BatchTrace
 
+        if not any(isinstance(a, Tracer) for a in args):
+            return fn(*args)  # concrete values (a derivative rule's primal): torch's kernel
         trace = current_trace()
         if isinstance(trace, BatchTrace) and any(
             isinstance(a, Tracer) and a._trace is trace for a in args
         ):
             return _batched(trace, fn, args)
         return opaque_call(fn, args, {})  # staged under jit; refused under differentiation
+
+    return impl
+
+
+def _over_x(v, x, at_zero):
+    """v / x, with its limit `at_zero` where x is 0."""
+    zero = x == 0
+    return torch.where(zero, at_zero, v / torch.where(zero, 1.0, x))
+
+
+# d/dx of the Bessel functions, from the functions themselves (y is the function's value);
+# torch has none (its autograd refuses them and torch.func returns 0)
+DERIVATIVES = {
+    S.bessel_j0: lambda x, y: -S.bessel_j1(x),
+    S.bessel_j1: lambda x, y: S.bessel_j0(x) - _over_x(y, x, 0.5),
+    S.bessel_y0: lambda x, y: -S.bessel_y1(x),
+    S.bessel_y1: lambda x, y: S.bessel_y0(x) - y / x,
+    S.modified_bessel_i0: lambda x, y: S.modified_bessel_i1(x),
+    S.modified_bessel_i1: lambda x, y: S.modified_bessel_i0(x) - _over_x(y, x, 0.5),
+    S.modified_bessel_k0: lambda x, y: -S.modified_bessel_k1(x),
+    S.modified_bessel_k1: lambda x, y: -S.modified_bessel_k0(x) - y / x,
+    # e^x K(x): its derivative adds the function itself
+    S.scaled_modified_bessel_k0: lambda x, y: y - S.scaled_modified_bessel_k1(x),
+    S.scaled_modified_bessel_k1: lambda x, y: y - S.scaled_modified_bessel_k0(x) - y / x,
+    S.spherical_bessel_j0: lambda x, y: _spherical_j0_slope(x, y),
+}
+
+
+def _spherical_j0_slope(x, y):
+    """(cos x - sin(x) / x) / x, and its series -x/3 + x^3/30 near 0 (exact to 1e-13 there;
+    differentiable again, so second derivatives at 0 are right)."""
+    small = x.abs() < 1e-2
+    series = x * (x * x / 30.0 - 1.0 / 3.0)
+    return torch.where(small, series, _over_x(torch.cos(x) - y, x, 0.0))
+
+
+def _differentiable(fn, derivative):
+    """The kernel with its derivative as a custom_jvp rule (made on first use)."""
+    made = []
+
+    def impl(x):
+        if not made:
+            from thunderx.transforms.custom import custom_jvp
+
+            f = custom_jvp(_kernel(fn))
+
+            @f.defjvp
+            def _(primals, tangents):
+                (v,), (t,) = primals, tangents
+                y = f(v)
+                return y, t * derivative(v, y)
+
+            made.append(f)
+        return made[0](x)
 
     return impl
 
@@ -95,6 +152,6 @@ def _batched(bt, fn, args):
 
 
 for _fn in UNARY + BINARY:
-    register(_fn)(_kernel(_fn))
+    register(_fn)(_differentiable(_fn, DERIVATIVES[_fn]) if _fn in DERIVATIVES else _kernel(_fn))
 for _fn, _name in METHODS.items():
     register(_fn, methods=(_name,))(_kernel(_fn))
