@@ -45,6 +45,11 @@ def real_part(x):
     return X.real(x) if is_complex(x) else x
 
 
+def imaginary(v):
+    """i v, complex, for a real v."""
+    return X.complex_(B.mul(v, 0.0), v)
+
+
 def like(v, x):
     """Real `v` in x's dtype (complex where x is): for a real factor in a complex rule."""
     dt = get_aval(x).dtype

@@ -179,7 +179,7 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
     omega_v = B.mul(f, B.add(sds, M.mH(sds)))
     if M.is_complex(t):
         half = B.div(X.imag(M.diagonal(ds_mat)), B.mul(s, 2.0))
-        phase = M.diag_embed(X.complex_(B.mul(half, 0.0), half))
+        phase = M.diag_embed(M.imaginary(half))
         omega_u, omega_v = B.add(omega_u, phase), B.sub(omega_v, phase)
     du = M.mm(u, omega_u)
     dv = M.mm(v, omega_v)
@@ -234,10 +234,7 @@ def _qr_square_jvp(q, r, dx):
     low = M.tril(qt_dx_rinv, -1)
     do = B.sub(low, M.mH(low))
     if M.is_complex(qt_dx_rinv):
-        diag = M.diagonal(qt_dx_rinv)
-        do = B.add(
-            do, M.diag_embed(B.sub(diag, X.complex_(X.real(diag), B.mul(X.real(diag), 0.0))))
-        )
+        do = B.add(do, M.diag_embed(M.imaginary(X.imag(M.diagonal(qt_dx_rinv)))))
     dq = B.add(M.mm(q, B.sub(do, qt_dx_rinv)), dx_rinv)
     dr = M.mm(B.sub(qt_dx_rinv, do), r)
     return dq, dr

@@ -93,6 +93,11 @@ def canon_dims(dim, n: int) -> tuple:
     return () if n == 0 else dims
 
 
+def torch_dtype_name(dt: torch.dtype) -> str:
+    """torch's spelling of a dtype in its own error messages: Float, Long, ComplexDouble."""
+    return torch.empty((), dtype=dt, device="meta").type().split(".")[-1].replace("Tensor", "")
+
+
 def convert(x, new_dtype: torch.dtype):
     if type(x) in SCALARS:
         if new_dtype is torch.bool:

@@ -15,6 +15,7 @@ from thunderx.lang._base import (
     isnan,
     promote,
     register,
+    torch_dtype_name,
     where,
 )
 from thunderx.primitives import binary as B
@@ -73,16 +74,10 @@ def _bitwise(name, prim, on_bools=None):
             x = torch.tensor(x)
         (x, y), dt = promote(x, y)
         if dt.is_floating_point or dt.is_complex:
-            raise RuntimeError(f'"{name}_cpu" not implemented for {_dtype_name(dt)!r}')
+            raise RuntimeError(f'"{name}_cpu" not implemented for {torch_dtype_name(dt)!r}')
         return (on_bools if on_bools is not None and dt is torch.bool else prim.bind)(x, y)
 
     return impl
-
-
-def _dtype_name(dt):
-    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half"}.get(
-        dt, str(dt).removeprefix("torch.")
-    )
 
 
 _and = _bitwise("bitwise_and", BW.bitwise_and_p, B.and_p.bind)
@@ -112,7 +107,7 @@ def _bitwise_not(x):
     if dt is torch.bool:
         return U.logical_not(x)
     if dt.is_floating_point or dt.is_complex:
-        raise RuntimeError(f'"bitwise_not_cpu" not implemented for {_dtype_name(dt)!r}')
+        raise RuntimeError(f'"bitwise_not_cpu" not implemented for {torch_dtype_name(dt)!r}')
     return BW.bitwise_not_p.bind(x)
 
 

@@ -87,10 +87,15 @@ def view_as_complex(x):
     return X.complex_(re, im)
 
 
+def modulus_squared(z):
+    """|z|^2 = re^2 + im^2, real."""
+    re, im = X.real(z), X.imag(z)
+    return B.add(B.mul(re, re), B.mul(im, im))
+
+
 def abs_complex(z):
     """|z| with derivative 0 at 0 (torch's), through the squared modulus."""
-    re, im = X.real(z), X.imag(z)
-    sq = B.add(B.mul(re, re), B.mul(im, im))
+    sq = modulus_squared(z)
     zero = B.eq(sq, 0.0)
     return U.select(zero, 0.0, U.sqrt(U.select(zero, 1.0, sq)))
 

@@ -15,7 +15,15 @@ import torch
 
 from thunderx.core import Tracer
 from thunderx.errors import ThunderxError, user_frame
-from thunderx.lang._base import aval, convert, method_table, register, shape, torch_table
+from thunderx.lang._base import (
+    aval,
+    convert,
+    method_table,
+    register,
+    shape,
+    torch_dtype_name,
+    torch_table,
+)
 from thunderx.lang.views import assign, keep_unseen, view_of, write
 from thunderx.primitives import shape as S
 
@@ -75,8 +83,8 @@ def _normalized(x, new, what: str):
     if new.aval.dtype != x.aval.dtype:
         if not torch.can_cast(new.aval.dtype, x.aval.dtype):
             raise MutationError(
-                f"{what} at {user_frame()}: result type {_dtype_name(new.aval.dtype)} can't be "
-                f"cast to the desired output type {_dtype_name(x.aval.dtype)}"
+                f"{what} at {user_frame()}: result type {torch_dtype_name(new.aval.dtype)} can't be "
+                f"cast to the desired output type {torch_dtype_name(x.aval.dtype)}"
             )
         new = convert(new, x.aval.dtype)
     return new
@@ -116,11 +124,6 @@ def _inner_write(x, new, what: str) -> MutationError:
         "level with a value of a transform nested inside it is not possible; write out of "
         f"place instead{new._trace.foreign_write_hint}"
     )
-
-
-def _dtype_name(dtype) -> str:
-    # torch's spelling in its own message: Float, Long, ComplexDouble
-    return torch.empty((), dtype=dtype, device="meta").type().split(".")[-1].replace("Tensor", "")
 
 
 def _is_inner(new, x) -> bool:

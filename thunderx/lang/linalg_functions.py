@@ -18,7 +18,7 @@ from thunderx.lang._base import (
     register,
     shape,
 )
-from thunderx.lang.complex import abs_complex, sgn_complex
+from thunderx.lang.complex import abs_complex, modulus_squared, sgn_complex
 from thunderx.lang.decompositions import (
     RT,
     _broadcast_batch,
@@ -31,7 +31,6 @@ from thunderx.lang.decompositions import (
 )
 from thunderx.primitives import _matrix as M
 from thunderx.primitives import binary as B
-from thunderx.primitives import complex as X
 from thunderx.primitives import creation as C
 from thunderx.primitives import linalg_decomp as D
 from thunderx.primitives import matrix_functions as MF
@@ -164,8 +163,6 @@ def matrix_norm(a, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=No
     r = ndim(x)
     if ord not in ("nuc", 2, -2) and aval(x).dtype.is_complex:
         # the entrywise norms read the moduli (real; torch's derivative z / |z|, 0 at 0)
-        from thunderx.lang.complex import abs_complex
-
         x = abs_complex(x)
     if 0 in shape(x)[-2:] and ord in ("nuc", 2, 1, math.inf):
         # torch: the largest-type norms of an empty matrix are 0 (a max over nothing)
@@ -273,10 +270,7 @@ def lstsq(a, b, rcond=None, *, driver=None):
     residuals = empty
     if m > n and driver != "gelsy":
         res = B.sub(M.mm(a, x), b)
-        squares = B.mul(res, res)
-        if M.is_complex(res):
-            re, im = X.real(res), X.imag(res)
-            squares = B.add(B.mul(re, re), B.mul(im, im))
+        squares = modulus_squared(res) if M.is_complex(res) else B.mul(res, res)
         # for a vector b too torch keeps the column's dim: (*batch, 1)
         residuals = R.reduce_sum(squares, (ndim(res) - 2,))
     if vector:

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from thunderx.avals import is_float
 from thunderx.lang._base import convert, dtype, ndim, promote, register, shape
+from thunderx.lang.complex import abs_complex
 from thunderx.lang.nn import log_softmax, logsigmoid
 from thunderx.primitives import binary as B
 from thunderx.primitives import composite_bce as KB
@@ -50,8 +51,6 @@ def l1_loss(input, target, size_average=None, reduce=None, reduction="mean"):  #
     a, b = _pair(input, target)
     d = B.sub(a, b)
     if dtype(d).is_complex:  # the moduli of the differences (real, as torch's)
-        from thunderx.lang.complex import abs_complex
-
         return _reduce(abs_complex(d), reduction)
     return _reduce(U.abs(d), reduction)
 

@@ -22,6 +22,7 @@ from thunderx.lang._base import (
     shape,
     where,
 )
+from thunderx.lang.complex import abs_complex
 from thunderx.lang.elementwise import _maximum, _minimum
 from thunderx.primitives import binary as B
 from thunderx.primitives import complex as X
@@ -363,8 +364,6 @@ def vector_norm(x, ord=2, dim=None, keepdim=False):  # noqa: A002
     dims = _dims_arg(dim, ndim(x))
     if dtype(x).is_complex:
         # the norm of the moduli, real; their derivative is torch's (z / |z|, 0 at 0)
-        from thunderx.lang.complex import abs_complex
-
         x = abs_complex(x)
     a = U.abs(x)
     if ord == 2 and dims and not dtype(x).is_complex:

@@ -54,10 +54,10 @@ METHODS = {torch.igamma: "igamma", torch.igammac: "igammac", torch.gcd: "gcd", t
 
 def _kernel(fn):
     def impl(*args):
-        from thunderx.transforms.vmap import BatchTrace
-
         if not any(isinstance(a, Tracer) for a in args):
             return fn(*args)  # concrete values (a derivative rule's primal): torch's kernel
+        from thunderx.transforms.vmap import BatchTrace
+
         trace = current_trace()
         if isinstance(trace, BatchTrace) and any(
             isinstance(a, Tracer) and a._trace is trace for a in args
