@@ -17,8 +17,14 @@ def _check(a, b, tol=1e-4):
             raise AssertionError("benchmark candidates disagree")
 
 
+def _with_tier(note, res, key):
+    tier = res.get("__tiers__", {}).get(key, "")
+    return "; ".join(n for n in (note, tier) if n)
+
+
 def _row(case, cand, base, res, key, note=""):
     ratio, secs = res[key]
+    note = _with_tier(note, res, key)
     return {
         "case": case,
         "candidate": cand,
@@ -72,7 +78,7 @@ def compile_row(case, cand, peer, res, key, comp_first, ours_first=None, why=Non
         "ms": res[key][1] * 1e3,
         "baseline_ms": res["tc"][1] * 1e3,
         "spread": spread(res, key, over="tc"),
-        "note": note,
+        "note": _with_tier(note, res, key),
     }
 
 
@@ -130,7 +136,9 @@ def per_example_mlp(rounds):
         compile_s = timed(lambda: ours(params, x, y))
         _check(ours(params, x, y), theirs(params, x, y))
         comp, comp_first, why = compile_peer(theirs, params, x, y)
-        cands = {"t": lambda: ours(params, x, y)}
+        # the torch executor alone (the default's first tier)
+        pinned = tx.jit(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0)), executor="torch")
+        cands = {"t": lambda: ours(params, x, y), "tt": lambda: pinned(params, x, y)}
         if comp is not None and inductor_unavailable_reason() is None:
             # the executor a user comparing with torch.compile would pick: inductor
             ind = tx.jit(tx.vmap(tx.grad(mlp_loss), in_axes=(None, 0, 0)), executor="inductor")
@@ -147,6 +155,9 @@ def per_example_mlp(rounds):
         )
         case = f"per-example grads, MLP {'-'.join(map(str, dims))}, batch {batch}"
         rows += _vmap_grad_rows(case, res, compile_s, comp_first, why)
+        if why is None:
+            cand = "jit(vmap(grad)), torch executor"
+            rows.append(compile_row(case, cand, "vmap(grad)", res, "tt", comp_first))
         if "ti" in res:
             cand = "jit(vmap(grad)), inductor"
             rows.append(compile_row(case, cand, "vmap(grad)", res, "ti", comp_first, ind_first))

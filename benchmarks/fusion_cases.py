@@ -91,7 +91,7 @@ def _inductor_ok():
 
 def _ours(f, transform=None):
     g = transform(f) if transform else f
-    out = {"jit (torch)": tx.jit(g)}
+    out = {"jit (tiered)": tx.jit(g), "jit (torch)": tx.jit(g, executor="torch")}
     if _inductor_ok():
         out["jit (inductor)"] = tx.jit(g, executor="inductor")
     return out
@@ -151,7 +151,10 @@ def mlp_training_step(rounds):
         g = torch.Generator().manual_seed(1)
         x, y = torch.randn(batch, dims[0], generator=g), torch.randint(0, 10, (batch,), generator=g)
         case = f"MLP training step (fwd+bwd+SGD) {'-'.join(map(str, dims))}, batch {batch}"
-        ours = {"jit (torch)": tx.jit(_sgd(tx.grad))}
+        ours = {
+            "jit (tiered)": tx.jit(_sgd(tx.grad)),
+            "jit (torch)": tx.jit(_sgd(tx.grad), executor="torch"),
+        }
         if _inductor_ok():
             ours["jit (inductor)"] = tx.jit(_sgd(tx.grad), executor="inductor")
         rows += _peers(case, _sgd(tf.grad), (params, x, y), rounds, ours, thunder_ok=False)
@@ -184,7 +187,10 @@ def transformer_layer(rounds):
 
         ours_f = lambda p, x: loss(p, x, tx.functional_call)  # noqa: E731
         ref_f = lambda p, x: loss(p, x, tf.functional_call)  # noqa: E731
-        ours = {"jit (torch)": tx.jit(tx.grad(ours_f))}
+        ours = {
+            "jit (tiered)": tx.jit(tx.grad(ours_f)),
+            "jit (torch)": tx.jit(tx.grad(ours_f), executor="torch"),
+        }
         if _inductor_ok():
             ours["jit (inductor)"] = tx.jit(tx.grad(ours_f), executor="inductor")
         mode = " causal" if causal else ""

@@ -73,9 +73,15 @@ def test_registry_names_every_executor_and_refuses_unknown_names():
         tx.jit(lambda x: x, executor="tvm")
 
 
-def test_default_is_torch_codegen_on_cpu_and_named_in_lower_text():
-    assert default_executor({"cpu"}).name == "torch"
+def test_default_on_cpu_is_tiered_where_inductor_runs_and_named_in_lower_text(monkeypatch):
+    from thunderx.executors import tiered
+
+    want = "tiered" if inductor_unavailable_reason(cheap=True) is None else "torch"
+    assert default_executor({"cpu"}).name == want
     text = tx.jit(lambda x: torch.sin(x) * 2).lower(torch.ones(3)).as_text()
+    assert f"# execution program: {get_executor(want).title} executor" in text
+    monkeypatch.setattr(tiered, "TIER_UP", [False])  # THUNDERX_TIER_UP=0
+    text = tx.jit(lambda x: torch.sin(x) * 3).lower(torch.ones(3)).as_text()
     assert "# execution program: torch codegen executor" in text
 
 

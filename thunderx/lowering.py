@@ -14,6 +14,7 @@ from thunderx.errors import user_frame
 from thunderx.executors import get_executor
 from thunderx.ir import Jaxpr, Var
 from thunderx.passes import optimize
+from thunderx.transforms.jaxpr_cache import compiled_for
 
 
 class Lowered:
@@ -28,7 +29,9 @@ class Lowered:
         self.jaxpr = entry.closed
         self.optimized = optimize(entry.jaxpr)
         self.executor_impl = get_executor(executor)
-        self.program = self.executor_impl.lower(self.optimized)
+        # the program jit runs for this signature (one per jaxpr and executor), so that its
+        # state (the tiered executor's tier) shows
+        self.program = compiled_for(entry.jaxpr, executor)
 
     def as_text(self, max_lines: int | None = None) -> str:
         parts = [

@@ -29,13 +29,22 @@ class PerLayout:
 
     def __init__(self):
         self._by_layout: dict = {}
+        # True: a layout not compiled yet runs `unseen` instead of compiling (the tiered
+        # executor's compiled programs, whose torch program serves any other layout)
+        self.frozen = False
 
     def __call__(self, *args):
         layout = tuple(a.stride() for a in args)
         fn = self._by_layout.get(layout)
         if fn is None:
+            if self.frozen:
+                return self.unseen(*args)
             fn = self._compile(layout, args)
         return fn(*args)
+
+    def unseen(self, *args):
+        """What a frozen callable runs for a layout it has no kernel for."""
+        raise NotImplementedError
 
     def _build(self, args) -> Callable:
         raise NotImplementedError

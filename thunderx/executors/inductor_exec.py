@@ -40,28 +40,38 @@ CPU_MIN_ELEMENTS = 1 << 17
 DIRECT_INDUCTOR = [True]
 
 
-def inductor_unavailable_reason() -> str | None:
-    """None when torch.compile with inductor can run here, else why not (checked once)."""
+def inductor_unavailable_reason(cheap: bool = False) -> str | None:
+    """None when torch.compile with inductor can run here, else why not (checked once).
+    `cheap`: without importing torch._dynamo (a second) when that is not done yet, so the
+    answer may be None where the full check is not."""
     if "reason" not in _state:
-        _state["reason"] = _check()
+        if cheap:
+            return _check_cheap()
+        _state["reason"] = _check_cheap() or _check_dynamo()
     return _state["reason"]
 
 
-def _check() -> str | None:
+def _check_cheap() -> str | None:
     import torch
 
     if not hasattr(torch, "compile"):
         return f"torch {torch.__version__} has no torch.compile"
+    if "cheap" not in _state:
+        _state["cheap"] = torch.cuda.is_available() or any(
+            shutil.which(c) for c in ("g++", "c++", "clang++", "cl")
+        )
+    if not _state["cheap"]:
+        return "no C++ compiler on PATH (inductor's CPU backend needs one)"
+    return None
+
+
+def _check_dynamo() -> str | None:
     try:
         import torch._dynamo as dynamo
     except Exception as e:  # noqa: BLE001 - reported to the user
         return f"torch._dynamo does not import: {type(e).__name__}: {e}"
     if not dynamo.is_dynamo_supported():
         return "torch.compile does not support this Python version"
-    if not torch.cuda.is_available() and not any(
-        shutil.which(c) for c in ("g++", "c++", "clang++", "cl")
-    ):
-        return "no C++ compiler on PATH (inductor's CPU backend needs one)"
     return None
 
 

@@ -99,8 +99,12 @@ class WholeProgram(PerLayout):
                 return compile_fx(graph, list(args))
         except Exception as e:  # noqa: BLE001 - reported by as_text; the torch program runs
             self.failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            eager, n = self.eager.fn, self.n_args
-            return (lambda *a: eager(*a[:n])) if self.pools else eager
+            return self.unseen
+
+    def unseen(self, *args):
+        """The torch executor's program (without the recycled buffers passed after the
+        arguments)."""
+        return self.eager.fn(*args[: self.n_args])
 
     def as_text(self) -> str:
         if self.failure is not None:
