@@ -33,6 +33,11 @@ README_ROWS = [
     ),
     (
         "per-example grads, MLP 128-128-128-10, batch 256",
+        "jit(vmap(grad)), torch executor",
+        "torch.compile(vmap(grad))",
+    ),
+    (
+        "per-example grads, MLP 128-128-128-10, batch 256",
         "jit(vmap(grad)), inductor",
         "torch.compile(vmap(grad))",
     ),
@@ -67,22 +72,34 @@ README_ROWS = [
     ),
     ("cached jit dispatch, 3 ops on f32[8]", "jit(f)", "torch eager"),
     ("per-layer trace cost, depth 256 / depth 16", "thunderx", "thunderx depth 16"),
-    ("elementwise chain (12 ops), f32[2048,2048]", "jit (torch)", "torch.compile"),
+    ("elementwise chain (12 ops), f32[2048,2048]", "jit (tiered)", "torch.compile"),
     ("elementwise chain (12 ops), f32[2048,2048]", "jit (inductor)", "torch.compile"),
+    ("MLP training step (fwd+bwd+SGD) 256-512-512-10, batch 128", "jit (tiered)", "torch.compile"),
     (
         "MLP training step (fwd+bwd+SGD) 256-512-512-10, batch 128",
         "jit (inductor)",
         "torch.compile",
     ),
-    ("MLP training step (fwd+bwd+SGD) 784-1024-1024-10, batch 256", "jit (torch)", "torch.compile"),
+    (
+        "MLP training step (fwd+bwd+SGD) 784-1024-1024-10, batch 256",
+        "jit (tiered)",
+        "torch.compile",
+    ),
     (
         "MLP training step (fwd+bwd+SGD) 784-1024-1024-10, batch 256",
         "jit (inductor)",
         "torch.compile",
     ),
+    ("TransformerEncoderLayer fwd+bwd d=64 heads=4, 8x32", "jit (tiered)", "torch.compile"),
+    ("TransformerEncoderLayer fwd+bwd d=64 heads=4, 8x32", "jit (torch)", "torch.compile"),
     ("TransformerEncoderLayer fwd+bwd d=64 heads=4, 8x32", "jit (inductor)", "torch.compile"),
-    ("TransformerEncoderLayer fwd+bwd d=256 heads=8, 16x64", "jit (torch)", "torch.compile"),
+    ("TransformerEncoderLayer fwd+bwd d=256 heads=8, 16x64", "jit (tiered)", "torch.compile"),
     ("TransformerEncoderLayer fwd+bwd d=256 heads=8, 16x64", "jit (inductor)", "torch.compile"),
+    (
+        "TransformerEncoderLayer fwd+bwd d=256 heads=4 causal, 8x128",
+        "jit (tiered)",
+        "torch.compile",
+    ),
     (
         "TransformerEncoderLayer fwd+bwd d=256 heads=4 causal, 8x128",
         "jit (inductor)",
@@ -90,7 +107,7 @@ README_ROWS = [
     ),
     (
         "GPT block (causal attention, GELU MLP) fwd+bwd d=256 heads=4, 8x128",
-        "jit (torch)",
+        "jit (tiered)",
         "torch.compile",
     ),
     (

@@ -241,3 +241,50 @@ def test_deterministic_algorithms_keep_the_torch_program(eager_budget, monkeypat
         torch.use_deterministic_algorithms(before)
     assert status["tier"] == "torch"
     assert "deterministic" in (status["reason"] or status["decision"])
+
+
+def test_settling_on_the_compiled_program_releases_the_torch_programs_buffers(
+    eager_budget, monkeypatch
+):
+    monkeypatch.setattr(tiered, "InductorProgram", SlowCompiled)
+    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    monkeypatch.setattr(tiered.TieredProgram, "_decide", lambda self: self._settle("inductor", "-"))
+    a = torch.randn(2048, 1024), torch.randn(2048, 1024)  # an 8 MiB output: recycled
+    f = tx.jit(lambda x, y: x * y + 1, executor="tiered")
+    want = a[0] * a[1] + 1
+    for _ in range(tiered.MIN_CALLS):
+        torch.testing.assert_close(f(*a), want)
+    pools = program(f, *a).torch.pools
+    assert pools and any(p.storages for p in pools.values())
+    for _ in range(tiered.TRIAL_CALLS + 1):
+        torch.testing.assert_close(f(*a), want)
+    assert program(f, *a).status()["tier"] == "inductor"
+    assert not any(p.storages for p in pools.values())
+
+
+def test_a_program_too_large_for_one_compile_pause_stays_torch(monkeypatch):
+    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    monkeypatch.setattr(tiered, "MAX_EQNS", 4)
+    f = tx.jit(body, executor="tiered")  # 6 equations
+    a = args()
+    torch.testing.assert_close(f(*a), eager(*a))
+    prog = program(f, *a)
+    assert prog.status()["tier"] == "torch" and "too large" in prog.reason
+    assert prog.fn is prog.torch.fn
+
+
+def test_the_compile_budget_is_refreshed_while_renting(monkeypatch):
+    monkeypatch.setattr(tiered, "InductorProgram", SlowCompiled)
+    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    monkeypatch.setattr(tiered, "REFRESH_CALLS", 4)
+    estimate = [1e9]  # a compile nothing could pay for, then one that is paid already
+    monkeypatch.setattr(tiered, "compile_estimate", lambda n: estimate[0])
+    f = tx.jit(body, executor="tiered")
+    a = args()
+    for _ in range(3):
+        f(*a)
+    assert program(f, *a).status()["budget_s"] == 1e9
+    estimate[0] = 0.0
+    for _ in range(3):
+        torch.testing.assert_close(f(*a), eager(*a))
+    assert program(f, *a).status()["tier"] == "trial"

@@ -53,6 +53,9 @@ TIER_UP = [os.environ.get("THUNDERX_TIER_UP", "1") not in ("", "0")]
 #: A program whose equations make fewer elements than this stays torch: its calls are too short
 #: for the timing to be worth it or for fused kernels to gain.
 MIN_ELEMENTS = 1 << 15
+#: A program of more equations stays torch: inductor's compile grows faster than linearly with
+#: the graph (a GRU's unrolled gradient, 4,211 equations: 160 s), too long a pause for one call.
+MAX_EQNS = 1000
 #: Calls of the torch program before a compile, however long they take (the first call of a
 #: program pays for allocations and caches no later call does).
 MIN_CALLS = 3
@@ -62,6 +65,9 @@ MIN_CALLS = 3
 TRIAL_CALLS, TRIAL_WARMUP = 64, 4
 #: The torch program's recent call times kept (the compile's own time is told from them).
 HISTORY = 24
+#: Calls between two refreshes of a program's compile estimate (the one-time import it counts
+#: may have been paid by another program since, the calibration may have moved).
+REFRESH_CALLS = 256
 #: The compile-time model: seconds per program plus seconds per equation (measured on a 2-core
 #: CPU: 1.6-2.3 s for per-example gradients of an MLP (32 equations) and a transformer layer's
 #: gradient (58)), and the one-time import of inductor, paid by the first compile of a process.
@@ -115,6 +121,8 @@ def tier_up_reason(jaxpr: Jaxpr) -> str | None:
     reason = whole_program_reason(jaxpr)
     if reason is not None:
         return f"not one inductor graph: {reason}"
+    if len(jaxpr.eqns) > MAX_EQNS:
+        return f"too large for one compile pause ({len(jaxpr.eqns)} equations > {MAX_EQNS})"
     avals = [v.aval for v in jaxpr.invars + jaxpr.constvars]
     avals += [v.aval for e in jaxpr.eqns for v in e.outputs]
     if any(getattr(a, "device", None) is not None and a.device.type != "cpu" for a in avals):
@@ -200,6 +208,8 @@ class TieredProgram:
         if tier == "renting":
             self.calls += 1
             self.spent += dt
+            if self.calls % REFRESH_CALLS == 0:  # inductor imported since, or recalibrated
+                self.budget = compile_estimate(len(self.jaxpr.eqns))
             if self.calls > 1:  # a first run allocates and warms caches as no later one does
                 self.torch_times.append(dt)
         elif tier == "trial":
@@ -264,6 +274,10 @@ class TieredProgram:
         self._final[1] = fns[1]
         self._final[0] = fns[0]
         self.tier = tier
+        if tier == "inductor":
+            # the torch program now runs only for another layout or under autograd (which
+            # recycles nothing): the large buffers it kept would double the program's memory
+            self.torch.release_buffers()
 
     def status(self) -> dict:
         """Where the program stands: `tier` ("torch" or "inductor" once settled; "renting",

@@ -55,6 +55,7 @@ class CompiledProgram:
 
     def __init__(self, fn: Callable, source: str, fn_plain: Callable, source_plain: str):
         self.fn_single = self.fn_single_plain = None
+        self.pools: dict = {}  # the buffers its outputs and intermediates are recycled through
         self.fn = fn
         self.source = source
         self.fn_plain = fn_plain
@@ -68,6 +69,12 @@ class CompiledProgram:
 
     def as_text(self) -> str:
         return self.source
+
+    def release_buffers(self) -> None:
+        """Let go of the buffers kept for recycling (a later call allocates afresh)."""
+        for pool in self.pools.values():
+            with pool.lock:
+                pool.storages.clear()
 
 
 class CodegenContext:
@@ -385,6 +392,7 @@ def compile_jaxpr(jaxpr: Jaxpr, name: str = "jitted", calls: dict | None = None)
     fn = exec_source(src, ns, name)
     fn_plain = fn if src_plain == src else exec_source(src_plain, ns_plain, name)
     prog = CompiledProgram(fn, src, fn_plain, src_plain)
+    prog.pools = pools
     if len(jaxpr.outvars) == 1:
         # jit's fast path calls these: the one output without a tuple around it
         prog.fn_single = exec_source(*gen(True, bare_return=True), name)
