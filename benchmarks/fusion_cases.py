@@ -151,12 +151,7 @@ def mlp_training_step(rounds):
         g = torch.Generator().manual_seed(1)
         x, y = torch.randn(batch, dims[0], generator=g), torch.randint(0, 10, (batch,), generator=g)
         case = f"MLP training step (fwd+bwd+SGD) {'-'.join(map(str, dims))}, batch {batch}"
-        ours = {
-            "jit (tiered)": tx.jit(_sgd(tx.grad)),
-            "jit (torch)": tx.jit(_sgd(tx.grad), executor="torch"),
-        }
-        if _inductor_ok():
-            ours["jit (inductor)"] = tx.jit(_sgd(tx.grad), executor="inductor")
+        ours = _ours(_sgd(tx.grad))
         rows += _peers(case, _sgd(tf.grad), (params, x, y), rounds, ours, thunder_ok=False)
     return rows
 
@@ -187,12 +182,7 @@ def transformer_layer(rounds):
 
         ours_f = lambda p, x: loss(p, x, tx.functional_call)  # noqa: E731
         ref_f = lambda p, x: loss(p, x, tf.functional_call)  # noqa: E731
-        ours = {
-            "jit (tiered)": tx.jit(tx.grad(ours_f)),
-            "jit (torch)": tx.jit(tx.grad(ours_f), executor="torch"),
-        }
-        if _inductor_ok():
-            ours["jit (inductor)"] = tx.jit(tx.grad(ours_f), executor="inductor")
+        ours = _ours(ours_f, tx.grad)
         mode = " causal" if causal else ""
         case = f"TransformerEncoderLayer fwd+bwd d={d} heads={heads}{mode}, {batch}x{seq}"
         rows += _peers(case, tf.grad(ref_f), (params, x), rounds, ours, thunder_ok=False, tol=1e-3)

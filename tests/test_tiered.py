@@ -44,6 +44,12 @@ def eager_budget(monkeypatch):
     monkeypatch.setattr(tiered, "compile_estimate", lambda n: 0.0)
 
 
+def stand_in(monkeypatch, compiled):
+    """Inductor, as the tiered executor sees it, replaced by `compiled` (no real compile)."""
+    monkeypatch.setattr(tiered, "InductorProgram", compiled)
+    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+
+
 class SlowCompiled:
     """Stands in for inductor's program: the torch program's values, `delay` s slower a call."""
 
@@ -93,8 +99,7 @@ def test_a_small_program_stays_torch_with_no_timing_in_its_calls():
 
 
 def test_a_slower_compiled_program_is_tried_and_dropped(eager_budget, monkeypatch):
-    monkeypatch.setattr(tiered, "InductorProgram", SlowCompiled)
-    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    stand_in(monkeypatch, SlowCompiled)
     f = tx.jit(body, executor="tiered")
     a = args()
     want = eager(*a)
@@ -112,8 +117,7 @@ def test_a_failing_compile_leaves_the_torch_program_and_the_right_value(eager_bu
     def refuse(jaxpr, name):
         raise RuntimeError("no kernel for you")
 
-    monkeypatch.setattr(tiered, "InductorProgram", refuse)
-    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    stand_in(monkeypatch, refuse)
     f = tx.jit(body, executor="tiered")
     a = args()
     for _ in range(tiered.MIN_CALLS + 2):
@@ -123,8 +127,7 @@ def test_a_failing_compile_leaves_the_torch_program_and_the_right_value(eager_bu
 
 
 def test_threads_calling_during_the_tier_up_all_get_the_right_values(eager_budget, monkeypatch):
-    monkeypatch.setattr(tiered, "InductorProgram", SlowCompiled)
-    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    stand_in(monkeypatch, SlowCompiled)
     SlowCompiled.made = 0
     f = tx.jit(body, executor="tiered")
     inputs = [args(seed=s) for s in range(4)]
@@ -151,8 +154,7 @@ def test_threads_calling_during_the_tier_up_all_get_the_right_values(eager_budge
 
 
 def test_under_torch_autograd_the_torch_program_runs_and_differentiates(eager_budget, monkeypatch):
-    monkeypatch.setattr(tiered, "InductorProgram", SlowCompiled)
-    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    stand_in(monkeypatch, SlowCompiled)
     f = tx.jit(body, executor="tiered")
     x, w = args()
     for _ in range(tiered.MIN_CALLS + tiered.TRIAL_CALLS + 2):
@@ -207,8 +209,7 @@ def test_torch_compile_around_a_settled_program_captures_the_torch_program(monke
             self.fn_single = None
 
     monkeypatch.setattr(tiered, "compile_estimate", lambda n: 0.0)
-    monkeypatch.setattr(tiered, "InductorProgram", Marked)
-    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    stand_in(monkeypatch, Marked)
     monkeypatch.setattr(tiered.TieredProgram, "_decide", lambda self: self._settle("inductor", "-"))
     f = tx.jit(lambda x, w: (body(x, w), x.sum()), executor="tiered")
     a = args()
@@ -224,8 +225,7 @@ def test_torch_compile_around_a_settled_program_captures_the_torch_program(monke
 
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_deterministic_algorithms_keep_the_torch_program(eager_budget, monkeypatch, when):
-    monkeypatch.setattr(tiered, "InductorProgram", SlowCompiled)
-    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    stand_in(monkeypatch, SlowCompiled)
     before = torch.are_deterministic_algorithms_enabled()
     try:
         if when == "before":
@@ -246,8 +246,7 @@ def test_deterministic_algorithms_keep_the_torch_program(eager_budget, monkeypat
 def test_settling_on_the_compiled_program_releases_the_torch_programs_buffers(
     eager_budget, monkeypatch
 ):
-    monkeypatch.setattr(tiered, "InductorProgram", SlowCompiled)
-    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    stand_in(monkeypatch, SlowCompiled)
     monkeypatch.setattr(tiered.TieredProgram, "_decide", lambda self: self._settle("inductor", "-"))
     a = torch.randn(2048, 1024), torch.randn(2048, 1024)  # an 8 MiB output: recycled
     f = tx.jit(lambda x, y: x * y + 1, executor="tiered")
@@ -274,8 +273,7 @@ def test_a_program_too_large_for_one_compile_pause_stays_torch(monkeypatch):
 
 
 def test_the_compile_budget_is_refreshed_while_renting(monkeypatch):
-    monkeypatch.setattr(tiered, "InductorProgram", SlowCompiled)
-    monkeypatch.setattr(tiered, "inductor_unavailable_reason", lambda cheap=False: None)
+    stand_in(monkeypatch, SlowCompiled)
     monkeypatch.setattr(tiered, "REFRESH_CALLS", 4)
     estimate = [1e9]  # a compile nothing could pay for, then one that is paid already
     monkeypatch.setattr(tiered, "compile_estimate", lambda n: estimate[0])

@@ -123,11 +123,11 @@ def tier_up_reason(jaxpr: Jaxpr) -> str | None:
         return f"not one inductor graph: {reason}"
     if len(jaxpr.eqns) > MAX_EQNS:
         return f"too large for one compile pause ({len(jaxpr.eqns)} equations > {MAX_EQNS})"
-    avals = [v.aval for v in jaxpr.invars + jaxpr.constvars]
-    avals += [v.aval for e in jaxpr.eqns for v in e.outputs]
+    made = [v.aval for e in jaxpr.eqns for v in e.outputs]
+    avals = [v.aval for v in jaxpr.invars + jaxpr.constvars] + made
     if any(getattr(a, "device", None) is not None and a.device.type != "cpu" for a in avals):
         return "tiering is for CPU programs (nvFuser is the fusing executor on CUDA)"
-    elements = sum(math.prod(getattr(v.aval, "shape", ())) for e in jaxpr.eqns for v in e.outputs)
+    elements = sum(math.prod(getattr(a, "shape", ())) for a in made)
     if elements < MIN_ELEMENTS:
         return f"too small to gain from compiled kernels ({elements} elements < {MIN_ELEMENTS})"
     return None
@@ -145,7 +145,6 @@ class TieredProgram:
         self.reason = tier_up_reason(jaxpr)
         self.compiled: InductorProgram | None = None
         self.decision: str | None = None
-        self.failure: str | None = None
         self.calls = 0
         self.spent = self.compile_s = 0.0
         self.budget = math.inf
@@ -231,21 +230,19 @@ class TieredProgram:
                 raise RuntimeError(reason)
             import torch._inductor.compile_fx  # noqa: F401 - a one-time cost, not the compile's
         except Exception as e:  # noqa: BLE001 - reported by status() and as_text()
-            self.failure = f"{type(e).__name__}: {e}"
-            self._settle("torch", f"inductor cannot run here ({self.failure})")
+            self._settle("torch", f"inductor cannot run here ({type(e).__name__}: {e})")
             return self._torch_fns[k](*args)
         t0 = time.perf_counter()
         try:
             prog = InductorProgram(self.jaxpr, self.name)
             out = (prog.fn, prog.fn_single)[k](*args)
         except Exception as e:  # noqa: BLE001 - reported by status() and as_text()
-            self.failure = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            self._settle("torch", f"the compiled program failed ({self.failure})")
+            first = str(e).splitlines()[0] if str(e) else ""
+            self._settle("torch", f"the compiled program failed ({type(e).__name__}: {first})")
             return self._torch_fns[k](*args)
         elapsed = time.perf_counter() - t0
         whole = prog.whole
         if whole is not None and whole.failure is not None:
-            self.failure = whole.failure
             self._settle("torch", f"inductor refused the program ({whole.failure})")
             return out
         self.compile_s = max(elapsed - statistics.median(self.torch_times), 0.0)
